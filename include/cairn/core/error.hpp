@@ -1,0 +1,202 @@
+// cairn/core/error.hpp: the error type and result<T> every fallible cairn call returns.
+//
+// Depends on the standard library only, so it compiles under nvcc.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <variant>
+
+namespace cairn {
+
+/// What kind of failure an `error` reports.
+enum class errc {
+  io,                     ///< the OS or a server refused a read or write
+  corrupt,                ///< a checksum did not match or a file is malformed
+  incomplete_checkpoint,  ///< the directory has no committed metadata
+  invalid_argument,       ///< the caller passed something inconsistent
+  mismatch,               ///< dtype, shape or structure differs between ranks or checkpoint
+  not_found,              ///< a key or object is missing
+  already_exists,         ///< the checkpoint exists and overwrite was not asked for
+  integrity,              ///< shards overlap, leave gaps or disagree across ranks
+  unsupported_version,    ///< the checkpoint was written by a newer format version
+  comm,                   ///< a collective failed or another rank reported an error
+};
+
+/// A short lower-case name for an error code, e.g. "corrupt".
+constexpr const char* errc_name(errc c) noexcept {
+  switch (c) {
+    case errc::io:
+      return "io";
+    case errc::corrupt:
+      return "corrupt";
+    case errc::incomplete_checkpoint:
+      return "incomplete checkpoint";
+    case errc::invalid_argument:
+      return "invalid argument";
+    case errc::mismatch:
+      return "mismatch";
+    case errc::not_found:
+      return "not found";
+    case errc::already_exists:
+      return "already exists";
+    case errc::integrity:
+      return "integrity";
+    case errc::unsupported_version:
+      return "unsupported version";
+    case errc::comm:
+      return "comm";
+  }
+  return "unknown";
+}
+
+/// A failure with the context needed to act on it: the key, rank, file and byte offset involved.
+/// Fields that do not apply stay empty (`rank == -1`, no offset).
+struct error {
+  errc code = errc::io;
+  std::string message;                  ///< what went wrong, including the OS or server message
+  std::string key;                      ///< the checkpoint key involved, if any
+  int rank = -1;                        ///< the rank that saw the failure, if known
+  std::string file;                     ///< the file or object involved, if any
+  std::optional<std::uint64_t> offset;  ///< byte offset inside `file`, if known
+
+  /// One line naming everything known: "corrupt: checksum mismatch [key=w rank=1 file=...
+  /// offset=...]".
+  std::string describe() const {
+    std::string s = errc_name(code);
+    s += ": ";
+    s += message;
+    std::string ctx;
+    auto add = [&](const char* name, const std::string& v) {
+      if (v.empty()) return;
+      if (!ctx.empty()) ctx += ' ';
+      ctx += name;
+      ctx += '=';
+      ctx += v;
+    };
+    add("key", key);
+    add("rank", rank >= 0 ? std::to_string(rank) : std::string());
+    add("file", file);
+    add("offset", offset ? std::to_string(*offset) : std::string());
+    if (!ctx.empty()) s += " [" + ctx + "]";
+    return s;
+  }
+
+  /// Fluent setters used while an error travels up through layers that know more context.
+  error&& with_key(std::string k) && {
+    if (key.empty()) key = std::move(k);
+    return std::move(*this);
+  }
+  error&& with_rank(int r) && {
+    if (rank < 0) rank = r;
+    return std::move(*this);
+  }
+  error&& with_file(std::string f) && {
+    if (file.empty()) file = std::move(f);
+    return std::move(*this);
+  }
+};
+
+/// Builds an error in one expression: `make_error(errc::corrupt, "bad magic")`.
+inline error make_error(errc code, std::string message) {
+  error e;
+  e.code = code;
+  e.message = std::move(message);
+  return e;
+}
+
+/// The exception the throwing forms of the API raise; it carries the structured `error`.
+class exception : public std::runtime_error {
+ public:
+  explicit exception(error e) : std::runtime_error(e.describe()), error_(std::move(e)) {}
+  /// The structured error behind `what()`.
+  const cairn::error& err() const noexcept { return error_; }
+
+ private:
+  cairn::error error_;
+};
+
+/// Either a value or an `error` (g++ 12 has no std::expected). `value()` throws `cairn::exception`.
+template <class T>
+class [[nodiscard]] result {
+ public:
+  result(T v) : v_(std::in_place_index<0>, std::move(v)) {}      // NOLINT(implicit)
+  result(error e) : v_(std::in_place_index<1>, std::move(e)) {}  // NOLINT(implicit)
+
+  /// True when a value is held.
+  bool has_value() const noexcept { return v_.index() == 0; }
+  explicit operator bool() const noexcept { return has_value(); }
+
+  /// The value, or throws `cairn::exception` with the error.
+  T& value() & {
+    throw_if_error();
+    return std::get<0>(v_);
+  }
+  const T& value() const& {
+    throw_if_error();
+    return std::get<0>(v_);
+  }
+  T&& value() && {
+    throw_if_error();
+    return std::get<0>(std::move(v_));
+  }
+  T& operator*() & { return value(); }
+  T* operator->() { return &value(); }
+  const T* operator->() const { return &value(); }
+
+  /// The error; only valid when `!has_value()`.
+  const error& err() const& { return std::get<1>(v_); }
+  error&& err() && { return std::get<1>(std::move(v_)); }
+
+ private:
+  void throw_if_error() const {
+    if (!has_value()) throw exception(std::get<1>(v_));
+  }
+  std::variant<T, error> v_;
+};
+
+/// result<void>: success or an error.
+template <>
+class [[nodiscard]] result<void> {
+ public:
+  result() = default;
+  result(error e) : e_(std::move(e)) {}  // NOLINT(implicit)
+
+  bool has_value() const noexcept { return !e_.has_value(); }
+  explicit operator bool() const noexcept { return has_value(); }
+  /// Throws `cairn::exception` when an error is held.
+  void value() const {
+    if (e_) throw exception(*e_);
+  }
+  const error& err() const& { return *e_; }
+  error&& err() && { return std::move(*e_); }
+
+ private:
+  std::optional<error> e_;
+};
+
+/// Success for result<void>: `return cairn::ok();`.
+inline result<void> ok() { return {}; }
+
+}  // namespace cairn
+
+/// Propagates an error from an expression returning result<...>; evaluates to nothing.
+#define CAIRN_TRY(expr)                                      \
+  do {                                                       \
+    auto&& cairn_try_r_ = (expr);                            \
+    if (!cairn_try_r_) return std::move(cairn_try_r_).err(); \
+  } while (0)
+
+#define CAIRN_CONCAT_INNER_(a, b) a##b
+#define CAIRN_CONCAT_(a, b) CAIRN_CONCAT_INNER_(a, b)
+/// `CAIRN_TRY_ASSIGN(auto x, f());` declares x from f()'s value or returns its error.
+#define CAIRN_TRY_ASSIGN(decl, expr) \
+  CAIRN_TRY_ASSIGN_IMPL_(CAIRN_CONCAT_(cairn_r_, __LINE__), decl, expr)
+#define CAIRN_TRY_ASSIGN_IMPL_(tmp, decl, expr) \
+  auto tmp = (expr);                            \
+  if (!tmp) return std::move(tmp).err();        \
+  decl = std::move(tmp).value()

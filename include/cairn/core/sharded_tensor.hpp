@@ -1,0 +1,222 @@
+// cairn/core/sharded_tensor.hpp: one rank's piece of a global tensor, and the factories that
+// describe common shardings.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <numeric>
+#include <optional>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "cairn/core/dtype.hpp"
+#include "cairn/core/error.hpp"
+
+namespace cairn {
+
+/// A tensor shape or an N-d coordinate (element units).
+using shape = std::vector<std::int64_t>;
+
+/// Number of elements of a shape (1 for a rank-0 shape).
+inline std::int64_t numel(const shape& s) noexcept {
+  return std::accumulate(s.begin(), s.end(), std::int64_t{1}, std::multiplies<>());
+}
+
+/// A half-open range [begin, end) of elements of the flattened local block, as a distributed
+/// optimizer stores its slice of a parameter.
+struct flat_range {
+  std::int64_t begin = 0;
+  std::int64_t end = 0;
+  friend bool operator==(const flat_range&, const flat_range&) = default;
+};
+
+/// Where one rank's piece sits in a global tensor: everything a sharded tensor says except its
+/// data. Field meanings follow Megatron-core's ShardedTensor.
+struct tensor_layout {
+  std::string key;            ///< global tensor name; the same on every rank
+  dtype type = dtype::f32;    ///< element type
+  shape local_shape;          ///< shape of this rank's block (without prepended axes)
+  shape global_shape;         ///< shape of the whole tensor
+  shape global_offset;        ///< where the block starts; one entry per global axis
+  shape axis_fragmentations;  ///< blocks per global axis; empty when irregular
+  int replica_id = 0;         ///< 0: main copy (written); others are replicas (skipped)
+  std::optional<flat_range> flattened_range;  ///< data holds only this slice of the block
+  int prepend_axis_num = 0;                   ///< leading global axes of size 1 not present locally
+  bool allow_shape_mismatch = false;  ///< on load: global shape may differ; rest zero-filled
+
+  /// Number of elements the data span must hold (the flattened range or the whole block).
+  std::int64_t data_numel() const noexcept {
+    return flattened_range ? flattened_range->end - flattened_range->begin : numel(local_shape);
+  }
+  /// The block's shape in global coordinates: prepended axes of size 1, then `local_shape`.
+  shape global_block_shape() const {
+    shape s(static_cast<std::size_t>(prepend_axis_num), 1);
+    s.insert(s.end(), local_shape.begin(), local_shape.end());
+    return s;
+  }
+};
+
+/// Checks a layout for internal consistency against a data span of `data_elems` elements:
+/// axis counts agree, the block lies inside the global shape, the flattened range lies inside
+/// the block, and the data has exactly the right number of elements. Errors name the key.
+inline result<void> validate_layout(const tensor_layout& t, std::size_t data_elems) {
+  auto fail = [&](std::string msg) {
+    return std::move(make_error(errc::invalid_argument, std::move(msg))).with_key(t.key);
+  };
+  if (t.key.empty()) return fail("sharded tensor has an empty key");
+  if (t.prepend_axis_num < 0) return fail("prepend_axis_num is negative");
+  std::size_t rank = t.local_shape.size() + static_cast<std::size_t>(t.prepend_axis_num);
+  if (t.global_shape.size() != rank || t.global_offset.size() != rank)
+    return fail("global_shape and global_offset need " + std::to_string(rank) +
+                " axes (local axes + prepend_axis_num), got " +
+                std::to_string(t.global_shape.size()) + " and " +
+                std::to_string(t.global_offset.size()));
+  if (!t.axis_fragmentations.empty() && t.axis_fragmentations.size() != rank)
+    return fail("axis_fragmentations must be empty or have one entry per global axis");
+  shape block = t.global_block_shape();
+  for (std::size_t a = 0; a < rank; ++a) {
+    if (block[a] < 0 || t.global_offset[a] < 0 || t.global_shape[a] < 0)
+      return fail("negative extent or offset on axis " + std::to_string(a));
+    if (t.global_offset[a] + block[a] > t.global_shape[a])
+      return fail("block [" + std::to_string(t.global_offset[a]) + ", " +
+                  std::to_string(t.global_offset[a] + block[a]) + ") on axis " + std::to_string(a) +
+                  " exceeds global size " + std::to_string(t.global_shape[a]));
+  }
+  if (t.flattened_range) {
+    auto [b, e] = *t.flattened_range;
+    if (b < 0 || e < b || e > numel(t.local_shape))
+      return fail("flattened_range [" + std::to_string(b) + ", " + std::to_string(e) +
+                  ") is outside the block of " + std::to_string(numel(t.local_shape)) +
+                  " elements");
+  }
+  if (static_cast<std::int64_t>(data_elems) != t.data_numel())
+    return fail("data holds " + std::to_string(data_elems) + " elements but the layout needs " +
+                std::to_string(t.data_numel()));
+  return ok();
+}
+
+/// One rank's piece of a global tensor, viewing memory the user owns. Loading writes into
+/// `data` in place. `T` is the element type; `sharded_tensor<>` (T = void) is the dynamically
+/// typed form whose data is raw bytes and whose dtype is `type`.
+template <class T = void>
+struct sharded_tensor : tensor_layout {
+  static_assert(std::is_void_v<T> || element_type<T>,
+                "cairn::sharded_tensor<T>: T must be a cairn element type (bool, integers, "
+                "float, double, cairn::f16, cairn::bf16, cairn::f8_e4m3, cairn::f8_e5m2)");
+  std::span<T> data;  ///< the user's memory: data_numel() elements, row-major
+
+  /// The data as raw bytes.
+  std::span<std::byte> raw() const noexcept { return std::as_writable_bytes(data); }
+  /// The dynamically typed view of the same piece.
+  operator sharded_tensor<void>() const;  // NOLINT(implicit)
+};
+
+/// The dynamically typed sharded tensor: raw bytes and a run-time dtype.
+template <>
+struct sharded_tensor<void> : tensor_layout {
+  std::span<std::byte> data;  ///< the user's memory: data_numel() * dtype_size(type) bytes
+
+  std::span<std::byte> raw() const noexcept { return data; }
+};
+
+template <class T>
+sharded_tensor<T>::operator sharded_tensor<void>() const {
+  sharded_tensor<void> d;
+  static_cast<tensor_layout&>(d) = *this;
+  d.data = raw();
+  return d;
+}
+
+/// How one axis is split: this rank holds block `index` of `count` equal blocks along `axis`
+/// (Megatron's `(axis, rank_offset, fragmentations)` triple).
+struct axis_split {
+  int axis = 0;
+  std::int64_t index = 0;
+  std::int64_t count = 1;
+};
+
+/// Describes a block of an evenly split tensor, like Megatron's
+/// `ShardedTensor.from_rank_offsets`: `local_shape` is this rank's block (without prepended
+/// axes); each split multiplies the global size of its axis by `count` and offsets the block
+/// by `index * local size`. Axes are global axes (they count prepended axes).
+///
+///     auto w = cairn::from_rank_offsets("layer0.w", std::span(buf), {1024, 256},
+///                                       {{1, tp_rank, tp_size}});
+template <element_type T>
+sharded_tensor<T> from_rank_offsets(std::string key,
+                                    std::span<T> data,
+                                    shape local_shape,
+                                    std::initializer_list<axis_split> splits,
+                                    int replica_id = 0,
+                                    int prepend_axis_num = 0) {
+  sharded_tensor<T> t;
+  t.key = std::move(key);
+  t.type = dtype_of<T>;
+  t.local_shape = std::move(local_shape);
+  t.prepend_axis_num = prepend_axis_num;
+  t.global_shape = t.global_block_shape();
+  t.global_offset.assign(t.global_shape.size(), 0);
+  t.axis_fragmentations.assign(t.global_shape.size(), 1);
+  for (const axis_split& s : splits) {
+    if (s.axis < 0 || static_cast<std::size_t>(s.axis) >= t.global_shape.size() || s.count < 1 ||
+        s.index < 0 || s.index >= s.count)
+      throw exception(
+          std::move(make_error(errc::invalid_argument, "from_rank_offsets: bad split (axis " +
+                                                           std::to_string(s.axis) + ", index " +
+                                                           std::to_string(s.index) + " of " +
+                                                           std::to_string(s.count) + ")"))
+              .with_key(t.key));
+    auto a = static_cast<std::size_t>(s.axis);
+    t.global_offset[a] += s.index * t.global_shape[a];
+    t.global_shape[a] *= s.count;
+    t.axis_fragmentations[a] *= s.count;
+  }
+  t.replica_id = replica_id;
+  t.data = data;
+  return t;
+}
+
+/// Describes a tensor every rank holds whole; `replica_id` 0 marks the copy that is written
+/// (typically `rank == 0` or data-parallel rank 0).
+template <element_type T>
+sharded_tensor<T> replicated(std::string key,
+                             std::span<T> data,
+                             shape global_shape,
+                             int replica_id) {
+  sharded_tensor<T> t;
+  t.key = std::move(key);
+  t.type = dtype_of<T>;
+  t.local_shape = global_shape;
+  t.global_offset.assign(global_shape.size(), 0);
+  t.axis_fragmentations.assign(global_shape.size(), 1);
+  t.global_shape = std::move(global_shape);
+  t.replica_id = replica_id;
+  t.data = data;
+  return t;
+}
+
+/// Describes an arbitrary (possibly uneven) block: `global_offset` and `global_shape` given
+/// explicitly. Use it for dimensions that do not divide evenly among ranks.
+template <element_type T>
+sharded_tensor<T> block(std::string key,
+                        std::span<T> data,
+                        shape local_shape,
+                        shape global_shape,
+                        shape global_offset,
+                        int replica_id = 0) {
+  sharded_tensor<T> t;
+  t.key = std::move(key);
+  t.type = dtype_of<T>;
+  t.local_shape = std::move(local_shape);
+  t.global_shape = std::move(global_shape);
+  t.global_offset = std::move(global_offset);
+  t.replica_id = replica_id;
+  t.data = data;
+  return t;
+}
+
+}  // namespace cairn

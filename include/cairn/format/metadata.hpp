@@ -1,0 +1,351 @@
+// cairn/format/metadata.hpp: the native format's metadata (what `metadata.json` holds), with
+// its JSON encoding (fmt) and decoding (simdjson). Specified in docs/format.md.
+#pragma once
+
+#include <fmt/format.h>
+#include <simdjson.h>
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "cairn/core/common_value.hpp"
+#include "cairn/core/dtype.hpp"
+#include "cairn/core/error.hpp"
+#include "cairn/format/checksum.hpp"
+#include "cairn/plan/box.hpp"
+
+namespace cairn {
+
+/// The native format version this build writes; a reader rejects anything newer.
+inline constexpr int format_version = 1;
+/// Name of the committed metadata object; a checkpoint without it is incomplete.
+inline constexpr std::string_view metadata_name = "metadata.json";
+/// Default checksum block size (bytes).
+inline constexpr std::uint64_t default_block_size = std::uint64_t{1} << 20;
+
+/// A data or common-state file of the checkpoint.
+struct file_record {
+  std::string name;  ///< object name relative to the checkpoint root
+  int rank = 0;      ///< the rank that wrote it
+  std::uint64_t nbytes = 0;
+};
+
+/// Where a run of bytes lives: file index, byte range, and one checksum per block.
+struct extent {
+  std::uint32_t file = 0;
+  std::uint64_t byte_offset = 0;
+  std::uint64_t nbytes = 0;
+  std::vector<std::uint64_t> checksums;  ///< XXH3-64 of each block_size block of the range
+};
+
+/// One saved box of a tensor, stored row-major.
+struct chunk_record {
+  box region;
+  extent where;
+};
+
+/// A saved tensor: dtype, global shape, and the chunks that tile it.
+struct tensor_record {
+  dtype type = dtype::f32;
+  shape global_shape;
+  std::vector<chunk_record> chunks;
+  /// Bytes of the whole tensor.
+  std::uint64_t nbytes() const {
+    return static_cast<std::uint64_t>(numel(global_shape)) * dtype_size(type);
+  }
+};
+
+/// A saved sharded object, keyed in metadata by its unique key (`key/shard_<off>_<shape>`).
+struct object_record {
+  std::string key;
+  shape global_shape;
+  shape global_offset;
+  extent where;
+};
+
+/// A saved common value: its type and its byte range inside the common-state extent.
+struct common_record {
+  common_kind kind = common_kind::scalar;
+  dtype type = dtype::u8;
+  std::uint64_t offset = 0;
+  std::uint64_t nbytes = 0;
+};
+
+/// Everything `metadata.json` says about a checkpoint.
+struct checkpoint_metadata {
+  int version = format_version;
+  int world_size = 1;   ///< ranks that saved it
+  std::string save_id;  ///< unique per save; part of every data file name
+  std::uint64_t block_size = default_block_size;
+  std::vector<file_record> files;
+  std::map<std::string, std::string> content_metadata;  ///< the user's string map
+  std::map<std::string, tensor_record> tensors;
+  std::map<std::string, object_record> objects;  ///< by unique key
+  std::optional<extent> common;                  ///< the common-state bytes, if any
+  std::map<std::string, common_record> commons;  ///< by tree path
+};
+
+namespace detail {
+
+inline void json_string(fmt::memory_buffer& out, std::string_view s) {
+  out.push_back('"');
+  for (unsigned char c : s) {
+    switch (c) {
+      case '"':
+        fmt::format_to(std::back_inserter(out), "\\\"");
+        break;
+      case '\\':
+        fmt::format_to(std::back_inserter(out), "\\\\");
+        break;
+      case '\n':
+        fmt::format_to(std::back_inserter(out), "\\n");
+        break;
+      case '\t':
+        fmt::format_to(std::back_inserter(out), "\\t");
+        break;
+      case '\r':
+        fmt::format_to(std::back_inserter(out), "\\r");
+        break;
+      default:
+        if (c < 0x20)
+          fmt::format_to(std::back_inserter(out), "\\u{:04x}", c);
+        else
+          out.push_back(static_cast<char>(c));
+    }
+  }
+  out.push_back('"');
+}
+
+inline void json_ints(fmt::memory_buffer& out, const shape& s) {
+  fmt::format_to(std::back_inserter(out), "[{}]", fmt::join(s, ","));
+}
+
+inline void json_extent(fmt::memory_buffer& out, const extent& e) {
+  fmt::format_to(std::back_inserter(out),
+                 "\"file\":{},\"byte_offset\":{},\"bytes\":{},\"checksums\":[", e.file,
+                 e.byte_offset, e.nbytes);
+  for (std::size_t i = 0; i < e.checksums.size(); ++i) {
+    if (i) out.push_back(',');
+    fmt::format_to(std::back_inserter(out), "\"{:016x}\"", e.checksums[i]);
+  }
+  out.push_back(']');
+}
+
+inline const char* common_kind_name(common_kind k) {
+  switch (k) {
+    case common_kind::scalar:
+      return "scalar";
+    case common_kind::vector:
+      return "vector";
+    case common_kind::string:
+      return "string";
+  }
+  return "?";
+}
+
+}  // namespace detail
+
+/// Encodes metadata as JSON (one tensor per line, so large checkpoints stay diffable).
+inline std::string to_json(const checkpoint_metadata& m) {
+  using detail::json_string;
+  fmt::memory_buffer out;
+  auto o = std::back_inserter(out);
+  fmt::format_to(o, "{{\n\"format\":\"cairn\",\n\"version\":{},\n\"world_size\":{},\n\"save_id\":",
+                 m.version, m.world_size);
+  json_string(out, m.save_id);
+  fmt::format_to(o, ",\n\"block_size\":{},\n\"checksum\":\"xxh3-64\",\n\"files\":[", m.block_size);
+  for (std::size_t i = 0; i < m.files.size(); ++i) {
+    fmt::format_to(o, "{}\n{{\"name\":", i ? "," : "");
+    json_string(out, m.files[i].name);
+    fmt::format_to(o, ",\"rank\":{},\"bytes\":{}}}", m.files[i].rank, m.files[i].nbytes);
+  }
+  fmt::format_to(o, "],\n\"content_metadata\":{{");
+  bool first = true;
+  for (const auto& [k, v] : m.content_metadata) {
+    if (!first) out.push_back(',');
+    first = false;
+    json_string(out, k);
+    out.push_back(':');
+    json_string(out, v);
+  }
+  fmt::format_to(o, "}},\n\"tensors\":{{");
+  first = true;
+  for (const auto& [key, t] : m.tensors) {
+    fmt::format_to(o, "{}\n", first ? "" : ",");
+    first = false;
+    json_string(out, key);
+    fmt::format_to(o, ":{{\"dtype\":\"{}\",\"shape\":", dtype_name(t.type));
+    detail::json_ints(out, t.global_shape);
+    fmt::format_to(o, ",\"chunks\":[");
+    for (std::size_t i = 0; i < t.chunks.size(); ++i) {
+      if (i) out.push_back(',');
+      fmt::format_to(o, "{{\"offset\":");
+      detail::json_ints(out, t.chunks[i].region.offset);
+      fmt::format_to(o, ",\"shape\":");
+      detail::json_ints(out, t.chunks[i].region.size);
+      out.push_back(',');
+      detail::json_extent(out, t.chunks[i].where);
+      out.push_back('}');
+    }
+    fmt::format_to(o, "]}}");
+  }
+  fmt::format_to(o, "}},\n\"objects\":{{");
+  first = true;
+  for (const auto& [ukey, ob] : m.objects) {
+    fmt::format_to(o, "{}\n", first ? "" : ",");
+    first = false;
+    json_string(out, ukey);
+    fmt::format_to(o, ":{{\"key\":");
+    json_string(out, ob.key);
+    fmt::format_to(o, ",\"global_shape\":");
+    detail::json_ints(out, ob.global_shape);
+    fmt::format_to(o, ",\"global_offset\":");
+    detail::json_ints(out, ob.global_offset);
+    out.push_back(',');
+    detail::json_extent(out, ob.where);
+    out.push_back('}');
+  }
+  fmt::format_to(o, "}},\n\"common\":");
+  if (!m.common) {
+    fmt::format_to(o, "null");
+  } else {
+    out.push_back('{');
+    detail::json_extent(out, *m.common);
+    fmt::format_to(o, ",\"values\":{{");
+    first = true;
+    for (const auto& [path, c] : m.commons) {
+      fmt::format_to(o, "{}\n", first ? "" : ",");
+      first = false;
+      json_string(out, path);
+      fmt::format_to(o, ":{{\"kind\":\"{}\",\"dtype\":\"{}\",\"offset\":{},\"bytes\":{}}}",
+                     detail::common_kind_name(c.kind), dtype_name(c.type), c.offset, c.nbytes);
+    }
+    fmt::format_to(o, "}}}}");
+  }
+  fmt::format_to(o, "\n}}\n");
+  return fmt::to_string(out);
+}
+
+/// Decodes `metadata.json`. `where` names the file in errors. Rejects a newer format version
+/// with errc::unsupported_version and malformed content with errc::corrupt.
+inline result<checkpoint_metadata> metadata_from_json(std::string_view json,
+                                                      const std::string& where) {
+  using namespace simdjson;
+  auto corrupt = [&](const std::string& msg) {
+    return std::move(make_error(errc::corrupt, "malformed metadata: " + msg)).with_file(where);
+  };
+  checkpoint_metadata m;
+  try {
+    dom::parser parser;
+    padded_string padded(json);
+    dom::element doc = parser.parse(padded);
+    if (std::string_view(doc["format"]) != "cairn") return corrupt("\"format\" is not \"cairn\"");
+    std::int64_t version = doc["version"];
+    if (version > format_version)
+      return std::move(make_error(errc::unsupported_version,
+                                  "checkpoint has format version " + std::to_string(version) +
+                                      "; this cairn reads versions up to " +
+                                      std::to_string(format_version) + ": upgrade cairn"))
+          .with_file(where);
+    if (version < 1) return corrupt("bad version " + std::to_string(version));
+    m.version = static_cast<int>(version);
+    m.world_size = static_cast<int>(std::int64_t(doc["world_size"]));
+    m.save_id = std::string(std::string_view(doc["save_id"]));
+    m.block_size = std::uint64_t(doc["block_size"]);
+    if (m.block_size == 0) return corrupt("block_size is 0");
+    auto ints = [](dom::element e) {
+      shape s;
+      for (dom::element v : dom::array(e)) s.push_back(std::int64_t(v));
+      return s;
+    };
+    std::string bad;
+    auto read_extent = [&](dom::object e) {
+      extent x;
+      x.file = static_cast<std::uint32_t>(std::uint64_t(e["file"]));
+      x.byte_offset = std::uint64_t(e["byte_offset"]);
+      x.nbytes = std::uint64_t(e["bytes"]);
+      for (dom::element c : dom::array(e["checksums"])) {
+        auto v = parse_checksum_hex(std::string_view(c));
+        if (!v) bad = "bad checksum string";
+        x.checksums.push_back(v.value_or(0));
+      }
+      if (x.checksums.size() != (x.nbytes + m.block_size - 1) / m.block_size)
+        bad = "checksum count does not match the byte count";
+      return x;
+    };
+    for (dom::object f : dom::array(doc["files"])) {
+      file_record r;
+      r.name = std::string(std::string_view(f["name"]));
+      r.rank = static_cast<int>(std::int64_t(f["rank"]));
+      r.nbytes = std::uint64_t(f["bytes"]);
+      m.files.push_back(std::move(r));
+    }
+    for (auto [k, v] : dom::object(doc["content_metadata"]))
+      m.content_metadata.emplace(std::string(k), std::string(std::string_view(v)));
+    for (auto [k, v] : dom::object(doc["tensors"])) {
+      tensor_record t;
+      auto dt = dtype_from_name(std::string_view(v["dtype"]));
+      if (!dt) return corrupt("unknown dtype for tensor '" + std::string(k) + "'");
+      t.type = *dt;
+      t.global_shape = ints(v["shape"]);
+      for (dom::object c : dom::array(v["chunks"])) {
+        chunk_record cr;
+        cr.region.offset = ints(c["offset"]);
+        cr.region.size = ints(c["shape"]);
+        cr.where = read_extent(c);
+        if (cr.region.offset.size() != t.global_shape.size() ||
+            cr.region.size.size() != t.global_shape.size())
+          return corrupt("chunk rank differs from tensor rank for '" + std::string(k) + "'");
+        t.chunks.push_back(std::move(cr));
+      }
+      m.tensors.emplace(std::string(k), std::move(t));
+    }
+    for (auto [k, v] : dom::object(doc["objects"])) {
+      object_record r;
+      r.key = std::string(std::string_view(v["key"]));
+      r.global_shape = ints(v["global_shape"]);
+      r.global_offset = ints(v["global_offset"]);
+      r.where = read_extent(dom::object(v));
+      m.objects.emplace(std::string(k), std::move(r));
+    }
+    dom::element common = doc["common"];
+    if (!common.is_null()) {
+      m.common = read_extent(dom::object(common));
+      for (auto [k, v] : dom::object(common["values"])) {
+        common_record c;
+        std::string_view kind = v["kind"];
+        if (kind == "scalar")
+          c.kind = common_kind::scalar;
+        else if (kind == "vector")
+          c.kind = common_kind::vector;
+        else if (kind == "string")
+          c.kind = common_kind::string;
+        else
+          return corrupt("unknown common kind '" + std::string(kind) + "'");
+        auto dt = dtype_from_name(std::string_view(v["dtype"]));
+        if (!dt) return corrupt("unknown dtype for common value '" + std::string(k) + "'");
+        c.type = *dt;
+        c.offset = std::uint64_t(v["offset"]);
+        c.nbytes = std::uint64_t(v["bytes"]);
+        m.commons.emplace(std::string(k), c);
+      }
+    }
+    if (!bad.empty()) return corrupt(bad);
+    auto check_file = [&](const extent& e) { return e.file < m.files.size(); };
+    for (const auto& [k, t] : m.tensors)
+      for (const auto& c : t.chunks)
+        if (!check_file(c.where)) return corrupt("chunk of '" + k + "' names a missing file");
+    for (const auto& [k, o] : m.objects)
+      if (!check_file(o.where)) return corrupt("object '" + k + "' names a missing file");
+    if (m.common && !check_file(*m.common)) return corrupt("common state names a missing file");
+  } catch (const simdjson_error& e) {
+    return corrupt(e.what());
+  }
+  return m;
+}
+
+}  // namespace cairn

@@ -1,0 +1,151 @@
+// cairn/format/native.hpp: reading the native format: committed metadata, verified byte
+// ranges, and whole-checkpoint verification.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "cairn/core/error.hpp"
+#include "cairn/detail/parallel.hpp"
+#include "cairn/format/checksum.hpp"
+#include "cairn/format/metadata.hpp"
+#include "cairn/storage/storage.hpp"
+
+namespace cairn {
+
+/// Largest single read or write cairn issues (bytes).
+inline constexpr std::uint64_t max_io_bytes = std::uint64_t{64} << 20;
+
+/// Reads and decodes the committed metadata. A directory without it fails with
+/// errc::incomplete_checkpoint ("incomplete checkpoint: ... has no metadata.json").
+inline result<checkpoint_metadata> read_metadata(storage_ref st) {
+  std::string where = st.describe(metadata_name);
+  auto exists = st.exists(metadata_name);
+  if (!exists) return std::move(exists).err();
+  if (!*exists)
+    return std::move(make_error(errc::incomplete_checkpoint,
+                                "incomplete checkpoint: no " + std::string(metadata_name) +
+                                    " (the save never committed, or this is not a cairn "
+                                    "checkpoint)"))
+        .with_file(where);
+  CAIRN_TRY_ASSIGN(std::uint64_t n, st.size(metadata_name));
+  std::string json(n, '\0');
+  CAIRN_TRY(st.read(metadata_name, 0, std::as_writable_bytes(std::span(json))));
+  return metadata_from_json(json, where);
+}
+
+/// The user's content metadata of a checkpoint, read without touching any data file.
+inline result<std::map<std::string, std::string>> read_content_metadata(storage_ref st) {
+  CAIRN_TRY_ASSIGN(auto m, read_metadata(st));
+  return std::move(m.content_metadata);
+}
+
+/// Reads blocks [first_block, last_block] of an extent into `out` (which must hold exactly
+/// those bytes) and verifies each block's checksum. `what` names the item in errors
+/// ("chunk 2 of tensor"), `key` its key.
+inline result<void> read_verified_blocks(storage_ref st,
+                                         const checkpoint_metadata& m,
+                                         const extent& e,
+                                         std::uint64_t first_block,
+                                         std::uint64_t last_block,
+                                         std::span<std::byte> out,
+                                         const std::string& key,
+                                         const std::string& what) {
+  const std::string& name = m.files.at(e.file).name;
+  std::uint64_t start = first_block * m.block_size;
+  auto r = st.read(name, e.byte_offset + start, out);
+  if (!r) {
+    auto err = std::move(r).err();
+    err.message = what + ": " + err.message;
+    return std::move(err).with_key(key).with_file(st.describe(name));
+  }
+  for (std::uint64_t b = first_block; b <= last_block; ++b) {
+    std::uint64_t lo = b * m.block_size - start;
+    std::uint64_t len = std::min(m.block_size, e.nbytes - b * m.block_size);
+    if (checksum(out.subspan(lo, len)) != e.checksums.at(b)) {
+      error err =
+          make_error(errc::corrupt, "checksum mismatch in " + what + " (block " +
+                                        std::to_string(b) + ", " + std::to_string(len) + " bytes)");
+      err.key = key;
+      err.file = st.describe(name);
+      err.offset = e.byte_offset + b * m.block_size;
+      return err;
+    }
+  }
+  return ok();
+}
+
+/// Reads a whole extent and verifies it.
+inline result<std::vector<std::byte>> read_extent(storage_ref st,
+                                                  const checkpoint_metadata& m,
+                                                  const extent& e,
+                                                  const std::string& key,
+                                                  const std::string& what) {
+  std::vector<std::byte> buf(e.nbytes);
+  if (e.nbytes == 0) return buf;
+  CAIRN_TRY(read_verified_blocks(st, m, e, 0, e.checksums.size() - 1, buf, key, what));
+  return buf;
+}
+
+/// One problem `verify_checkpoint` found.
+struct verify_problem {
+  std::string item;  ///< "tensor 'w' chunk 3", "object 'rng/shard_0_2'", "common state"
+  error err;
+};
+
+/// Recomputes every checksum of every chunk, object and the common state, and checks every
+/// data file's size. Returns all problems found (empty when the checkpoint is intact); fails
+/// only when the metadata itself cannot be read.
+inline result<std::vector<verify_problem>> verify_checkpoint(storage_ref st, int threads = 2) {
+  CAIRN_TRY_ASSIGN(checkpoint_metadata m, read_metadata(st));
+  struct item {
+    std::string label, key;
+    const extent* e;
+  };
+  std::vector<item> items;
+  for (const auto& [k, t] : m.tensors)
+    for (std::size_t i = 0; i < t.chunks.size(); ++i)
+      items.push_back({"tensor '" + k + "' chunk " + std::to_string(i), k, &t.chunks[i].where});
+  for (const auto& [k, o] : m.objects) items.push_back({"object '" + k + "'", o.key, &o.where});
+  if (m.common) items.push_back({"common state", "", &*m.common});
+  std::vector<verify_problem> problems;
+  for (const auto& f : m.files) {
+    auto sz = st.size(f.name);
+    if (!sz) {
+      problems.push_back({"file " + f.name, std::move(sz).err()});
+    } else if (*sz != f.nbytes) {
+      error e = make_error(errc::corrupt, "file has " + std::to_string(*sz) +
+                                              " bytes, metadata says " + std::to_string(f.nbytes));
+      e.file = st.describe(f.name);
+      problems.push_back({"file " + f.name, std::move(e)});
+    }
+  }
+  std::vector<std::optional<error>> found(items.size());
+  // Per item, read in bounded pieces so memory stays small.
+  auto r = [&]() -> result<void> {
+    std::uint64_t blocks_per_io = std::max<std::uint64_t>(1, max_io_bytes / m.block_size);
+    return detail::run_parallel(items.size(), threads, [&](std::size_t i) -> result<void> {
+      const extent& e = *items[i].e;
+      std::vector<std::byte> buf;
+      for (std::uint64_t b = 0; b < e.checksums.size(); b += blocks_per_io) {
+        std::uint64_t last = std::min<std::uint64_t>(e.checksums.size(), b + blocks_per_io) - 1;
+        std::uint64_t len = std::min(e.nbytes, (last + 1) * m.block_size) - b * m.block_size;
+        buf.resize(len);
+        auto v = read_verified_blocks(st, m, e, b, last, buf, items[i].key, items[i].label);
+        if (!v) {
+          found[i] = std::move(v).err();
+          break;
+        }
+      }
+      return ok();
+    });
+  }();
+  if (!r) return std::move(r).err();
+  for (std::size_t i = 0; i < items.size(); ++i)
+    if (found[i]) problems.push_back({items[i].label, std::move(*found[i])});
+  return problems;
+}
+
+}  // namespace cairn

@@ -1,0 +1,390 @@
+// cairn/load.hpp: loading a checkpoint into a state tree of any topology, and reading parts
+// of a checkpoint without a tree (common state, whole tensors).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "cairn/comm/communicator.hpp"
+#include "cairn/core/error.hpp"
+#include "cairn/detail/parallel.hpp"
+#include "cairn/format/metadata.hpp"
+#include "cairn/format/native.hpp"
+#include "cairn/plan/box.hpp"
+#include "cairn/save.hpp"
+#include "cairn/storage/storage.hpp"
+#include "cairn/tree/visit.hpp"
+
+namespace cairn {
+
+/// Options of `load`.
+struct load_options {
+  /// Threads each rank uses to read.
+  int io_threads = 2;
+  /// Load only the common values of the tree; tensors and objects are left untouched.
+  bool common_only = false;
+};
+
+/// What one rank did during a load.
+struct load_stats {
+  std::uint64_t bytes_read = 0;    ///< bytes read from storage (whole checksum blocks)
+  std::uint64_t bytes_needed = 0;  ///< bytes of the target that came from the checkpoint
+  double seconds = 0;
+};
+
+/// A whole tensor read from a checkpoint, owning its bytes (row-major, little-endian).
+struct tensor_data {
+  dtype type = dtype::f32;
+  shape global_shape;
+  std::vector<std::byte> data;
+  /// The data viewed as T; T must match `type`.
+  template <element_type T>
+  std::span<const T> as() const {
+    if (dtype_of<T> != type)
+      throw exception(make_error(errc::mismatch, "tensor is " + std::string(dtype_name(type)) +
+                                                     ", asked for " +
+                                                     std::string(dtype_name(dtype_of<T>))));
+    return {reinterpret_cast<const T*>(data.data()), data.size() / sizeof(T)};
+  }
+};
+
+namespace detail {
+
+/// One copy from a saved chunk into a target piece: the elements of `region`.
+struct copy_job {
+  const chunk_record* chunk;
+  box region;      ///< global coordinates, inside both the chunk and the target box
+  std::byte* dst;  ///< start of the target piece's memory
+  box dst_box;     ///< the target piece, row-major at `dst`
+  std::size_t elem_size;
+  std::string key;
+};
+
+/// Adds the jobs that fill `dst_box` (row-major at `dst`) from the chunks of `rec`.
+inline void plan_copies(const tensor_record& rec,
+                        const std::string& key,
+                        const box& dst_box,
+                        std::byte* dst,
+                        std::vector<copy_job>& jobs) {
+  for (const auto& c : rec.chunks)
+    if (auto x = intersect(c.region, dst_box))
+      jobs.push_back(copy_job{&c, std::move(*x), dst, dst_box, dtype_size(rec.type), key});
+}
+
+/// Reads what the jobs need, whole checksum blocks only, verifies them, and copies into
+/// place. A chunk that maps one-to-one onto its target is read straight into target memory.
+inline result<void> run_copies(storage_ref st,
+                               const checkpoint_metadata& m,
+                               const std::vector<copy_job>& jobs,
+                               int threads,
+                               load_stats& stats) {
+  const std::uint64_t B = m.block_size;
+  std::map<const chunk_record*, std::vector<std::size_t>> by_chunk;
+  for (std::size_t j = 0; j < jobs.size(); ++j) by_chunk[jobs[j].chunk].push_back(j);
+  struct read_op {
+    const chunk_record* chunk;
+    std::uint64_t first_block, last_block;
+    std::byte* direct;  // read straight here when not null
+    const std::vector<std::size_t>* jobs;
+  };
+  std::vector<read_op> ops;
+  const std::uint64_t blocks_per_io = std::max<std::uint64_t>(1, max_io_bytes / B);
+  for (const auto& [chunk, js] : by_chunk) {
+    const copy_job& j0 = jobs[js[0]];
+    bool direct = js.size() == 1 && j0.region == chunk->region && j0.dst_box == chunk->region;
+    // Blocks the jobs touch, as sorted, merged intervals.
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> iv;
+    for (std::size_t j : js) {
+      const copy_job& job = jobs[j];
+      std::uint64_t es = job.elem_size;
+      for_each_run(chunk->region, job.dst_box, job.region,
+                   [&](std::int64_t s, std::int64_t, std::int64_t n) {
+                     std::uint64_t lo = static_cast<std::uint64_t>(s) * es;
+                     std::uint64_t hi = lo + static_cast<std::uint64_t>(n) * es;
+                     stats.bytes_needed += hi - lo;
+                     std::pair<std::uint64_t, std::uint64_t> b{lo / B, (hi - 1) / B};
+                     if (!iv.empty() && b.first <= iv.back().second + 1)
+                       iv.back().second = std::max(iv.back().second, b.second);
+                     else
+                       iv.push_back(b);
+                   });
+    }
+    std::sort(iv.begin(), iv.end());
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> merged;
+    for (const auto& b : iv) {
+      if (!merged.empty() && b.first <= merged.back().second + 1)
+        merged.back().second = std::max(merged.back().second, b.second);
+      else
+        merged.push_back(b);
+    }
+    for (const auto& [b0, b1] : merged)
+      for (std::uint64_t b = b0; b <= b1; b += blocks_per_io)
+        ops.push_back(
+            read_op{chunk, b, std::min(b1, b + blocks_per_io - 1), direct ? j0.dst : nullptr, &js});
+  }
+  std::atomic<std::uint64_t> bytes_read{0};
+  auto r = run_parallel(ops.size(), threads, [&](std::size_t k) -> result<void> {
+    const read_op& op = ops[k];
+    const extent& e = op.chunk->where;
+    const copy_job& j0 = jobs[op.jobs->front()];
+    std::uint64_t lo = op.first_block * B;
+    std::uint64_t len = std::min(e.nbytes, (op.last_block + 1) * B) - lo;
+    std::vector<std::byte> temp;
+    std::span<std::byte> buf;
+    if (op.direct) {
+      buf = {op.direct + lo, static_cast<std::size_t>(len)};
+    } else {
+      temp.resize(len);
+      buf = temp;
+    }
+    std::string what = "chunk " + op.chunk->region.str() + " of tensor";
+    CAIRN_TRY(read_verified_blocks(st, m, e, op.first_block, op.last_block, buf, j0.key, what));
+    bytes_read += len;
+    if (op.direct) return ok();
+    for (std::size_t j : *op.jobs) {
+      const copy_job& job = jobs[j];
+      std::uint64_t es = job.elem_size;
+      for_each_run(op.chunk->region, job.dst_box, job.region,
+                   [&](std::int64_t s, std::int64_t t, std::int64_t n) {
+                     std::uint64_t a = static_cast<std::uint64_t>(s) * es;
+                     std::uint64_t b = a + static_cast<std::uint64_t>(n) * es;
+                     std::uint64_t x = std::max(a, lo), y = std::min(b, lo + len);
+                     if (x >= y) return;
+                     std::memcpy(job.dst + static_cast<std::uint64_t>(t) * es + (x - a),
+                                 buf.data() + (x - lo), y - x);
+                   });
+    }
+    return ok();
+  });
+  stats.bytes_read += bytes_read;
+  return r;
+}
+
+/// Rank 0 reads the metadata and broadcasts it; every rank decodes the same bytes.
+inline result<checkpoint_metadata> read_metadata_collective(storage_ref st, comm_ref comm) {
+  bytes msg;
+  if (comm.rank() == 0) {
+    binary_writer w;
+    std::optional<error> failure;
+    std::string json;
+    auto ex = st.exists(metadata_name);
+    if (!ex) {
+      failure = std::move(ex).err();
+    } else if (*ex) {
+      auto n = st.size(metadata_name);
+      if (!n) {
+        failure = std::move(n).err();
+      } else {
+        json.resize(*n);
+        if (auto rd = st.read(metadata_name, 0, std::as_writable_bytes(std::span(json))); !rd)
+          failure = std::move(rd).err();
+      }
+    }
+    put_error(w, failure);
+    w.u8(ex && *ex);
+    w.str(json);
+    msg = std::move(w.data());
+  }
+  comm.broadcast(msg, 0);
+  binary_reader r(msg);
+  if (auto f = get_error(r)) return std::move(*f).with_rank(0);
+  bool present = r.u8();
+  std::string json = r.str();
+  if (!present)
+    return std::move(make_error(errc::incomplete_checkpoint,
+                                "incomplete checkpoint: no " + std::string(metadata_name) +
+                                    " (the save never committed, or this is not a cairn "
+                                    "checkpoint)"))
+        .with_file(st.describe(metadata_name));
+  return metadata_from_json(json, st.describe(metadata_name));
+}
+
+/// The common values of a checkpoint, decoded (reads and verifies the common-state file).
+inline result<std::map<std::string, common_value>> read_commons(storage_ref st,
+                                                                const checkpoint_metadata& m) {
+  std::map<std::string, common_value> out;
+  if (!m.common) return out;
+  CAIRN_TRY_ASSIGN(auto buf, read_extent(st, m, *m.common, "", "common state"));
+  for (const auto& [path, rec] : m.commons) {
+    if (rec.offset + rec.nbytes > buf.size())
+      return std::move(make_error(errc::corrupt, "common value lies outside the common state"))
+          .with_key(path);
+    common_value v;
+    v.kind = rec.kind;
+    v.type = rec.type;
+    v.data.assign(buf.begin() + static_cast<std::ptrdiff_t>(rec.offset),
+                  buf.begin() + static_cast<std::ptrdiff_t>(rec.offset + rec.nbytes));
+    out.emplace(path, std::move(v));
+  }
+  return out;
+}
+
+/// Loads every leaf of this rank from an already-read metadata.
+inline result<void> load_leaves_local(const leaf_list& leaves,
+                                      storage_ref st,
+                                      const checkpoint_metadata& m,
+                                      const load_options& opt,
+                                      load_stats& stats) {
+  if (!leaves.commons.empty()) {
+    CAIRN_TRY_ASSIGN(auto commons, read_commons(st, m));
+    for (const auto& c : leaves.commons) {
+      auto it = commons.find(c.path);
+      if (it == commons.end())
+        return std::move(make_error(errc::not_found, "common value is not in the checkpoint"))
+            .with_key(c.path);
+      if (auto d = c.decode(it->second, c.value); !d) return std::move(d).err().with_key(c.path);
+    }
+  }
+  if (opt.common_only) return ok();
+  std::vector<copy_job> jobs;
+  for (const auto& t : leaves.tensors) {
+    const tensor_layout& L = t.layout;
+    auto it = m.tensors.find(L.key);
+    if (it == m.tensors.end())
+      return std::move(make_error(errc::not_found, "tensor is not in the checkpoint"))
+          .with_key(L.key);
+    const tensor_record& rec = it->second;
+    if (rec.type != L.type)
+      return std::move(make_error(errc::mismatch,
+                                  "checkpoint holds " + std::string(dtype_name(rec.type)) +
+                                      ", the target is " + std::string(dtype_name(L.type)) +
+                                      " (cairn never converts silently)"))
+          .with_key(L.key);
+    std::size_t es = dtype_size(L.type);
+    if (t.nbytes % es != 0)
+      return std::move(make_error(errc::invalid_argument,
+                                  "data size is not a multiple of the "
+                                  "element size"))
+          .with_key(L.key);
+    CAIRN_TRY(validate_layout(L, t.nbytes / es));
+    if (rec.global_shape != L.global_shape) {
+      if (!L.allow_shape_mismatch || rec.global_shape.size() != L.global_shape.size())
+        return std::move(
+                   make_error(errc::mismatch,
+                              "global shape " +
+                                  box{shape(rec.global_shape.size(), 0), rec.global_shape}.str() +
+                                  " in the checkpoint, " +
+                                  box{shape(L.global_shape.size(), 0), L.global_shape}.str() +
+                                  " in the target (set allow_shape_mismatch to load into a "
+                                  "padded tensor)"))
+            .with_key(L.key);
+      std::memset(t.data, 0, t.nbytes);
+    }
+    for (const piece& p : pieces_of(L))
+      plan_copies(rec, L.key, p.region, t.data + p.data_offset * es, jobs);
+  }
+  CAIRN_TRY(run_copies(st, m, jobs, opt.io_threads, stats));
+  for (const auto& o : leaves.objects) {
+    std::string u = object_unique_key(o.key, o.global_offset, o.global_shape);
+    auto it = m.objects.find(u);
+    if (it == m.objects.end()) {
+      for (const auto& [k, rec] : m.objects)
+        if (rec.key == o.key && rec.global_shape != o.global_shape)
+          return std::move(
+                     make_error(errc::mismatch,
+                                "sharded object was saved as a grid of " +
+                                    box{shape(rec.global_shape.size(), 0), rec.global_shape}.str() +
+                                    " (world size " + std::to_string(m.world_size) +
+                                    "), this rank asks for " + u +
+                                    ": the topology changed; give the object a grid that exists "
+                                    "in the checkpoint or leave it out of the tree"))
+              .with_key(o.key);
+      return std::move(
+                 make_error(errc::not_found, "sharded object " + u + " is not in the checkpoint"))
+          .with_key(o.key);
+    }
+    CAIRN_TRY_ASSIGN(auto buf, read_extent(st, m, it->second.where, o.key, "object " + u));
+    stats.bytes_read += buf.size();
+    if (auto d = o.decode(buf, o.value); !d) return std::move(d).err().with_key(o.key);
+  }
+  return ok();
+}
+
+/// The non-template body of `load`.
+inline result<load_stats> load_leaves(const leaf_list& leaves,
+                                      storage_ref st,
+                                      comm_ref comm,
+                                      const load_options& opt) {
+  auto t0 = std::chrono::steady_clock::now();
+  load_stats stats;
+  auto m = read_metadata_collective(st, comm);
+  if (!m) return std::move(m).err();
+  std::optional<error> failure;
+  try {
+    if (auto r = load_leaves_local(leaves, st, *m, opt, stats); !r)
+      failure = std::move(r).err().with_rank(comm.rank());
+  } catch (const exception& e) {
+    failure = error(e.err()).with_rank(comm.rank());
+  }
+  auto [status, payloads] = exchange_status(comm, failure);
+  if (failure) return std::move(*failure);
+  if (auto f = first_failure(status))
+    return make_error(errc::comm,
+                      "load failed on rank " + std::to_string(f->rank) + ": " + f->describe());
+  stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return stats;
+}
+
+}  // namespace detail
+
+/// Loads a checkpoint into `tree` in place; every rank of `comm` calls it with the shards it
+/// wants, in any topology (the checkpoint may have been saved on another number of ranks).
+/// Each rank reads only the checksum blocks holding bytes it needs, and verifies them.
+template <class Tree>
+result<load_stats> try_load(Tree& tree,
+                            storage_ref st,
+                            comm_ref comm,
+                            const load_options& opt = {}) {
+  leaf_list leaves = flatten(tree);
+  try {
+    return detail::load_leaves(leaves, st, comm, opt);
+  } catch (const exception& e) {
+    return error(e.err()).with_rank(comm.rank());
+  }
+}
+
+/// Throwing form of `try_load`.
+template <class Tree>
+load_stats load(Tree& tree, storage_ref st, comm_ref comm, const load_options& opt = {}) {
+  return try_load(tree, st, comm, opt).value();
+}
+
+/// Reads only the common values of a checkpoint (no tensors), by path.
+inline result<std::map<std::string, common_value>> load_common(storage_ref st) {
+  CAIRN_TRY_ASSIGN(auto m, read_metadata(st));
+  return detail::read_commons(st, m);
+}
+
+/// Reads the named tensors whole (any saved sharding), on one process. An empty `keys` reads
+/// every tensor.
+inline result<std::map<std::string, tensor_data>> load_tensors(storage_ref st,
+                                                               std::vector<std::string> keys = {},
+                                                               int threads = 2) {
+  CAIRN_TRY_ASSIGN(auto m, read_metadata(st));
+  if (keys.empty())
+    for (const auto& [k, t] : m.tensors) keys.push_back(k);
+  std::map<std::string, tensor_data> out;
+  std::vector<detail::copy_job> jobs;
+  for (const auto& k : keys) {
+    auto it = m.tensors.find(k);
+    if (it == m.tensors.end())
+      return std::move(make_error(errc::not_found, "tensor is not in the checkpoint")).with_key(k);
+    tensor_data& d = out[k];
+    d.type = it->second.type;
+    d.global_shape = it->second.global_shape;
+    d.data.resize(it->second.nbytes());
+  }
+  for (auto& [k, d] : out)
+    detail::plan_copies(m.tensors.at(k), k, box{shape(d.global_shape.size(), 0), d.global_shape},
+                        d.data.data(), jobs);
+  load_stats stats;
+  CAIRN_TRY(detail::run_copies(st, m, jobs, threads, stats));
+  return out;
+}
+
+}  // namespace cairn

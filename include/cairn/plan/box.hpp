@@ -1,0 +1,145 @@
+// cairn/plan/box.hpp: N-d boxes, the pieces a sharded tensor's data splits into, and the
+// row-run iteration that copies the intersection of two boxes.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cairn/core/sharded_tensor.hpp"
+
+namespace cairn {
+
+/// An axis-aligned N-d box in global coordinates: `offset` and `size` per axis.
+struct box {
+  shape offset;
+  shape size;
+  friend bool operator==(const box&, const box&) = default;
+  /// Number of elements.
+  std::int64_t volume() const noexcept { return numel(size); }
+  /// "[0:4, 8:16]".
+  std::string str() const {
+    std::string s = "[";
+    for (std::size_t a = 0; a < size.size(); ++a) {
+      if (a) s += ", ";
+      s += std::to_string(offset[a]) + ":" + std::to_string(offset[a] + size[a]);
+    }
+    return s + "]";
+  }
+};
+
+/// The intersection of two boxes of the same rank, or nullopt when it is empty.
+inline std::optional<box> intersect(const box& a, const box& b) {
+  box r;
+  r.offset.resize(a.size.size());
+  r.size.resize(a.size.size());
+  for (std::size_t i = 0; i < a.size.size(); ++i) {
+    std::int64_t lo = std::max(a.offset[i], b.offset[i]);
+    std::int64_t hi = std::min(a.offset[i] + a.size[i], b.offset[i] + b.size[i]);
+    if (hi <= lo) return std::nullopt;
+    r.offset[i] = lo;
+    r.size[i] = hi - lo;
+  }
+  return r;
+}
+
+/// A contiguous part of a leaf's data that is one box of the global tensor, stored row-major.
+struct piece {
+  box region;                    ///< where it sits in the global tensor
+  std::int64_t data_offset = 0;  ///< first element inside the leaf's data span
+};
+
+/// Splits a tensor layout into pieces. A plain block is one piece; a flattened range (a 1-D
+/// slice of the row-major block) becomes at most 2·N-1 boxes, each contiguous in the slice.
+inline std::vector<piece> pieces_of(const tensor_layout& t) {
+  shape block = t.global_block_shape();
+  const std::size_t n = block.size();
+  if (!t.flattened_range) return {piece{box{t.global_offset, block}, 0}};
+  std::vector<piece> out;
+  std::int64_t b = t.flattened_range->begin, e = t.flattened_range->end;
+  if (n == 0) {
+    if (e > b) out.push_back(piece{box{{}, {}}, 0});
+    return out;
+  }
+  shape stride(n, 1);
+  for (std::size_t d = n - 1; d > 0; --d) stride[d - 1] = stride[d] * block[d];
+  const std::int64_t begin = b;
+  while (b < e) {
+    for (std::size_t d = 0; d < n; ++d) {
+      if (b % stride[d] != 0) continue;
+      std::int64_t idx = (b / stride[d]) % block[d];
+      std::int64_t count = std::min((e - b) / stride[d], block[d] - idx);
+      if (count < 1) continue;
+      box r;
+      r.offset.resize(n);
+      r.size.resize(n);
+      for (std::size_t k = 0; k < n; ++k) {
+        if (k < d) {
+          r.offset[k] = (b / stride[k]) % block[k];
+          r.size[k] = 1;
+        } else if (k == d) {
+          r.offset[k] = idx;
+          r.size[k] = count;
+        } else {
+          r.offset[k] = 0;
+          r.size[k] = block[k];
+        }
+        r.offset[k] += t.global_offset[k];
+      }
+      out.push_back(piece{std::move(r), b - begin});
+      b += count * stride[d];
+      break;
+    }
+  }
+  return out;
+}
+
+/// Calls `fn(src_elem, dst_elem, count)` for each contiguous run of the elements of `region`,
+/// where `src` and `dst` are row-major boxes that both contain `region`. Element indices are
+/// relative to the start of each box. Trailing axes that both boxes hold whole are merged, so
+/// a region that is contiguous in both is a single run.
+template <class Fn>
+void for_each_run(const box& src, const box& dst, const box& region, Fn&& fn) {
+  const std::size_t n = region.size.size();
+  if (n == 0) {
+    fn(std::int64_t{0}, std::int64_t{0}, std::int64_t{1});
+    return;
+  }
+  // Merge trailing axes: while an axis is whole in src, dst and region, fold it into the run.
+  std::size_t inner = n - 1;  // the run spans axes [inner, n)
+  std::int64_t run = region.size[n - 1];
+  while (inner > 0 && region.size[inner] == src.size[inner] &&
+         region.size[inner] == dst.size[inner]) {
+    --inner;
+    run *= region.size[inner];
+  }
+  shape src_stride(n, 1), dst_stride(n, 1);
+  for (std::size_t d = n - 1; d > 0; --d) {
+    src_stride[d - 1] = src_stride[d] * src.size[d];
+    dst_stride[d - 1] = dst_stride[d] * dst.size[d];
+  }
+  // Iterate the outer axes [0, inner) of the region.
+  shape idx(inner, 0);
+  while (true) {
+    std::int64_t s = 0, t = 0;
+    for (std::size_t d = 0; d < n; ++d) {
+      std::int64_t c = region.offset[d] + (d < inner ? idx[d] : 0);
+      s += (c - src.offset[d]) * src_stride[d];
+      t += (c - dst.offset[d]) * dst_stride[d];
+    }
+    fn(s, t, run);
+    std::size_t d = inner;
+    while (d > 0) {
+      --d;
+      if (++idx[d] < region.size[d]) break;
+      idx[d] = 0;
+      if (d == 0) return;
+    }
+    if (inner == 0) return;
+  }
+}
+
+}  // namespace cairn

@@ -1,0 +1,378 @@
+// cairn/plan/save_plan.hpp: what each rank tells the others before a save, the cross-rank
+// access-integrity check, and the deterministic assignment of chunks to files and offsets.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cairn/comm/communicator.hpp"
+#include "cairn/core/common_value.hpp"
+#include "cairn/core/error.hpp"
+#include "cairn/core/sharded_object.hpp"
+#include "cairn/detail/binary.hpp"
+#include "cairn/format/metadata.hpp"
+#include "cairn/plan/box.hpp"
+
+namespace cairn {
+
+/// One tensor leaf as other ranks see it: no data, just where its pieces are.
+struct tensor_desc {
+  std::string key;
+  dtype type = dtype::f32;
+  shape global_shape;
+  int replica_id = 0;
+  std::vector<box> pieces;
+};
+
+/// One sharded object leaf as other ranks see it.
+struct object_desc {
+  std::string key;
+  shape global_shape;
+  shape global_offset;
+  int replica_id = 0;
+  std::uint64_t nbytes = 0;
+};
+
+/// One common value as other ranks see it: its path and a checksum of its typed bytes.
+struct common_desc {
+  std::string path;
+  std::uint64_t hash = 0;
+};
+
+/// Everything one rank contributes to the save plan, plus its status.
+struct rank_desc {
+  std::optional<error> failure;    ///< set when the rank could not prepare its leaves
+  bool checkpoint_exists = false;  ///< rank 0: a committed checkpoint is already there
+  std::string save_id;             ///< rank 0's proposal; everyone uses rank 0's
+  std::vector<tensor_desc> tensors;
+  std::vector<object_desc> objects;
+  std::vector<common_desc> commons;
+};
+
+namespace detail {
+
+inline void put_error(binary_writer& w, const std::optional<error>& e) {
+  w.u8(e ? 1 : 0);
+  if (!e) return;
+  w.u8(static_cast<std::uint8_t>(e->code));
+  w.str(e->message);
+  w.str(e->key);
+  w.i64(e->rank);
+  w.str(e->file);
+  w.u8(e->offset ? 1 : 0);
+  w.u64(e->offset.value_or(0));
+}
+
+inline std::optional<error> get_error(binary_reader& r) {
+  if (!r.u8()) return std::nullopt;
+  error e;
+  e.code = static_cast<errc>(r.u8());
+  e.message = r.str();
+  e.key = r.str();
+  e.rank = static_cast<int>(r.i64());
+  e.file = r.str();
+  bool has = r.u8();
+  std::uint64_t off = r.u64();
+  if (has) e.offset = off;
+  return e;
+}
+
+}  // namespace detail
+
+/// Serializes a rank's description for the all-gather.
+inline bytes encode(const rank_desc& d) {
+  detail::binary_writer w;
+  detail::put_error(w, d.failure);
+  w.u8(d.checkpoint_exists);
+  w.str(d.save_id);
+  w.u64(d.tensors.size());
+  for (const auto& t : d.tensors) {
+    w.str(t.key);
+    w.u8(static_cast<std::uint8_t>(t.type));
+    w.ints(t.global_shape);
+    w.i64(t.replica_id);
+    w.u64(t.pieces.size());
+    for (const auto& p : t.pieces) {
+      w.ints(p.offset);
+      w.ints(p.size);
+    }
+  }
+  w.u64(d.objects.size());
+  for (const auto& o : d.objects) {
+    w.str(o.key);
+    w.ints(o.global_shape);
+    w.ints(o.global_offset);
+    w.i64(o.replica_id);
+    w.u64(o.nbytes);
+  }
+  w.u64(d.commons.size());
+  for (const auto& c : d.commons) {
+    w.str(c.path);
+    w.u64(c.hash);
+  }
+  return std::move(w.data());
+}
+
+/// Inverse of encode(rank_desc).
+inline rank_desc decode_rank_desc(std::span<const std::byte> b) {
+  detail::binary_reader r(b);
+  rank_desc d;
+  d.failure = detail::get_error(r);
+  d.checkpoint_exists = r.u8();
+  d.save_id = r.str();
+  d.tensors.resize(r.u64());
+  for (auto& t : d.tensors) {
+    t.key = r.str();
+    t.type = static_cast<dtype>(r.u8());
+    t.global_shape = r.ints();
+    t.replica_id = static_cast<int>(r.i64());
+    t.pieces.resize(r.u64());
+    for (auto& p : t.pieces) {
+      p.offset = r.ints();
+      p.size = r.ints();
+    }
+  }
+  d.objects.resize(r.u64());
+  for (auto& o : d.objects) {
+    o.key = r.str();
+    o.global_shape = r.ints();
+    o.global_offset = r.ints();
+    o.replica_id = static_cast<int>(r.i64());
+    o.nbytes = r.u64();
+  }
+  d.commons.resize(r.u64());
+  for (auto& c : d.commons) {
+    c.path = r.str();
+    c.hash = r.u64();
+  }
+  return d;
+}
+
+/// A checksum of a common value's kind, dtype and bytes (used to compare across ranks).
+inline std::uint64_t common_hash(const common_value& v) {
+  std::vector<std::byte> b(v.data);
+  b.push_back(static_cast<std::byte>(v.kind));
+  b.push_back(static_cast<std::byte>(v.type));
+  return checksum(b);
+}
+
+namespace detail {
+inline std::string rank_list(const std::vector<int>& ranks) {
+  std::string s;
+  for (std::size_t i = 0; i < ranks.size() && i < 8; ++i)
+    s += (i ? "," : "") + std::to_string(ranks[i]);
+  if (ranks.size() > 8) s += ",...";
+  return s;
+}
+}  // namespace detail
+
+/// Checks that the ranks' leaves fit together (Megatron's validate_access_integrity, and
+/// more): per tensor key, dtype and global shape agree on every rank; the main-replica pieces
+/// do not overlap and cover every element; sharded objects are not duplicated and fill their
+/// grid; common values agree with rank 0's. Errors name the key and the ranks involved.
+inline result<void> validate_integrity(const std::vector<rank_desc>& ranks) {
+  auto fail = [](errc c, const std::string& key, std::string msg) {
+    return std::move(make_error(c, std::move(msg))).with_key(key);
+  };
+  struct tensor_view {
+    dtype type;
+    shape global_shape;
+    int first_rank;
+    std::vector<std::pair<box, int>> pieces;  // main replica pieces with their rank
+  };
+  std::map<std::string, tensor_view> tensors;
+  for (int r = 0; r < static_cast<int>(ranks.size()); ++r) {
+    for (const auto& t : ranks[r].tensors) {
+      auto [it, fresh] = tensors.try_emplace(t.key, tensor_view{t.type, t.global_shape, r, {}});
+      tensor_view& v = it->second;
+      if (!fresh && v.type != t.type)
+        return fail(errc::integrity, t.key,
+                    "dtype disagrees across ranks: rank " + std::to_string(v.first_rank) + " has " +
+                        std::string(dtype_name(v.type)) + ", rank " + std::to_string(r) + " has " +
+                        std::string(dtype_name(t.type)));
+      if (!fresh && v.global_shape != t.global_shape)
+        return fail(errc::integrity, t.key,
+                    "global shape disagrees across ranks: rank " + std::to_string(v.first_rank) +
+                        " has " + box{shape(v.global_shape.size(), 0), v.global_shape}.str() +
+                        ", rank " + std::to_string(r) + " has " +
+                        box{shape(t.global_shape.size(), 0), t.global_shape}.str());
+      if (t.replica_id == 0)
+        for (const auto& p : t.pieces) v.pieces.emplace_back(p, r);
+    }
+  }
+  for (auto& [key, v] : tensors) {
+    std::int64_t covered = 0;
+    for (const auto& [p, r] : v.pieces) covered += p.volume();
+    // Overlaps: sort along the axis with the most distinct offsets, then sweep.
+    std::size_t n = v.global_shape.size();
+    if (n > 0 && v.pieces.size() > 1) {
+      std::size_t best = 0, best_count = 0;
+      for (std::size_t a = 0; a < n; ++a) {
+        std::vector<std::int64_t> offs;
+        for (const auto& [p, r] : v.pieces) offs.push_back(p.offset[a]);
+        std::sort(offs.begin(), offs.end());
+        std::size_t distinct = std::unique(offs.begin(), offs.end()) - offs.begin();
+        if (distinct > best_count) best = a, best_count = distinct;
+      }
+      std::sort(v.pieces.begin(), v.pieces.end(), [&](const auto& x, const auto& y) {
+        return x.first.offset[best] < y.first.offset[best];
+      });
+      for (std::size_t i = 0; i < v.pieces.size(); ++i) {
+        const box& a = v.pieces[i].first;
+        for (std::size_t j = i + 1; j < v.pieces.size(); ++j) {
+          const box& b = v.pieces[j].first;
+          if (b.offset[best] >= a.offset[best] + a.size[best]) break;
+          if (auto x = intersect(a, b); x && x->volume() > 0)
+            return fail(errc::integrity, key,
+                        "shards overlap: rank " + std::to_string(v.pieces[i].second) +
+                            " and rank " + std::to_string(v.pieces[j].second) + " both write " +
+                            x->str());
+        }
+      }
+    } else if (n == 0 && v.pieces.size() > 1) {
+      return fail(errc::integrity, key,
+                  "shards overlap: ranks " + std::to_string(v.pieces[0].second) + " and " +
+                      std::to_string(v.pieces[1].second) +
+                      " both write the scalar (set replica_id "
+                      "on all but one)");
+    }
+    if (covered != numel(v.global_shape)) {
+      std::vector<int> holders;
+      for (const auto& [p, r] : v.pieces)
+        if (holders.empty() || holders.back() != r) holders.push_back(r);
+      return fail(errc::integrity, key,
+                  "shards leave a gap: main replicas (replica_id 0) on ranks [" +
+                      detail::rank_list(holders) + "] cover " + std::to_string(covered) + " of " +
+                      std::to_string(numel(v.global_shape)) + " elements");
+    }
+  }
+  // Objects: unique main replicas, and a full grid.
+  std::map<std::string, int> unique_owner;
+  std::map<std::string, std::pair<shape, std::int64_t>> object_count;
+  for (int r = 0; r < static_cast<int>(ranks.size()); ++r) {
+    for (const auto& o : ranks[r].objects) {
+      if (o.replica_id != 0) continue;
+      std::string u = object_unique_key(o.key, o.global_offset, o.global_shape);
+      auto [it, fresh] = unique_owner.try_emplace(u, r);
+      if (!fresh)
+        return fail(errc::integrity, o.key,
+                    "sharded object " + u + " is saved by rank " + std::to_string(it->second) +
+                        " and rank " + std::to_string(r) + " (set replica_id on all but one)");
+      auto& [gs, count] = object_count[o.key];
+      gs = o.global_shape;
+      ++count;
+    }
+  }
+  for (const auto& [key, gc] : object_count)
+    if (gc.second != numel(gc.first))
+      return fail(errc::integrity, key,
+                  "sharded object grid " + box{shape(gc.first.size(), 0), gc.first}.str() +
+                      " expects " + std::to_string(numel(gc.first)) + " shards, ranks saved " +
+                      std::to_string(gc.second));
+  // Common values: every rank must agree with rank 0.
+  if (!ranks.empty()) {
+    std::map<std::string, std::uint64_t> ref;
+    for (const auto& c : ranks[0].commons) ref[c.path] = c.hash;
+    for (int r = 1; r < static_cast<int>(ranks.size()); ++r) {
+      std::map<std::string, std::uint64_t> mine;
+      for (const auto& c : ranks[r].commons) mine[c.path] = c.hash;
+      for (const auto& [path, h] : ref) {
+        auto it = mine.find(path);
+        if (it == mine.end())
+          return fail(errc::integrity, path,
+                      "common value exists on rank 0 but not on rank " + std::to_string(r));
+        if (it->second != h)
+          return fail(errc::integrity, path,
+                      "common value differs between rank 0 and rank " + std::to_string(r) +
+                          " (common values must be identical on every rank)");
+      }
+      for (const auto& [path, h] : mine)
+        if (!ref.count(path))
+          return fail(errc::integrity, path,
+                      "common value exists on rank " + std::to_string(r) + " but not on rank 0");
+    }
+  }
+  return ok();
+}
+
+/// Where one rank's written item (a main-replica tensor piece or object) goes.
+struct write_slot {
+  bool is_object = false;
+  std::string key;        ///< tensor key, or object unique key
+  std::size_t chunk = 0;  ///< index into the tensor's chunk list
+};
+
+/// The deterministic layout of a save: files, the metadata skeleton (checksums still empty)
+/// and, per rank, the order of its items in its data file.
+struct save_layout {
+  checkpoint_metadata metadata;
+  std::vector<std::vector<write_slot>> slots;  ///< per rank, in file order
+  std::vector<int> file_of_rank;               ///< file index, or -1 when the rank writes none
+
+  /// The extent a slot refers to.
+  extent& where(const write_slot& s) {
+    return s.is_object ? metadata.objects.at(s.key).where
+                       : metadata.tensors.at(s.key).chunks.at(s.chunk).where;
+  }
+};
+
+/// Data file name of a rank for a save id.
+inline std::string data_file_name(int rank, const std::string& save_id) {
+  return "data." + std::to_string(rank) + "." + save_id + ".cairn";
+}
+/// Common-state file name for a save id.
+inline std::string common_file_name(const std::string& save_id) {
+  return "common." + save_id + ".cairn";
+}
+
+/// Lays out every rank's main-replica pieces and objects in its data file, in leaf order.
+/// Every rank computes the same layout from the same descriptions.
+inline save_layout plan_save(const std::vector<rank_desc>& ranks,
+                             const std::string& save_id,
+                             std::uint64_t block_size) {
+  save_layout L;
+  L.metadata.world_size = static_cast<int>(ranks.size());
+  L.metadata.save_id = save_id;
+  L.metadata.block_size = block_size;
+  L.slots.resize(ranks.size());
+  L.file_of_rank.assign(ranks.size(), -1);
+  for (int r = 0; r < static_cast<int>(ranks.size()); ++r) {
+    std::uint64_t off = 0;
+    auto file_index = [&] {
+      if (L.file_of_rank[r] < 0) {
+        L.file_of_rank[r] = static_cast<int>(L.metadata.files.size());
+        L.metadata.files.push_back(file_record{data_file_name(r, save_id), r, 0});
+      }
+      return static_cast<std::uint32_t>(L.file_of_rank[r]);
+    };
+    for (const auto& t : ranks[r].tensors) {
+      auto& rec = L.metadata.tensors[t.key];
+      rec.type = t.type;
+      rec.global_shape = t.global_shape;
+      if (t.replica_id != 0) continue;
+      for (const auto& p : t.pieces) {
+        std::uint64_t n = static_cast<std::uint64_t>(p.volume()) * dtype_size(t.type);
+        rec.chunks.push_back(chunk_record{p, extent{file_index(), off, n, {}}});
+        L.slots[r].push_back(write_slot{false, t.key, rec.chunks.size() - 1});
+        off += n;
+      }
+    }
+    for (const auto& o : ranks[r].objects) {
+      if (o.replica_id != 0) continue;
+      std::string u = object_unique_key(o.key, o.global_offset, o.global_shape);
+      L.metadata.objects[u] = object_record{o.key, o.global_shape, o.global_offset,
+                                            extent{file_index(), off, o.nbytes, {}}};
+      L.slots[r].push_back(write_slot{true, u, 0});
+      off += o.nbytes;
+    }
+    if (L.file_of_rank[r] >= 0) L.metadata.files[L.file_of_rank[r]].nbytes = off;
+  }
+  return L;
+}
+
+}  // namespace cairn

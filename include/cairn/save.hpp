@@ -1,0 +1,331 @@
+// cairn/save.hpp: saving a state tree from every rank into the native format.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cairn/comm/communicator.hpp"
+#include "cairn/core/error.hpp"
+#include "cairn/detail/binary.hpp"
+#include "cairn/detail/parallel.hpp"
+#include "cairn/format/checksum.hpp"
+#include "cairn/format/metadata.hpp"
+#include "cairn/format/native.hpp"
+#include "cairn/plan/box.hpp"
+#include "cairn/plan/save_plan.hpp"
+#include "cairn/storage/storage.hpp"
+#include "cairn/tree/visit.hpp"
+
+namespace cairn {
+
+/// Options of `save`.
+struct save_options {
+  /// Replace a committed checkpoint in the same place. The old one stays loadable until the
+  /// new one commits; its files are removed only after that.
+  bool overwrite = false;
+  /// Threads each rank uses to write its data file.
+  int io_threads = 2;
+  /// Checksum block size in bytes; a partial read verifies whole blocks.
+  std::uint64_t block_size = default_block_size;
+  /// Check across ranks that shards tile each tensor exactly and common values agree.
+  bool validate_access_integrity = true;
+  /// A string map saved with the checkpoint, readable alone with `read_content_metadata`.
+  std::map<std::string, std::string> content_metadata;
+};
+
+/// What one rank did during a save.
+struct save_stats {
+  std::string save_id;              ///< the id in this save's file names
+  std::uint64_t bytes_written = 0;  ///< data bytes this rank wrote
+  std::size_t chunks_written = 0;   ///< tensor chunks and objects this rank wrote
+  double seconds = 0;
+};
+
+namespace detail {
+
+inline std::string new_save_id() {
+  std::random_device rd;
+  std::uint64_t x =
+      (static_cast<std::uint64_t>(rd()) << 32) ^ rd() ^
+      static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+  return checksum_hex(x).substr(0, 12);
+}
+
+/// Returns the first failure among gathered statuses, tagged with its rank.
+inline std::optional<error> first_failure(const std::vector<std::optional<error>>& status) {
+  for (std::size_t r = 0; r < status.size(); ++r)
+    if (status[r]) return error(*status[r]).with_rank(static_cast<int>(r));
+  return std::nullopt;
+}
+
+/// Exchanges a status (and optional payload) with every rank. Returns every rank's status
+/// and payload.
+inline std::pair<std::vector<std::optional<error>>, std::vector<bytes>> exchange_status(
+    comm_ref comm, const std::optional<error>& mine, const bytes& payload = {}) {
+  binary_writer w;
+  put_error(w, mine);
+  w.blob(payload);
+  auto all = comm.all_gather(w.data());
+  std::vector<std::optional<error>> status;
+  std::vector<bytes> payloads;
+  for (const auto& b : all) {
+    binary_reader r(b);
+    status.push_back(get_error(r));
+    payloads.push_back(r.blob());
+  }
+  return {std::move(status), std::move(payloads)};
+}
+
+/// One contiguous item this rank writes: source bytes and destination in its data file.
+struct write_item {
+  const std::byte* src;
+  std::uint64_t nbytes;
+  std::uint64_t file_offset;
+  std::string key;
+  std::vector<std::uint64_t> checksums;
+};
+
+/// Writes items into one object with `threads` threads, checksumming every block first.
+inline result<void> write_items(storage_ref st,
+                                const std::string& name,
+                                std::vector<write_item>& items,
+                                std::uint64_t block_size,
+                                int threads) {
+  CAIRN_TRY_ASSIGN(auto writer, st.open_writer(name));
+  struct task {
+    std::size_t item;
+    std::uint64_t begin, end;  // byte range inside the item, block aligned at begin
+  };
+  std::uint64_t step = std::max<std::uint64_t>(block_size, max_io_bytes / block_size * block_size);
+  std::vector<task> tasks;
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    items[i].checksums.assign((items[i].nbytes + block_size - 1) / block_size, 0);
+    for (std::uint64_t b = 0; b < items[i].nbytes; b += step)
+      tasks.push_back({i, b, std::min(items[i].nbytes, b + step)});
+  }
+  auto r = run_parallel(tasks.size(), threads, [&](std::size_t k) -> result<void> {
+    const task& t = tasks[k];
+    write_item& it = items[t.item];
+    for (std::uint64_t b = t.begin; b < t.end; b += block_size)
+      it.checksums[b / block_size] =
+          checksum({it.src + b, static_cast<std::size_t>(std::min(block_size, it.nbytes - b))});
+    auto w = writer->write_at(it.file_offset + t.begin,
+                              {it.src + t.begin, static_cast<std::size_t>(t.end - t.begin)});
+    if (!w) return std::move(w).err().with_key(it.key);
+    return ok();
+  });
+  if (!r) return std::move(r).err().with_file(st.describe(name));
+  auto f = writer->finish();
+  if (!f) return std::move(f).err().with_file(st.describe(name));
+  return ok();
+}
+
+/// Removes data and common files of earlier saves that the committed metadata no longer
+/// references. Best effort: failures leave garbage, never harm the checkpoint.
+inline void remove_unreferenced(storage_ref st, const checkpoint_metadata& m) {
+  auto names = st.list("");
+  if (!names) return;
+  for (const auto& n : *names) {
+    bool ours = (n.rfind("data.", 0) == 0 || n.rfind("common.", 0) == 0) && n.size() > 6 &&
+                n.substr(n.size() - 6) == ".cairn";
+    if (!ours) continue;
+    bool referenced = std::any_of(m.files.begin(), m.files.end(),
+                                  [&](const file_record& f) { return f.name == n; });
+    if (!referenced) (void)st.remove(n);
+  }
+}
+
+/// The non-template body of `save`: plan across ranks, write, commit.
+inline result<save_stats> save_leaves(const leaf_list& leaves,
+                                      storage_ref st,
+                                      comm_ref comm,
+                                      const save_options& opt) {
+  auto t0 = std::chrono::steady_clock::now();
+  const int rank = comm.rank();
+  save_stats stats;
+  if (opt.block_size == 0) return make_error(errc::invalid_argument, "block_size must be > 0");
+
+  // 1. Describe this rank's leaves.
+  rank_desc me;
+  std::vector<bytes> object_bytes;  // encoded main-replica objects, in leaf order
+  std::vector<std::vector<piece>> pieces(leaves.tensors.size());
+  std::vector<std::pair<std::string, common_value>> commons;
+  try {
+    for (std::size_t i = 0; i < leaves.tensors.size(); ++i) {
+      const tensor_leaf& t = leaves.tensors[i];
+      std::size_t es = dtype_size(t.layout.type);
+      if (t.nbytes % es != 0)
+        throw exception(std::move(make_error(errc::invalid_argument,
+                                             "data size is not a multiple of the element size"))
+                            .with_key(t.layout.key));
+      if (auto v = validate_layout(t.layout, t.nbytes / es); !v)
+        throw exception(std::move(v).err());
+      pieces[i] = pieces_of(t.layout);
+      tensor_desc d{t.layout.key, t.layout.type, t.layout.global_shape, t.layout.replica_id, {}};
+      for (const auto& p : pieces[i]) d.pieces.push_back(p.region);
+      me.tensors.push_back(std::move(d));
+    }
+    for (const auto& o : leaves.objects) {
+      bytes b = o.replica_id == 0 ? o.encode(o.value) : bytes{};
+      me.objects.push_back(
+          object_desc{o.key, o.global_shape, o.global_offset, o.replica_id, b.size()});
+      object_bytes.push_back(std::move(b));
+    }
+    for (const auto& c : leaves.commons) {
+      common_value v = c.encode(c.value);
+      me.commons.push_back(common_desc{c.path, common_hash(v)});
+      commons.emplace_back(c.path, std::move(v));
+    }
+    if (rank == 0) {
+      auto ex = st.exists(metadata_name);
+      if (!ex) throw exception(std::move(ex).err());
+      me.checkpoint_exists = *ex;
+      me.save_id = new_save_id();
+    }
+  } catch (const exception& e) {
+    me.failure = e.err();
+  }
+
+  // 2. Gather every rank's description; everyone plans the same layout.
+  std::vector<rank_desc> all;
+  for (const auto& b : comm.all_gather(encode(me))) all.push_back(decode_rank_desc(b));
+  {
+    std::vector<std::optional<error>> st0;
+    for (const auto& d : all) st0.push_back(d.failure);
+    if (auto f = first_failure(st0)) return std::move(*f);
+  }
+  if (all[0].checkpoint_exists && !opt.overwrite)
+    return std::move(make_error(errc::already_exists,
+                                "a committed checkpoint already exists here; pass "
+                                "save_options{.overwrite = true} to replace it"))
+        .with_file(st.describe(metadata_name));
+  if (opt.validate_access_integrity)
+    if (auto v = validate_integrity(all); !v) return std::move(v).err();
+  const std::string save_id = all[0].save_id;
+  stats.save_id = save_id;
+  save_layout layout = plan_save(all, save_id, opt.block_size);
+
+  // 3. Write this rank's data file (and rank 0's common state).
+  std::optional<error> failure;
+  std::vector<write_item> items;
+  {
+    std::size_t slot = 0, obj = 0;
+    for (std::size_t i = 0; i < leaves.tensors.size(); ++i) {
+      const tensor_leaf& t = leaves.tensors[i];
+      if (t.layout.replica_id != 0) continue;
+      std::size_t es = dtype_size(t.layout.type);
+      for (const auto& p : pieces[i]) {
+        const extent& e = layout.where(layout.slots[rank].at(slot++));
+        items.push_back({t.data + p.data_offset * es, e.nbytes, e.byte_offset, t.layout.key, {}});
+      }
+    }
+    for (std::size_t i = 0; i < leaves.objects.size(); ++i) {
+      if (leaves.objects[i].replica_id != 0) continue;
+      const extent& e = layout.where(layout.slots[rank].at(slot++));
+      items.push_back({object_bytes[i].data(), e.nbytes, e.byte_offset, leaves.objects[i].key, {}});
+      ++obj;
+    }
+  }
+  std::string common_name;
+  extent common_extent;
+  std::map<std::string, common_record> common_records;
+  try {
+    if (layout.file_of_rank[rank] >= 0) {
+      const std::string& name = layout.metadata.files[layout.file_of_rank[rank]].name;
+      if (auto w = write_items(st, name, items, opt.block_size, opt.io_threads); !w)
+        failure = std::move(w).err();
+      for (const auto& it : items) stats.bytes_written += it.nbytes;
+      stats.chunks_written = items.size();
+    }
+    if (rank == 0 && !failure && !commons.empty()) {
+      bytes buf;
+      for (const auto& [path, v] : commons) {
+        common_records[path] = common_record{v.kind, v.type, buf.size(), v.data.size()};
+        buf.insert(buf.end(), v.data.begin(), v.data.end());
+      }
+      common_name = common_file_name(save_id);
+      common_extent.nbytes = buf.size();
+      common_extent.checksums = block_checksums(buf, opt.block_size);
+      if (auto w = st.put(common_name, buf); !w)
+        failure = std::move(w).err().with_file(st.describe(common_name));
+    }
+  } catch (const exception& e) {
+    failure = e.err();
+  }
+  if (failure) {
+    if (failure->rank < 0) failure->rank = rank;
+    if (layout.file_of_rank[rank] >= 0)
+      (void)st.remove(layout.metadata.files[layout.file_of_rank[rank]].name);
+  }
+
+  // 4. Gather statuses and checksums; rank 0 commits the metadata last.
+  binary_writer sums;
+  for (const auto& it : items) sums.u64s(it.checksums);
+  auto [status, payloads] = exchange_status(comm, failure, sums.data());
+  if (auto f = first_failure(status)) return std::move(*f);
+  std::optional<error> commit_failure;
+  if (rank == 0) {
+    try {
+      for (std::size_t r = 0; r < payloads.size(); ++r) {
+        binary_reader rd(payloads[r]);
+        for (const auto& s : layout.slots[r]) layout.where(s).checksums = rd.u64s();
+      }
+      checkpoint_metadata& m = layout.metadata;
+      m.content_metadata = opt.content_metadata;
+      if (!commons.empty()) {
+        common_extent.file = static_cast<std::uint32_t>(m.files.size());
+        m.files.push_back(file_record{common_name, 0, common_extent.nbytes});
+        m.common = common_extent;
+        m.commons = std::move(common_records);
+      }
+      std::string json = to_json(m);
+      if (auto w = st.put(metadata_name, std::as_bytes(std::span(json))); !w)
+        commit_failure = std::move(w).err().with_file(st.describe(metadata_name));
+      else
+        remove_unreferenced(st, m);
+    } catch (const exception& e) {
+      commit_failure = e.err();
+    }
+  }
+  binary_writer cw;
+  put_error(cw, commit_failure);
+  bytes commit = std::move(cw.data());
+  comm.broadcast(commit, 0);
+  binary_reader cr(commit);
+  if (auto f = get_error(cr)) return std::move(*f).with_rank(0);
+  stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return stats;
+}
+
+}  // namespace detail
+
+/// Saves `tree` from this rank; every rank of `comm` calls it with its own shards. Returns
+/// this rank's statistics or the first error any rank hit (the same error on every rank).
+/// The checkpoint is committed (metadata.json written last, atomically) only when every rank
+/// succeeded; a failed save leaves any previous checkpoint in `st` loadable.
+template <class Tree>
+result<save_stats> try_save(const Tree& tree,
+                            storage_ref st,
+                            comm_ref comm,
+                            const save_options& opt = {}) {
+  // Visiting needs non-const access to build leaf views; save never writes through them.
+  leaf_list leaves = flatten(const_cast<Tree&>(tree));
+  try {
+    return detail::save_leaves(leaves, st, comm, opt);
+  } catch (const exception& e) {
+    return error(e.err()).with_rank(comm.rank());
+  }
+}
+
+/// Throwing form of `try_save`: returns statistics or throws `cairn::exception`.
+template <class Tree>
+save_stats save(const Tree& tree, storage_ref st, comm_ref comm, const save_options& opt = {}) {
+  return try_save(tree, st, comm, opt).value();
+}
+
+}  // namespace cairn

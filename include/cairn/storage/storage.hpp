@@ -1,0 +1,118 @@
+// cairn/storage/storage.hpp: the storage concept every backend models, and storage_ref, the
+// non-owning type-erased handle the non-template planning and format code works through.
+#pragma once
+
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "cairn/core/error.hpp"
+
+namespace cairn {
+
+/// A streaming writer for one object, returned by a backend's `open_writer`.
+///
+/// `write_at` may be called concurrently from several threads for disjoint ranges. Nothing is
+/// visible under the object's name as durable until `finish()` returns success; `finish()`
+/// makes the bytes durable (fsync for files). Destroying a writer without `finish()` abandons
+/// the object (a backend may leave a partial object behind; it is never referenced by committed
+/// metadata).
+class object_writer {
+ public:
+  virtual ~object_writer() = default;
+  /// Writes `data` at byte `offset` of the object. Thread-safe for disjoint ranges.
+  virtual result<void> write_at(std::uint64_t offset, std::span<const std::byte> data) = 0;
+  /// Makes everything written durable and closes the object.
+  virtual result<void> finish() = 0;
+};
+
+/// A storage backend: a flat namespace of named objects (file names relative to a root, or
+/// object keys under a prefix).
+///
+/// - `put(name, data)` writes a whole object atomically: readers see the old object or the new
+///   one, never a mix. It is the commit primitive (metadata is written with it).
+/// - `open_writer(name)` streams a large object with parallel positioned writes.
+/// - `read(name, offset, out)` fills `out` exactly or fails naming the file and offset.
+/// - `size`, `exists`, `list(prefix)` (names relative to the root, sorted), `remove`.
+/// - `describe(name)` names an object for error messages (a full path or URI).
+template <class S>
+concept storage = requires(S& s,
+                           const S& cs,
+                           std::string_view name,
+                           std::span<const std::byte> data,
+                           std::span<std::byte> out,
+                           std::uint64_t offset) {
+  { s.put(name, data) } -> std::same_as<result<void>>;
+  { s.open_writer(name) } -> std::same_as<result<std::unique_ptr<object_writer>>>;
+  { s.read(name, offset, out) } -> std::same_as<result<void>>;
+  { s.size(name) } -> std::same_as<result<std::uint64_t>>;
+  { s.exists(name) } -> std::same_as<result<bool>>;
+  { s.list(name) } -> std::same_as<result<std::vector<std::string>>>;
+  { s.remove(name) } -> std::same_as<result<void>>;
+  { cs.describe(name) } -> std::convertible_to<std::string>;
+};
+
+/// A non-owning, type-erased reference to any `storage`. Cheap to copy; the referenced backend
+/// must outlive it.
+class storage_ref {
+ public:
+  template <storage S>
+  requires(!std::same_as<std::remove_cvref_t<S>, storage_ref>) storage_ref(S& s)
+  noexcept  // NOLINT(implicit): any backend converts
+      : self_(&s), vt_(&vtable_for<S>) {}
+
+  result<void> put(std::string_view name, std::span<const std::byte> data) const {
+    return vt_->put(self_, name, data);
+  }
+  result<std::unique_ptr<object_writer>> open_writer(std::string_view name) const {
+    return vt_->open_writer(self_, name);
+  }
+  result<void> read(std::string_view name, std::uint64_t offset, std::span<std::byte> out) const {
+    return vt_->read(self_, name, offset, out);
+  }
+  result<std::uint64_t> size(std::string_view name) const { return vt_->size(self_, name); }
+  result<bool> exists(std::string_view name) const { return vt_->exists(self_, name); }
+  result<std::vector<std::string>> list(std::string_view prefix) const {
+    return vt_->list(self_, prefix);
+  }
+  result<void> remove(std::string_view name) const { return vt_->remove(self_, name); }
+  std::string describe(std::string_view name) const { return vt_->describe(self_, name); }
+
+ private:
+  struct vtable {
+    result<void> (*put)(void*, std::string_view, std::span<const std::byte>);
+    result<std::unique_ptr<object_writer>> (*open_writer)(void*, std::string_view);
+    result<void> (*read)(void*, std::string_view, std::uint64_t, std::span<std::byte>);
+    result<std::uint64_t> (*size)(void*, std::string_view);
+    result<bool> (*exists)(void*, std::string_view);
+    result<std::vector<std::string>> (*list)(void*, std::string_view);
+    result<void> (*remove)(void*, std::string_view);
+    std::string (*describe)(const void*, std::string_view);
+  };
+  template <class S>
+  static constexpr vtable vtable_for = {
+      [](void* s, std::string_view n, std::span<const std::byte> d) {
+        return static_cast<S*>(s)->put(n, d);
+      },
+      [](void* s, std::string_view n) { return static_cast<S*>(s)->open_writer(n); },
+      [](void* s, std::string_view n, std::uint64_t o, std::span<std::byte> out) {
+        return static_cast<S*>(s)->read(n, o, out);
+      },
+      [](void* s, std::string_view n) { return static_cast<S*>(s)->size(n); },
+      [](void* s, std::string_view n) { return static_cast<S*>(s)->exists(n); },
+      [](void* s, std::string_view n) { return static_cast<S*>(s)->list(n); },
+      [](void* s, std::string_view n) { return static_cast<S*>(s)->remove(n); },
+      [](const void* s, std::string_view n) -> std::string {
+        return static_cast<const S*>(s)->describe(n);
+      },
+  };
+  void* self_;
+  const vtable* vt_;
+};
+
+}  // namespace cairn

@@ -1,0 +1,103 @@
+// cairn/tree/state_dict.hpp: a dynamically built state tree, for models whose shape is known
+// only at run time.
+#pragma once
+
+#include <cstddef>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "cairn/core/common_value.hpp"
+#include "cairn/core/sharded_object.hpp"
+#include "cairn/core/sharded_tensor.hpp"
+
+namespace cairn {
+
+class state_dict;
+
+/// A sharded object whose value is raw bytes, the dynamic form of `sharded_object<T>`.
+using byte_object = sharded_object<std::vector<std::byte>>;
+
+/// One entry of a state_dict: a tensor, a common value, an object, or a nested state_dict.
+using state_dict_entry =
+    std::variant<sharded_tensor<>, common_value, byte_object, std::unique_ptr<state_dict>>;
+
+/// A string-keyed tree of leaves built at run time. Entries are kept sorted by name. It is
+/// visited like any other tree, saved, and loaded in place:
+///
+///     cairn::state_dict sd;
+///     sd.add("embed", cairn::from_rank_offsets("embed", std::span(buf), {vocab / tp, dim},
+///                                              {{0, tp_rank, tp}}));
+///     sd.add("step", cairn::common_value::of(std::int64_t{step}));
+///     sd.child("optim").add("lr", cairn::common_value::of(3e-4));
+class state_dict {
+ public:
+  state_dict() = default;
+  state_dict(state_dict&&) noexcept = default;
+  state_dict& operator=(state_dict&&) noexcept = default;
+
+  /// Adds (or replaces) a tensor entry.
+  template <class T>
+  sharded_tensor<>& add(std::string name, const sharded_tensor<T>& t) {
+    return std::get<sharded_tensor<>>(set(std::move(name), sharded_tensor<>(t)));
+  }
+  /// Adds (or replaces) a common value.
+  common_value& add(std::string name, common_value v) {
+    return std::get<common_value>(set(std::move(name), std::move(v)));
+  }
+  /// Adds (or replaces) a common value from a C++ value.
+  template <common_type T>
+  common_value& add(std::string name, const T& v) {
+    return add(std::move(name), common_value::of(v));
+  }
+  /// Adds (or replaces) a sharded object holding raw bytes.
+  byte_object& add(std::string name, byte_object o) {
+    return std::get<byte_object>(set(std::move(name), std::move(o)));
+  }
+  /// The nested state_dict called `name`, created when missing.
+  state_dict& child(std::string name) {
+    auto it = entries_.find(name);
+    if (it == entries_.end() || !std::holds_alternative<std::unique_ptr<state_dict>>(it->second))
+      return *std::get<std::unique_ptr<state_dict>>(
+          set(std::move(name), std::make_unique<state_dict>()));
+    return *std::get<std::unique_ptr<state_dict>>(it->second);
+  }
+
+  /// The entry called `name`, or nullptr.
+  state_dict_entry* find(std::string_view name) {
+    auto it = entries_.find(name);
+    return it == entries_.end() ? nullptr : &it->second;
+  }
+  const state_dict_entry* find(std::string_view name) const {
+    auto it = entries_.find(name);
+    return it == entries_.end() ? nullptr : &it->second;
+  }
+  /// Removes the entry called `name`; returns whether it existed.
+  bool erase(std::string_view name) {
+    auto it = entries_.find(name);
+    if (it == entries_.end()) return false;
+    entries_.erase(it);
+    return true;
+  }
+
+  /// All entries, sorted by name.
+  std::map<std::string, state_dict_entry, std::less<>>& entries() noexcept { return entries_; }
+  const std::map<std::string, state_dict_entry, std::less<>>& entries() const noexcept {
+    return entries_;
+  }
+  std::size_t size() const noexcept { return entries_.size(); }
+  bool empty() const noexcept { return entries_.empty(); }
+
+ private:
+  state_dict_entry& set(std::string name, state_dict_entry e) {
+    auto [it, inserted] = entries_.insert_or_assign(std::move(name), std::move(e));
+    return it->second;
+  }
+  std::map<std::string, state_dict_entry, std::less<>> entries_;
+};
+
+}  // namespace cairn

@@ -1,0 +1,247 @@
+// cairn/tree/visit.hpp: compile-time visitation of user state trees. This is the only place
+// templates walk user types; it turns a tree into a non-template `leaf_list`.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <boost/pfr.hpp>
+#include <cstddef>
+#include <map>
+#include <optional>
+#include <span>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "cairn/core/codec.hpp"
+#include "cairn/core/common_value.hpp"
+#include "cairn/core/local_non_persistent.hpp"
+#include "cairn/core/sharded_object.hpp"
+#include "cairn/core/sharded_tensor.hpp"
+#include "cairn/tree/fields.hpp"
+#include "cairn/tree/leaves.hpp"
+#include "cairn/tree/state_dict.hpp"
+
+namespace cairn {
+namespace detail {
+
+template <class T>
+struct is_sharded_tensor : std::false_type {};
+template <class T>
+struct is_sharded_tensor<sharded_tensor<T>> : std::true_type {};
+template <class T>
+struct is_sharded_object : std::false_type {};
+template <class T>
+struct is_sharded_object<sharded_object<T>> : std::true_type {};
+template <class T>
+struct is_non_persistent : std::false_type {};
+template <class T>
+struct is_non_persistent<local_non_persistent<T>> : std::true_type {};
+template <class T>
+struct is_string_map : std::false_type {};
+template <class V, class C, class A>
+struct is_string_map<std::map<std::string, V, C, A>> : std::true_type {};
+template <class V, class H, class E, class A>
+struct is_string_map<std::unordered_map<std::string, V, H, E, A>> : std::true_type {};
+template <class T>
+struct is_unordered_map : std::false_type {};
+template <class V, class H, class E, class A>
+struct is_unordered_map<std::unordered_map<std::string, V, H, E, A>> : std::true_type {};
+template <class T>
+struct is_sequence : std::false_type {};
+template <class V, class A>
+struct is_sequence<std::vector<V, A>> : std::true_type {};
+template <class V, std::size_t N>
+struct is_sequence<std::array<V, N>> : std::true_type {};
+template <class T>
+struct is_tuple : std::false_type {};
+template <class... Ts>
+struct is_tuple<std::tuple<Ts...>> : std::true_type {};
+template <class A, class B>
+struct is_tuple<std::pair<A, B>> : std::true_type {};
+template <class T>
+struct is_optional : std::false_type {};
+template <class T>
+struct is_optional<std::optional<T>> : std::true_type {};
+
+template <class T>
+concept has_adapter = requires(T& v) {
+  adapter<T>::view(v);
+};
+template <class T>
+concept has_fields = requires {
+  fields_of<T>::names;
+};
+
+/// True when cairn can visit T (without looking inside containers' element types).
+template <class T>
+inline constexpr bool directly_visitable =
+    is_sharded_tensor<T>::value || is_sharded_object<T>::value || is_non_persistent<T>::value ||
+    std::is_same_v<T, state_dict> || has_adapter<T> || common_type<T> || is_string_map<T>::value ||
+    is_sequence<T>::value || is_tuple<T>::value || is_optional<T>::value || has_fields<T>;
+
+inline std::string join_path(const std::string& parent, std::string_view name) {
+  if (parent.empty()) return std::string(name);
+  std::string p = parent;
+  p += '.';
+  p += name;
+  return p;
+}
+
+/// Reports a type cairn cannot visit. The compiler's instantiation trace names the type
+/// (`T`) and, for struct fields, the parent struct and field index.
+template <class T, class Parent = void, std::size_t FieldIndex = 0>
+constexpr void check_visitable() {
+  static_assert(directly_visitable<T>,
+                "cairn: this type cannot be visited in a state tree. Give it "
+                "`static constexpr auto fields = cairn::field_names(...)`, specialize "
+                "cairn::fields_of<T> or cairn::adapter<T>, make it a sharded_tensor, "
+                "sharded_object or common value, or wrap it in cairn::local_non_persistent.");
+}
+
+/// Walks a tree and appends its leaves to a leaf_list.
+struct flattener {
+  leaf_list& out;
+
+  template <class T>
+  void visit(T& v, const std::string& path) {
+    check_visitable<T>();
+    visit_checked(v, path);
+  }
+
+  template <class T>
+  void visit_checked(T& v, const std::string& path) {
+    if constexpr (is_sharded_tensor<T>::value) {
+      tensor_leaf leaf;
+      leaf.path = path;
+      leaf.layout = static_cast<const tensor_layout&>(v);
+      if (leaf.layout.key.empty()) leaf.layout.key = path;
+      auto raw = v.raw();
+      leaf.data = raw.data();
+      leaf.nbytes = raw.size();
+      out.tensors.push_back(std::move(leaf));
+    } else if constexpr (is_sharded_object<T>::value) {
+      using V = decltype(v.value);
+      static_assert(encodable<V>,
+                    "cairn: the value of a sharded_object must be encodable: trivially "
+                    "copyable, std::string, std::vector of trivially copyable, or a type with "
+                    "a cairn::codec specialization");
+      object_leaf leaf;
+      leaf.path = path;
+      leaf.key = v.key.empty() ? path : v.key;
+      leaf.global_shape = v.global_shape;
+      leaf.global_offset = v.global_offset;
+      leaf.replica_id = v.replica_id;
+      leaf.value = &v.value;
+      leaf.encode = [](const void* p) { return codec<V>::encode(*static_cast<const V*>(p)); };
+      leaf.decode = [](std::span<const std::byte> in, void* p) {
+        return codec<V>::decode(in, *static_cast<V*>(p));
+      };
+      out.objects.push_back(std::move(leaf));
+    } else if constexpr (is_non_persistent<T>::value) {
+      // Never saved, never loaded.
+    } else if constexpr (std::is_same_v<T, state_dict>) {
+      for (auto& [name, entry] : v.entries()) {
+        std::string p = join_path(path, name);
+        std::visit(
+            [&](auto& e) {
+              using E = std::remove_cvref_t<decltype(e)>;
+              if constexpr (std::is_same_v<E, std::unique_ptr<state_dict>>) {
+                if (e) visit_checked(*e, p);
+              } else if constexpr (std::is_same_v<E, common_value>) {
+                common_leaf leaf;
+                leaf.path = p;
+                leaf.value = &e;
+                leaf.encode = [](const void* q) { return *static_cast<const common_value*>(q); };
+                leaf.decode = [](const common_value& in, void* q) -> result<void> {
+                  *static_cast<common_value*>(q) = in;
+                  return ok();
+                };
+                out.commons.push_back(std::move(leaf));
+              } else {
+                visit_checked(e, p);
+              }
+            },
+            entry);
+      }
+    } else if constexpr (has_adapter<T>) {
+      auto view = adapter<T>::view(v);
+      visit(view, path);
+    } else if constexpr (common_type<T>) {
+      common_leaf leaf;
+      leaf.path = path;
+      leaf.value = &v;
+      leaf.encode = [](const void* p) { return common_value::of(*static_cast<const T*>(p)); };
+      leaf.decode = [](const common_value& in, void* p) { return in.get(*static_cast<T*>(p)); };
+      out.commons.push_back(std::move(leaf));
+    } else if constexpr (is_string_map<T>::value) {
+      if constexpr (is_unordered_map<T>::value) {
+        // visit in sorted order so every rank lists leaves identically
+        std::vector<std::pair<const std::string*, typename T::mapped_type*>> items;
+        for (auto& [k, val] : v) items.emplace_back(&k, &val);
+        std::sort(items.begin(), items.end(),
+                  [](const auto& a, const auto& b) { return *a.first < *b.first; });
+        for (auto& [k, val] : items) visit(*val, join_path(path, *k));
+      } else {
+        for (auto& [k, val] : v) visit(val, join_path(path, k));
+      }
+    } else if constexpr (is_sequence<T>::value) {
+      for (std::size_t i = 0; i < v.size(); ++i) visit(v[i], join_path(path, std::to_string(i)));
+    } else if constexpr (is_tuple<T>::value) {
+      visit_tuple(v, path, std::make_index_sequence<std::tuple_size_v<T>>{});
+    } else if constexpr (is_optional<T>::value) {
+      if (v) visit(*v, path);
+    } else if constexpr (has_fields<T>) {
+      static_assert(std::is_aggregate_v<T>,
+                    "cairn: a struct visited through its field names must be an aggregate "
+                    "(Boost.PFR reflects aggregates only)");
+      constexpr auto names = fields_of<T>::names;
+      static_assert(names.size() == boost::pfr::tuple_size_v<T>,
+                    "cairn: field_names(...) must list exactly one name per struct field, in "
+                    "declaration order");
+      visit_fields(v, path, std::make_index_sequence<boost::pfr::tuple_size_v<T>>{});
+    }
+  }
+
+  template <class T, std::size_t... I>
+  void visit_tuple(T& v, const std::string& path, std::index_sequence<I...>) {
+    (visit(std::get<I>(v), join_path(path, std::to_string(I))), ...);
+  }
+
+  template <class T, std::size_t... I>
+  void visit_fields(T& v, const std::string& path, std::index_sequence<I...>) {
+    constexpr auto names = fields_of<T>::names;
+    (visit_field<T, I>(boost::pfr::get<I>(v), join_path(path, names[I])), ...);
+  }
+
+  template <class Parent, std::size_t I, class F>
+  void visit_field(F& field, const std::string& path) {
+    if constexpr (fields_of<Parent>::names[I].empty()) {
+      return;  // "" marks a field that is not state
+    } else {
+      check_visitable<F, Parent, I>();
+      visit_checked(field, path);
+    }
+  }
+};
+
+}  // namespace detail
+
+/// Turns a state tree into its flat list of leaves. The leaves point into `tree`, which must
+/// outlive the list. Common values are keyed by their path ("optim.step").
+template <class Tree>
+leaf_list flatten(Tree& tree) {
+  leaf_list out;
+  detail::flattener f{out};
+  f.visit(tree, std::string());
+  return out;
+}
+
+/// True when cairn can visit a type at the top level of a tree.
+template <class T>
+inline constexpr bool visitable = detail::directly_visitable<std::remove_cvref_t<T>>;
+
+}  // namespace cairn

@@ -1,0 +1,151 @@
+// cairn: command-line tool to inspect and verify checkpoints.
+//
+//   cairn inspect DIR [--json]   keys, dtypes, shapes, chunks, bytes, world size, metadata
+//   cairn verify DIR             recompute every checksum; exit 0 when all match
+#include <fmt/core.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <cstdio>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "cairn/format/metadata.hpp"
+#include "cairn/format/native.hpp"
+#include "cairn/storage/file.hpp"
+
+namespace {
+
+int usage() {
+  std::fputs(
+      "usage: cairn inspect DIR [--json]\n"
+      "       cairn verify DIR\n"
+      "  inspect  list keys, dtypes, global shapes, chunk counts, bytes, the saved world\n"
+      "           size, format version and content metadata (--json: JSON only on stdout)\n"
+      "  verify   recompute every checksum; exit 0 when all match, 1 naming each bad chunk\n",
+      stderr);
+  return 2;
+}
+
+std::string json_str(std::string_view s) {
+  fmt::memory_buffer b;
+  cairn::detail::json_string(b, s);
+  return fmt::to_string(b);
+}
+
+std::string shape_str(const cairn::shape& s) { return fmt::format("[{}]", fmt::join(s, ", ")); }
+
+std::uint64_t total_bytes(const cairn::checkpoint_metadata& m) {
+  std::uint64_t n = 0;
+  for (const auto& f : m.files) n += f.nbytes;
+  return n;
+}
+
+int inspect(const std::string& dir, bool json) {
+  cairn::file_storage st(dir);
+  auto m = cairn::read_metadata(st);
+  if (!m) {
+    fmt::print(stderr, "cairn inspect: {}\n", m.err().describe());
+    return 2;
+  }
+  if (json) {
+    fmt::memory_buffer o;
+    auto out = std::back_inserter(o);
+    fmt::format_to(out,
+                   "{{\"path\":{},\"format_version\":{},\"world_size\":{},\"save_id\":{},"
+                   "\"block_size\":{},\"total_bytes\":{},\"content_metadata\":{{",
+                   json_str(dir), m->version, m->world_size, json_str(m->save_id), m->block_size,
+                   total_bytes(*m));
+    bool first = true;
+    for (const auto& [k, v] : m->content_metadata) {
+      fmt::format_to(out, "{}{}:{}", first ? "" : ",", json_str(k), json_str(v));
+      first = false;
+    }
+    fmt::format_to(out, "}},\"tensors\":[");
+    first = true;
+    for (const auto& [k, t] : m->tensors) {
+      fmt::format_to(out,
+                     "{}{{\"key\":{},\"dtype\":\"{}\",\"shape\":[{}],\"chunks\":{},\"bytes\":{}}}",
+                     first ? "" : ",", json_str(k), cairn::dtype_name(t.type),
+                     fmt::join(t.global_shape, ","), t.chunks.size(), t.nbytes());
+      first = false;
+    }
+    fmt::format_to(out, "],\"objects\":[");
+    first = true;
+    for (const auto& [k, ob] : m->objects) {
+      fmt::format_to(out, "{}{{\"key\":{},\"unique_key\":{},\"bytes\":{}}}", first ? "" : ",",
+                     json_str(ob.key), json_str(k), ob.where.nbytes);
+      first = false;
+    }
+    fmt::format_to(out, "],\"common\":[");
+    first = true;
+    for (const auto& [k, c] : m->commons) {
+      fmt::format_to(out, "{}{{\"path\":{},\"kind\":\"{}\",\"dtype\":\"{}\",\"bytes\":{}}}",
+                     first ? "" : ",", json_str(k), cairn::detail::common_kind_name(c.kind),
+                     cairn::dtype_name(c.type), c.nbytes);
+      first = false;
+    }
+    fmt::format_to(out, "]}}\n");
+    std::fwrite(o.data(), 1, o.size(), stdout);
+    return 0;
+  }
+  fmt::print("checkpoint     {}\n", dir);
+  fmt::print("format version {}\nsaved by       {} rank(s)\nsave id        {}\n", m->version,
+             m->world_size, m->save_id);
+  fmt::print("files          {} ({} bytes), checksum blocks of {} bytes\n", m->files.size(),
+             total_bytes(*m), m->block_size);
+  if (!m->content_metadata.empty()) {
+    fmt::print("content metadata\n");
+    for (const auto& [k, v] : m->content_metadata) fmt::print("  {} = {}\n", k, v);
+  }
+  std::size_t w = 3;
+  for (const auto& [k, t] : m->tensors) w = std::max(w, k.size());
+  fmt::print("tensors ({})\n", m->tensors.size());
+  fmt::print("  {:<{}}  {:<7}  {:<20}  {:>6}  {:>12}\n", "key", w, "dtype", "global shape",
+             "chunks", "bytes");
+  for (const auto& [k, t] : m->tensors)
+    fmt::print("  {:<{}}  {:<7}  {:<20}  {:>6}  {:>12}\n", k, w, cairn::dtype_name(t.type),
+               shape_str(t.global_shape), t.chunks.size(), t.nbytes());
+  if (!m->objects.empty()) {
+    fmt::print("objects ({})\n", m->objects.size());
+    for (const auto& [k, ob] : m->objects) fmt::print("  {}  {} bytes\n", k, ob.where.nbytes);
+  }
+  if (!m->commons.empty()) {
+    fmt::print("common values ({})\n", m->commons.size());
+    for (const auto& [k, c] : m->commons)
+      fmt::print("  {}  {} {}  {} bytes\n", k, cairn::detail::common_kind_name(c.kind),
+                 cairn::dtype_name(c.type), c.nbytes);
+  }
+  return 0;
+}
+
+int verify(const std::string& dir) {
+  cairn::file_storage st(dir);
+  auto problems = cairn::verify_checkpoint(st);
+  if (!problems) {
+    fmt::print(stderr, "cairn verify: {}\n", problems.err().describe());
+    return 2;
+  }
+  for (const auto& p : *problems) fmt::print("BAD {}: {}\n", p.item, p.err.describe());
+  if (!problems->empty()) {
+    fmt::print("{}: {} problem(s) found\n", dir, problems->size());
+    return 1;
+  }
+  fmt::print("{}: all checksums match\n", dir);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.size() < 2) return usage();
+  if (args[0] == "inspect") {
+    bool json = args.size() == 3 && args[2] == "--json";
+    if (args.size() > 3 || (args.size() == 3 && !json)) return usage();
+    return inspect(args[1], json);
+  }
+  if (args[0] == "verify" && args.size() == 2) return verify(args[1]);
+  return usage();
+}
