@@ -1,0 +1,58 @@
+// cairn/storage/detail/names.hpp: validation of object names shared by every backend, so a
+// name rejected by the file backend is rejected by the memory backend too.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "cairn/core/error.hpp"
+
+namespace cairn::detail {
+
+/// Why `name` is not a valid object name, or an empty string when it is valid.
+///
+/// A valid name is a non-empty relative path with '/' separators whose components are neither
+/// empty, "." nor "..", and which contains no NUL byte: "a/b/c.bin" is valid; "", "/a", "a//b",
+/// "a/", "./a" and "a/../b" are not.
+inline std::string name_problem(std::string_view name) {
+  if (name.empty()) return "an object name must not be empty";
+  if (name.find('\0') != std::string_view::npos) return "an object name must not contain NUL";
+  if (name.front() == '/') return "an object name must be relative, not absolute";
+  std::size_t start = 0;
+  while (true) {
+    std::size_t end = name.find('/', start);
+    std::string_view part =
+        name.substr(start, end == std::string_view::npos ? std::string_view::npos : end - start);
+    if (part.empty())
+      return "an object name must not contain empty components ('//' or a trailing '/')";
+    if (part == "." || part == "..")
+      return "an object name must not contain '.' or '..' components";
+    if (end == std::string_view::npos) break;
+    start = end + 1;
+  }
+  return {};
+}
+
+/// Succeeds when `name` is a valid object name, else an errc::invalid_argument error naming it.
+inline result<void> check_name(std::string_view name) {
+  std::string why = name_problem(name);
+  if (why.empty()) return ok();
+  error e = make_error(errc::invalid_argument, why + ": \"" + std::string(name) + "\"");
+  return e;
+}
+
+/// Succeeds when `prefix` may be passed to `list`: empty, or a prefix of a valid name (it may end
+/// in '/' or in a partial component); never absolute, and the components before its last '/' are
+/// valid name components.
+inline result<void> check_prefix(std::string_view prefix) {
+  if (prefix.empty()) return ok();
+  std::size_t slash = prefix.rfind('/');
+  bool bad = prefix.front() == '/' || prefix.find('\0') != std::string_view::npos ||
+             (slash != std::string_view::npos && !name_problem(prefix.substr(0, slash)).empty());
+  if (!bad) return ok();
+  return make_error(errc::invalid_argument,
+                    "a list prefix must be relative with no empty, '.' or '..' components: \"" +
+                        std::string(prefix) + "\"");
+}
+
+}  // namespace cairn::detail
