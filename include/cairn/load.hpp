@@ -65,15 +65,34 @@ struct copy_job {
   std::string key;
 };
 
-/// Adds the jobs that fill `dst_box` (row-major at `dst`) from the chunks of `rec`.
-inline void plan_copies(const tensor_record& rec,
-                        const std::string& key,
-                        const box& dst_box,
-                        std::byte* dst,
-                        std::vector<copy_job>& jobs) {
+/// Adds the jobs that fill `dst_box` (row-major at `dst`) from the chunks of `rec`. Fails
+/// when the saved chunks do not cover the part of `dst_box` inside the saved tensor (a
+/// checkpoint saved with access-integrity validation off may have gaps).
+inline result<void> plan_copies(const tensor_record& rec,
+                                const std::string& key,
+                                const box& dst_box,
+                                std::byte* dst,
+                                std::vector<copy_job>& jobs) {
+  std::int64_t covered = 0;
   for (const auto& c : rec.chunks)
-    if (auto x = intersect(c.region, dst_box))
+    if (auto x = intersect(c.region, dst_box)) {
+      covered += x->volume();
       jobs.push_back(copy_job{&c, std::move(*x), dst, dst_box, dtype_size(rec.type), key});
+    }
+  std::int64_t wanted = 0;
+  if (dst_box.size.empty()) {
+    wanted = 1;
+  } else if (auto inside =
+                 intersect(dst_box, box{shape(rec.global_shape.size(), 0), rec.global_shape})) {
+    wanted = inside->volume();
+  }
+  if (covered != wanted)
+    return std::move(make_error(errc::integrity, "the checkpoint's chunks cover " +
+                                                     std::to_string(covered) + " of the " +
+                                                     std::to_string(wanted) + " elements of " +
+                                                     dst_box.str() + " (it was saved with gaps)"))
+        .with_key(key);
+  return ok();
 }
 
 /// Reads what the jobs need, whole checksum blocks only, verifies them, and copies into
@@ -276,7 +295,7 @@ inline result<void> load_leaves_local(const leaf_list& leaves,
       std::memset(t.data, 0, t.nbytes);
     }
     for (const piece& p : pieces_of(L))
-      plan_copies(rec, L.key, p.region, t.data + p.data_offset * es, jobs);
+      CAIRN_TRY(plan_copies(rec, L.key, p.region, t.data + p.data_offset * es, jobs));
   }
   CAIRN_TRY(run_copies(st, m, jobs, opt.io_threads, stats));
   for (const auto& o : leaves.objects) {
@@ -380,8 +399,9 @@ inline result<std::map<std::string, tensor_data>> load_tensors(storage_ref st,
     d.data.resize(it->second.nbytes());
   }
   for (auto& [k, d] : out)
-    detail::plan_copies(m.tensors.at(k), k, box{shape(d.global_shape.size(), 0), d.global_shape},
-                        d.data.data(), jobs);
+    CAIRN_TRY(detail::plan_copies(m.tensors.at(k), k,
+                                  box{shape(d.global_shape.size(), 0), d.global_shape},
+                                  d.data.data(), jobs));
   load_stats stats;
   CAIRN_TRY(detail::run_copies(st, m, jobs, threads, stats));
   return out;

@@ -131,7 +131,8 @@ inline void remove_unreferenced(storage_ref st, const checkpoint_metadata& m) {
   auto names = st.list("");
   if (!names) return;
   for (const auto& n : *names) {
-    bool ours = (n.rfind("data.", 0) == 0 || n.rfind("common.", 0) == 0) && n.size() > 6 &&
+    bool ours = n.find('/') == std::string::npos &&
+                (n.rfind("data.", 0) == 0 || n.rfind("common.", 0) == 0) && n.size() > 6 &&
                 n.substr(n.size() - 6) == ".cairn";
     if (!ours) continue;
     bool referenced = std::any_of(m.files.begin(), m.files.end(),
@@ -156,6 +157,19 @@ inline result<save_stats> save_leaves(const leaf_list& leaves,
   std::vector<std::vector<piece>> pieces(leaves.tensors.size());
   std::vector<std::pair<std::string, common_value>> commons;
   try {
+    auto check_utf8 = [](const std::string& s, const char* what) {
+      if (!simdjson::validate_utf8(s.data(), s.size()))
+        throw exception(
+            std::move(make_error(errc::invalid_argument, std::string(what) + " is not valid UTF-8"))
+                .with_key(s));
+    };
+    for (const auto& t : leaves.tensors) check_utf8(t.layout.key, "tensor key");
+    for (const auto& o : leaves.objects) check_utf8(o.key, "object key");
+    for (const auto& c : leaves.commons) check_utf8(c.path, "common value path");
+    for (const auto& [k, v] : opt.content_metadata) {
+      check_utf8(k, "content metadata key");
+      check_utf8(v, "content metadata value");
+    }
     for (std::size_t i = 0; i < leaves.tensors.size(); ++i) {
       const tensor_leaf& t = leaves.tensors[i];
       std::size_t es = dtype_size(t.layout.type);
@@ -204,8 +218,23 @@ inline result<save_stats> save_leaves(const leaf_list& leaves,
                                 "a committed checkpoint already exists here; pass "
                                 "save_options{.overwrite = true} to replace it"))
         .with_file(st.describe(metadata_name));
-  if (opt.validate_access_integrity)
+  if (opt.validate_access_integrity) {
     if (auto v = validate_integrity(all); !v) return std::move(v).err();
+  } else {
+    // Even unvalidated, two ranks must not both write one object: one record would be lost.
+    std::map<std::string, int> owner;
+    for (int r = 0; r < static_cast<int>(all.size()); ++r)
+      for (const auto& o : all[r].objects)
+        if (o.replica_id == 0)
+          if (auto [it, fresh] =
+                  owner.try_emplace(object_unique_key(o.key, o.global_offset, o.global_shape), r);
+              !fresh)
+            return std::move(make_error(errc::integrity, "sharded object " + it->first +
+                                                             " is saved by rank " +
+                                                             std::to_string(it->second) +
+                                                             " and rank " + std::to_string(r)))
+                .with_key(o.key);
+  }
   const std::string save_id = all[0].save_id;
   stats.save_id = save_id;
   save_layout layout = plan_save(all, save_id, opt.block_size);
@@ -261,13 +290,21 @@ inline result<save_stats> save_leaves(const leaf_list& leaves,
     if (failure->rank < 0) failure->rank = rank;
     if (layout.file_of_rank[rank] >= 0)
       (void)st.remove(layout.metadata.files[layout.file_of_rank[rank]].name);
+    if (!common_name.empty()) (void)st.remove(common_name);
   }
 
   // 4. Gather statuses and checksums; rank 0 commits the metadata last.
   binary_writer sums;
   for (const auto& it : items) sums.u64s(it.checksums);
   auto [status, payloads] = exchange_status(comm, failure, sums.data());
-  if (auto f = first_failure(status)) return std::move(*f);
+  if (auto f = first_failure(status)) {
+    // The save failed somewhere: this save's files are garbage; the previous checkpoint (if
+    // any) is untouched because metadata.json was not replaced.
+    if (!failure && layout.file_of_rank[rank] >= 0)
+      (void)st.remove(layout.metadata.files[layout.file_of_rank[rank]].name);
+    if (rank == 0 && !common_name.empty()) (void)st.remove(common_name);
+    return std::move(*f);
+  }
   std::optional<error> commit_failure;
   if (rank == 0) {
     try {
@@ -284,6 +321,9 @@ inline result<save_stats> save_leaves(const leaf_list& leaves,
         m.commons = std::move(common_records);
       }
       std::string json = to_json(m);
+      // Never commit metadata this reader could not load back.
+      if (auto back = metadata_from_json(json, st.describe(metadata_name)); !back)
+        throw exception(std::move(back).err());
       if (auto w = st.put(metadata_name, std::as_bytes(std::span(json))); !w)
         commit_failure = std::move(w).err().with_file(st.describe(metadata_name));
       else

@@ -442,3 +442,96 @@ TEST_CASE("a newer format version is rejected with a clear error") {
   REQUIRE(!r);
   CHECK(r.err().code == cairn::errc::unsupported_version);
 }
+
+TEST_CASE("invalid UTF-8 in a key is refused before anything is written") {
+  cairn::memory_storage mem;
+  cairn::single_communicator comm;
+  std::vector<float> buf{1};
+  cairn::state_dict sd;
+  sd.add("w", cairn::replicated("bad\xff", std::span(buf), {1}, 0));
+  auto r = cairn::try_save(sd, mem, comm);
+  REQUIRE(!r);
+  CHECK(r.err().code == cairn::errc::invalid_argument);
+  CHECK(mem.object_count() == 0);
+}
+
+TEST_CASE("a checkpoint with gaps (validation off) fails to load instead of leaving garbage") {
+  cairn::memory_storage mem;
+  cairn::save_options so;
+  so.validate_access_integrity = false;
+  cairn::run_ranks(2, [&](cairn::thread_communicator& comm) {
+    std::vector<float> buf(4, 1.0f);
+    cairn::state_dict sd;
+    if (comm.rank() == 0)
+      sd.add("w", cairn::block("w", std::span(buf), {4}, {8}, {0}));
+    else
+      sd.add("w", cairn::block("w", std::span(buf), {4}, {8}, {4}, 1));  // a replica: not written
+    cairn::save(sd, mem, comm, so);
+  });
+  cairn::single_communicator one;
+  std::vector<float> all(8);
+  cairn::state_dict sd;
+  sd.add("w", cairn::replicated("w", std::span(all), {8}, 0));
+  auto r = cairn::try_load(sd, mem, one);
+  REQUIRE(!r);
+  CHECK(r.err().code == cairn::errc::integrity);
+  CHECK(r.err().key == "w");
+}
+
+TEST_CASE("metadata whose chunk sizes disagree with their boxes is rejected") {
+  cairn::memory_storage mem;
+  cairn::single_communicator comm;
+  std::vector<float> buf{1, 2};
+  cairn::state_dict sd;
+  sd.add("w", cairn::replicated("w", std::span(buf), {2}, 0));
+  cairn::save(sd, mem, comm);
+  auto m = cairn::read_metadata(mem).value();
+  m.tensors.at("w").chunks[0].where.nbytes = 4;
+  std::string json = cairn::to_json(m);
+  REQUIRE(mem.put("metadata.json", std::as_bytes(std::span(json))));
+  auto r = cairn::try_load(sd, mem, comm);
+  REQUIRE(!r);
+  CHECK(r.err().code == cairn::errc::corrupt);
+}
+
+namespace their {
+struct rng {
+  std::uint64_t seed = 0;
+  cairn::sharded_object<std::uint64_t> as_object;  // what the adapter exposes, by reference
+};
+struct vec {
+  std::vector<float> v;
+};
+}  // namespace their
+template <>
+struct cairn::adapter<their::rng> {
+  static cairn::sharded_object<std::uint64_t>& view(their::rng& r) { return r.as_object; }
+};
+template <>
+struct cairn::adapter<their::vec> {
+  static cairn::sharded_tensor<float> view(their::vec& x) {
+    return cairn::replicated("vec", std::span(x.v), {static_cast<std::int64_t>(x.v.size())}, 0);
+  }
+};
+namespace {
+struct adapted_state {
+  their::rng rng;
+  their::vec vec;
+  static constexpr auto fields = cairn::field_names("rng", "vec");
+};
+}  // namespace
+
+TEST_CASE("adapter views: by value for tensors, by reference for objects") {
+  cairn::memory_storage mem;
+  cairn::single_communicator comm;
+  adapted_state s;
+  s.rng.as_object = cairn::per_rank("rng", std::uint64_t{99}, 0, 1);
+  s.vec.v = {1, 2, 3};
+  cairn::save(s, mem, comm);
+  adapted_state t;
+  t.rng.as_object = cairn::per_rank("rng", std::uint64_t{0}, 0, 1);
+  t.vec.v = {0, 0, 0};
+  cairn::load(t, mem, comm);
+  CHECK(t.rng.as_object.value == 99);
+  CHECK(t.vec.v == std::vector<float>{1, 2, 3});
+}

@@ -55,6 +55,20 @@ template <class T, class A>
 struct is_std_vector<std::vector<T, A>> : std::true_type {
   using element = T;
 };
+template <class T>
+constexpr bool is_scalar_vector() {
+  if constexpr (is_std_vector<T>::value) {
+    using E = typename is_std_vector<T>::element;
+    // std::vector<bool> has no contiguous storage to view as bytes.
+    return (std::is_arithmetic_v<E> || std::is_enum_v<E> ||
+            element_type<E>)&&!std::is_same_v<E, bool>;
+  } else {
+    return false;
+  }
+}
+/// True for std::vector of scalars (except std::vector<bool>).
+template <class T>
+concept scalar_vector = is_scalar_vector<T>();
 }  // namespace detail
 
 /// Scalar types a common value can hold: arithmetic types, enums and cairn element types.
@@ -63,8 +77,8 @@ concept common_scalar = std::is_arithmetic_v<T> || std::is_enum_v<T> || element_
 
 /// C++ types that are saved as one common value: scalars, std::string, std::vector of scalars.
 template <class T>
-concept common_type = common_scalar<T> || std::is_same_v<T, std::string> ||
-    (detail::is_std_vector<T>::value&& common_scalar<typename detail::is_std_vector<T>::element>);
+concept common_type =
+    common_scalar<T> || std::is_same_v<T, std::string> || detail::scalar_vector<T>;
 
 /// A dynamically typed common value: kind, dtype (for scalars and vectors) and raw bytes.
 struct common_value {

@@ -256,6 +256,12 @@ inline result<checkpoint_metadata> metadata_from_json(std::string_view json,
     m.world_size = static_cast<int>(std::int64_t(doc["world_size"]));
     m.save_id = std::string(std::string_view(doc["save_id"]));
     m.block_size = std::uint64_t(doc["block_size"]);
+    if (std::string_view(doc["checksum"]) != "xxh3-64")
+      return std::move(make_error(errc::unsupported_version,
+                                  "checksum algorithm '" +
+                                      std::string(std::string_view(doc["checksum"])) +
+                                      "' is not supported (this cairn knows xxh3-64)"))
+          .with_file(where);
     if (m.block_size == 0) return corrupt("block_size is 0");
     auto ints = [](dom::element e) {
       shape s;
@@ -335,13 +341,34 @@ inline result<checkpoint_metadata> metadata_from_json(std::string_view json,
       }
     }
     if (!bad.empty()) return corrupt(bad);
-    auto check_file = [&](const extent& e) { return e.file < m.files.size(); };
-    for (const auto& [k, t] : m.tensors)
-      for (const auto& c : t.chunks)
-        if (!check_file(c.where)) return corrupt("chunk of '" + k + "' names a missing file");
+    // Every extent must lie inside its file, and every chunk inside its tensor with exactly
+    // the bytes its box holds: a reader copies chunks into user memory on these numbers.
+    auto check_extent = [&](const extent& e) {
+      return e.file < m.files.size() && e.byte_offset <= m.files[e.file].nbytes &&
+             e.nbytes <= m.files[e.file].nbytes - e.byte_offset;
+    };
+    for (const auto& [k, t] : m.tensors) {
+      for (const auto& c : t.chunks) {
+        if (!check_extent(c.where)) return corrupt("a chunk of '" + k + "' lies outside its file");
+        for (std::size_t a = 0; a < t.global_shape.size(); ++a)
+          if (c.region.offset[a] < 0 || c.region.size[a] < 0 ||
+              c.region.offset[a] + c.region.size[a] > t.global_shape[a])
+            return corrupt("chunk " + c.region.str() + " of '" + k + "' lies outside the tensor");
+        if (c.where.nbytes != static_cast<std::uint64_t>(c.region.volume()) * dtype_size(t.type))
+          return corrupt(
+              "chunk " + c.region.str() + " of '" + k + "' has " + std::to_string(c.where.nbytes) +
+              " bytes, its box holds " +
+              std::to_string(c.region.volume() * static_cast<std::int64_t>(dtype_size(t.type))));
+      }
+    }
     for (const auto& [k, o] : m.objects)
-      if (!check_file(o.where)) return corrupt("object '" + k + "' names a missing file");
-    if (m.common && !check_file(*m.common)) return corrupt("common state names a missing file");
+      if (!check_extent(o.where)) return corrupt("object '" + k + "' lies outside its file");
+    if (m.common) {
+      if (!check_extent(*m.common)) return corrupt("common state lies outside its file");
+      for (const auto& [k, c] : m.commons)
+        if (c.offset > m.common->nbytes || c.nbytes > m.common->nbytes - c.offset)
+          return corrupt("common value '" + k + "' lies outside the common state");
+    }
   } catch (const simdjson_error& e) {
     return corrupt(e.what());
   }

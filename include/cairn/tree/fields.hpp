@@ -37,8 +37,11 @@ struct fields_of<T> {
 };
 
 /// The hook for types cairn cannot visit directly (a user's own tensor class, say).
-/// Specialize it with `static auto view(T&)` returning something cairn can visit (for example
-/// a `cairn::sharded_tensor<>` over the tensor's memory); the view is visited in T's place.
+/// Specialize it with `static auto view(T&)` returning something cairn can visit, visited in
+/// T's place. A view returned by value (typically a `cairn::sharded_tensor<>` over the
+/// tensor's memory) is kept alive while cairn uses it; tensor data loads into T's memory
+/// through its span, but common values or objects inside a by-value view would load into the
+/// copy, so return those by reference (`static cairn::sharded_object<X>& view(T&)`).
 template <class T>
 struct adapter {};
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -46,6 +47,8 @@ struct leaf_list {
   std::vector<tensor_leaf> tensors;
   std::vector<object_leaf> objects;
   std::vector<common_leaf> commons;
+  /// Views made by `adapter<T>::view` that leaves point into; kept alive with the list.
+  std::vector<std::shared_ptr<void>> keep_alive;
 };
 
 }  // namespace cairn

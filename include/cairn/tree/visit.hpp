@@ -157,7 +157,13 @@ struct flattener {
                 leaf.value = &e;
                 leaf.encode = [](const void* q) { return *static_cast<const common_value*>(q); };
                 leaf.decode = [](const common_value& in, void* q) -> result<void> {
-                  *static_cast<common_value*>(q) = in;
+                  auto& target = *static_cast<common_value*>(q);
+                  if (target.kind != in.kind ||
+                      (in.kind != common_kind::string && target.type != in.type))
+                    return make_error(errc::mismatch, "stored common value is " +
+                                                          in.describe_type() + ", the entry is " +
+                                                          target.describe_type());
+                  target = in;
                   return ok();
                 };
                 out.commons.push_back(std::move(leaf));
@@ -168,8 +174,15 @@ struct flattener {
             entry);
       }
     } else if constexpr (has_adapter<T>) {
-      auto view = adapter<T>::view(v);
-      visit(view, path);
+      using view_t = decltype(adapter<T>::view(v));
+      if constexpr (std::is_lvalue_reference_v<view_t>) {
+        visit(adapter<T>::view(v), path);  // a reference into v: loads land in v itself
+      } else {
+        // A view by value (e.g. a sharded_tensor over v's memory) lives as long as the leaves.
+        auto held = std::make_shared<std::remove_cvref_t<view_t>>(adapter<T>::view(v));
+        out.keep_alive.push_back(held);
+        visit(*held, path);
+      }
     } else if constexpr (common_type<T>) {
       common_leaf leaf;
       leaf.path = path;

@@ -1,0 +1,25 @@
+// cairn/cairn.hpp: the whole core library in one include.
+//
+// Optional parts (MPI, CUDA, NCCL, S3) have their own headers and CMake targets.
+#pragma once
+
+#include "cairn/comm/communicator.hpp"
+#include "cairn/comm/single.hpp"
+#include "cairn/comm/threads.hpp"
+#include "cairn/core/codec.hpp"
+#include "cairn/core/common_value.hpp"
+#include "cairn/core/dtype.hpp"
+#include "cairn/core/error.hpp"
+#include "cairn/core/local_non_persistent.hpp"
+#include "cairn/core/sharded_object.hpp"
+#include "cairn/core/sharded_tensor.hpp"
+#include "cairn/format/metadata.hpp"
+#include "cairn/format/native.hpp"
+#include "cairn/load.hpp"
+#include "cairn/save.hpp"
+#include "cairn/storage/file.hpp"
+#include "cairn/storage/memory.hpp"
+#include "cairn/storage/storage.hpp"
+#include "cairn/tree/fields.hpp"
+#include "cairn/tree/state_dict.hpp"
+#include "cairn/tree/visit.hpp"

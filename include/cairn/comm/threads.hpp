@@ -1,0 +1,426 @@
+// cairn/comm/threads.hpp: in-process thread ranks. N ranks run as N real threads of one
+// process and exchange bytes through shared memory; for tests and simulations of multi-rank
+// saves and loads without MPI.
+//
+// - `thread_group`: the state the N ranks share (one mutex, one condition variable, a
+//   generation-counted reusable barrier, one payload slot per rank, and an abort state).
+// - `thread_communicator`: a cheap handle (group pointer + rank) that models `communicator`.
+// - `run_ranks(n, f)` / `run_ranks_collect(n, f)`: start n threads, call `f(comm)` on each,
+//   join them all, rethrow the failure that started it all.
+//
+// Collectives, and what an MPI communicator does for the same call (the `communicator` concept
+// is shaped so that one drops in unchanged):
+// - `all_gather(data)`: every rank deposits a view of `data` in its slot; entry barrier; every
+//   rank copies all slots in rank order; exit barrier (after which no rank reads another's
+//   buffer, so the slots and the callers' buffers may be reused).
+//   MPI: MPI_Allgather of the 64-bit sizes, then MPI_Allgatherv of the bytes into one buffer
+//   that is split per rank (counts above INT_MAX go in chunks or through a derived datatype).
+// - `broadcast(buf, root)`: root deposits a view of `buf`; entry barrier; the other ranks copy
+//   it (resizing `buf`); exit barrier. MPI: MPI_Bcast of the 64-bit size from root, resize, then
+//   MPI_Bcast of the bytes.
+// - `barrier()`: one barrier. MPI: MPI_Barrier.
+// Transport failures become `cairn::exception` with errc::comm in both.
+//
+// Failure, instead of a hang: when a rank fails (its function throws, or a collective is
+// misused), the group is aborted and every rank waiting in, or later entering, a collective
+// throws `cairn::exception` (errc::comm, "rank 2 failed: <what>"). The same happens when a rank
+// returns while others still wait in a collective it will never join, and when ranks call
+// different collectives (or broadcast from different roots) at the same step. An aborted group
+// stays aborted.
+#pragma once
+
+#include <concepts>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "cairn/comm/communicator.hpp"
+#include "cairn/core/error.hpp"
+
+namespace cairn {
+
+class thread_communicator;
+
+namespace detail {
+
+// what() of the exception in `ep`, or "unknown exception".
+inline std::string what_of(const std::exception_ptr& ep) {
+  try {
+    std::rethrow_exception(ep);
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return "unknown exception";
+  }
+}
+
+}  // namespace detail
+
+/// The state shared by the N ranks of one in-process thread world.
+///
+/// Create one per world, then give rank i the handle `group.comm(i)` on its own thread (or let
+/// `run_ranks` do all of it). Each rank must call collectives from one thread at a time, in the
+/// same order as the other ranks. Not copyable or movable: handles point to it, and it must
+/// outlive every handle and every thread that uses one.
+class thread_group {
+ public:
+  /// A group of `size` ranks. Throws `cairn::exception` (errc::invalid_argument) if size < 1.
+  explicit thread_group(int size)
+      : size_(size),
+        slots_(size > 0 ? static_cast<std::size_t>(size) : 0),
+        saw_abort_(size > 0 ? static_cast<std::size_t>(size) : 0, 0) {
+    if (size < 1) {
+      throw exception(
+          make_error(errc::invalid_argument,
+                     "thread_group needs at least one rank, got " + std::to_string(size)));
+    }
+  }
+  thread_group(const thread_group&) = delete;
+  thread_group& operator=(const thread_group&) = delete;
+
+  /// The number of ranks.
+  int size() const noexcept { return size_; }
+
+  /// The handle for `rank` (0 <= rank < size(); otherwise throws errc::invalid_argument).
+  thread_communicator comm(int rank);
+
+  /// Marks the group failed because of `rank` (or, with rank < 0, because of something outside
+  /// any rank) and wakes every waiting rank; they, and every later collective, throw
+  /// errc::comm with "rank <rank> failed: <what>". Only the first call has an effect.
+  void abort(int rank, std::string_view what) {
+    std::lock_guard lk(mu_);
+    abort_locked(rank < 0 ? "thread group aborted: " + std::string(what)
+                          : "rank " + std::to_string(rank) + " failed: " + std::string(what));
+  }
+
+  /// Declares that `rank` will call no more collectives (its thread is done). Any collective
+  /// that would wait for it fails with errc::comm instead of hanging. `run_ranks` calls it when
+  /// a rank's function returns.
+  void finish(int rank) {
+    check_rank(rank);
+    std::lock_guard lk(mu_);
+    if (finished_rank_ < 0) finished_rank_ = rank;
+    if (arrived_ > 0) {
+      abort_locked("rank " + std::to_string(rank) + " returned while rank " +
+                   std::to_string(first_rank_) + " waits in " + describe(first_op_) +
+                   " (collective #" + std::to_string(collectives_) + ")");
+    }
+  }
+
+  /// True once the group has been aborted.
+  bool aborted() const {
+    std::lock_guard lk(mu_);
+    return aborted_;
+  }
+
+  /// The message every collective of an aborted group throws with; empty while not aborted.
+  std::string abort_message() const {
+    std::lock_guard lk(mu_);
+    return abort_message_;
+  }
+
+  /// True when a collective on `rank` has thrown because the group was aborted: a failure of
+  /// that rank after this point is a consequence, not a cause. `run_ranks` uses it to rethrow
+  /// the cause.
+  bool saw_abort(int rank) const {
+    check_rank(rank);
+    std::lock_guard lk(mu_);
+    return saw_abort_[static_cast<std::size_t>(rank)] != 0;
+  }
+
+ private:
+  friend class thread_communicator;
+
+  enum class op_kind : std::uint8_t { barrier, all_gather, broadcast };
+  struct op {
+    op_kind kind = op_kind::barrier;
+    int root = -1;
+    bool operator==(const op&) const = default;
+  };
+
+  static std::string describe(op o) {
+    switch (o.kind) {
+      case op_kind::barrier:
+        return "barrier";
+      case op_kind::all_gather:
+        return "all_gather";
+      case op_kind::broadcast:
+        return "broadcast(root " + std::to_string(o.root) + ")";
+    }
+    return "?";
+  }
+
+  void check_rank(int rank) const {
+    if (rank < 0 || rank >= size_) {
+      throw exception(
+          make_error(errc::invalid_argument, "rank " + std::to_string(rank) +
+                                                 " is out of range for a thread group of size " +
+                                                 std::to_string(size_)));
+    }
+  }
+
+  void abort_locked(std::string message) {
+    if (aborted_) return;
+    aborted_ = true;
+    abort_message_ = std::move(message);
+    cv_.notify_all();
+  }
+
+  [[noreturn]] void throw_aborted_locked(int rank) {
+    saw_abort_[static_cast<std::size_t>(rank)] = 1;
+    throw exception(make_error(errc::comm, abort_message_).with_rank(rank));
+  }
+
+  // Entry phase of a collective: deposits `payload` in the rank's slot and waits until every
+  // rank has arrived. Throws errc::comm when the group is (or becomes) aborted before that, or
+  // when the ranks disagree on the collective.
+  void enter(int rank, op o, std::span<const std::byte> payload) {
+    std::unique_lock lk(mu_);
+    if (aborted_) throw_aborted_locked(rank);
+    if (finished_rank_ >= 0) {
+      abort_locked("rank " + std::to_string(rank) + " called " + describe(o) + " after rank " +
+                   std::to_string(finished_rank_) + " returned (collective #" +
+                   std::to_string(collectives_) + ")");
+      throw_aborted_locked(rank);
+    }
+    if (arrived_ == 0) {
+      first_op_ = o;
+      first_rank_ = rank;
+    } else if (!(o == first_op_)) {
+      abort_locked("collective mismatch at collective #" + std::to_string(collectives_) +
+                   ": rank " + std::to_string(first_rank_) + " called " + describe(first_op_) +
+                   ", rank " + std::to_string(rank) + " called " + describe(o));
+      throw_aborted_locked(rank);
+    }
+    slots_[static_cast<std::size_t>(rank)] = payload;
+    const std::uint64_t gen = generation_;
+    if (++arrived_ == size_) {
+      arrived_ = 0;
+      ++generation_;
+      ++collectives_;
+      cv_.notify_all();
+      return;
+    }
+    cv_.wait(lk, [&] { return generation_ != gen || aborted_; });
+    if (generation_ == gen) throw_aborted_locked(rank);
+  }
+
+  // Exit phase: waits until every rank has finished reading the slots. Not abortable: once the
+  // entry phase completed, every rank is between the two phases and arrives here (failures
+  // while copying are caught and carried past this point), so it cannot hang, and no rank's
+  // buffer is released while another still reads it.
+  void leave() {
+    std::unique_lock lk(mu_);
+    const std::uint64_t gen = generation_;
+    if (++arrived_ == size_) {
+      arrived_ = 0;
+      ++generation_;
+      cv_.notify_all();
+      return;
+    }
+    cv_.wait(lk, [&] { return generation_ != gen; });
+  }
+
+  // After the exit phase: a failure while copying aborts the group and is rethrown.
+  void finish_collective(int rank, std::exception_ptr copy_error) {
+    if (!copy_error) return;
+    abort(rank, detail::what_of(copy_error));
+    std::rethrow_exception(copy_error);
+  }
+
+  std::span<const std::byte> slot(int rank) const { return slots_[static_cast<std::size_t>(rank)]; }
+
+  const int size_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  int arrived_ = 0;                // ranks waiting in the current phase
+  std::uint64_t generation_ = 0;   // completed phases (entry and exit)
+  std::uint64_t collectives_ = 0;  // completed entry phases, for messages
+  op first_op_;                    // the collective the first arriver of this phase called
+  int first_rank_ = -1;            // ... and its rank
+  int finished_rank_ = -1;         // the first rank that declared it is done
+  bool aborted_ = false;
+  std::string abort_message_;
+  std::vector<std::span<const std::byte>> slots_;  // read only between entry and exit
+  std::vector<char> saw_abort_;
+};
+
+/// One rank's handle on a `thread_group`; models `communicator`. Cheap to copy (a pointer and
+/// an int). See the top of this header for the collectives' protocol and their MPI mapping.
+class thread_communicator {
+ public:
+  /// The handle of `rank` in `group` (0 <= rank < group.size()).
+  thread_communicator(thread_group& group, int rank) : group_(&group), rank_(rank) {
+    group.check_rank(rank);
+  }
+
+  /// This rank, in [0, size()).
+  int rank() const noexcept { return rank_; }
+  /// The number of ranks in the group.
+  int size() const noexcept { return group_->size(); }
+  /// The group this handle belongs to.
+  thread_group& group() const noexcept { return *group_; }
+
+  /// Every rank's `data`, indexed by rank. Throws errc::comm if the group is aborted.
+  std::vector<bytes> all_gather(std::span<const std::byte> data) {
+    group_->enter(rank_, {thread_group::op_kind::all_gather, -1}, data);
+    std::vector<bytes> out;
+    std::exception_ptr copy_error;
+    try {
+      out.resize(static_cast<std::size_t>(size()));
+      for (int r = 0; r < size(); ++r) {
+        auto s = group_->slot(r);
+        out[static_cast<std::size_t>(r)].assign(s.begin(), s.end());
+      }
+    } catch (...) {
+      copy_error = std::current_exception();
+    }
+    group_->leave();
+    group_->finish_collective(rank_, copy_error);
+    return out;
+  }
+
+  /// Copies `buf` from `root` into `buf` on every other rank (resizing it). Throws errc::comm
+  /// if the group is aborted, errc::invalid_argument (and aborts the group) if `root` is out
+  /// of range.
+  void broadcast(bytes& buf, int root) {
+    if (root < 0 || root >= size()) {
+      std::string what = "broadcast root " + std::to_string(root) +
+                         " is out of range for a thread group of size " + std::to_string(size());
+      group_->abort(rank_, what);
+      throw exception(make_error(errc::invalid_argument, std::move(what)).with_rank(rank_));
+    }
+    group_->enter(rank_, {thread_group::op_kind::broadcast, root},
+                  rank_ == root ? std::span<const std::byte>(buf) : std::span<const std::byte>());
+    std::exception_ptr copy_error;
+    if (rank_ != root) {
+      try {
+        auto s = group_->slot(root);
+        buf.assign(s.begin(), s.end());
+      } catch (...) {
+        copy_error = std::current_exception();
+      }
+    }
+    group_->leave();
+    group_->finish_collective(rank_, copy_error);
+  }
+
+  /// Returns once every rank has entered it. Throws errc::comm if the group is aborted.
+  void barrier() { group_->enter(rank_, {thread_group::op_kind::barrier, -1}, {}); }
+
+ private:
+  thread_group* group_;
+  int rank_;
+};
+
+inline thread_communicator thread_group::comm(int rank) { return thread_communicator(*this, rank); }
+
+static_assert(communicator<thread_communicator>);
+
+namespace detail {
+
+// What run_ranks calls on every rank: `f(comm)` with an lvalue `f`.
+template <class F>
+concept rank_function = std::invocable<F&, thread_communicator&>;
+
+// What `f(comm)` returns, decayed (run_ranks_collect's element type).
+template <class F>
+using rank_result_t = std::decay_t<std::invoke_result_t<F&, thread_communicator&>>;
+
+// The body of run_ranks, not a template: runs `call(ctx, comm)` on n threads.
+inline void run_ranks_erased(int n, void (*call)(void*, thread_communicator&), void* ctx) {
+  thread_group group(n);
+  const auto un = static_cast<std::size_t>(n);
+  std::vector<std::exception_ptr> errors(un);
+  std::vector<char> is_cause(un, 0);
+  std::vector<std::thread> threads;
+  threads.reserve(un);
+
+  auto body = [&](int rank) {
+    const auto ur = static_cast<std::size_t>(rank);
+    try {
+      thread_communicator comm(group, rank);
+      call(ctx, comm);
+      group.finish(rank);
+    } catch (...) {
+      errors[ur] = std::current_exception();
+      is_cause[ur] = group.saw_abort(rank) ? 0 : 1;
+      group.abort(rank, detail::what_of(errors[ur]));
+    }
+  };
+
+  std::exception_ptr start_error;
+  for (int r = 0; r < n; ++r) {
+    try {
+      threads.emplace_back(body, r);
+    } catch (...) {
+      start_error = std::current_exception();
+      group.abort(r, "could not start its thread: " + detail::what_of(start_error));
+      break;
+    }
+  }
+  for (auto& t : threads) t.join();
+  if (start_error) std::rethrow_exception(start_error);
+  for (std::size_t r = 0; r < un; ++r) {
+    if (errors[r] && is_cause[r]) std::rethrow_exception(errors[r]);
+  }
+  for (std::size_t r = 0; r < un; ++r) {
+    if (errors[r]) std::rethrow_exception(errors[r]);
+  }
+}
+
+}  // namespace detail
+
+/// Runs `f(comm)` on `n` threads, one per rank (comm is rank i's `thread_communicator&`), and
+/// returns once all have finished. `f` is called concurrently from every thread.
+///
+/// If ranks throw, the group is aborted (others' collectives throw errc::comm instead of
+/// hanging) and, after every thread has joined, the exception of the lowest rank that failed on
+/// its own (not because of the abort) is rethrown here.
+///
+/// ```
+/// cairn::run_ranks(4, [&](cairn::thread_communicator& comm) {
+///   cairn::save(state_of(comm.rank()), disk, comm);
+/// });
+/// ```
+template <detail::rank_function F>
+void run_ranks(int n, F&& f) {
+  detail::run_ranks_erased(
+      n,
+      [](void* ctx, thread_communicator& c) {
+        std::invoke(*static_cast<std::remove_reference_t<F>*>(ctx), c);
+      },
+      const_cast<void*>(static_cast<const void*>(std::addressof(f))));
+}
+
+/// Like `run_ranks`, and returns what `f` returned on each rank (decayed), indexed by rank.
+///
+/// `auto ranks = cairn::run_ranks_collect(3, [](auto& c) { return c.rank(); });  // {0, 1, 2}`
+template <detail::rank_function F>
+auto run_ranks_collect(int n, F&& f) {
+  static_assert(!std::is_void_v<detail::rank_result_t<F>>,
+                "run_ranks_collect needs a function that returns a value; use run_ranks");
+  using R = detail::rank_result_t<F>;
+  std::vector<std::optional<R>> slots(n > 0 ? static_cast<std::size_t>(n) : 0);
+  run_ranks(n, [&](thread_communicator& c) {
+    slots[static_cast<std::size_t>(c.rank())].emplace(std::invoke(f, c));
+  });
+  std::vector<R> out;
+  out.reserve(slots.size());
+  for (auto& s : slots) out.push_back(std::move(*s));
+  return out;
+}
+
+}  // namespace cairn
