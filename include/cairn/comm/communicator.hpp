@@ -5,6 +5,7 @@
 #include <concepts>
 #include <cstddef>
 #include <span>
+#include <type_traits>
 #include <vector>
 
 namespace cairn {
@@ -15,7 +16,8 @@ using bytes = std::vector<std::byte>;
 /// A group of ranks that run collectives together.
 ///
 /// Every rank calls each collective in the same order, on the thread that called cairn's
-/// save or load. Collectives throw `cairn::exception` (errc::comm) when the transport fails.
+/// save or load. Collectives throw `cairn::exception` (errc::comm) when the transport fails;
+/// after that the communicator is unusable.
 /// - `all_gather(data)`: every rank contributes a buffer of any size; every rank receives all
 ///   buffers, indexed by rank.
 /// - `broadcast(buf, root)`: `buf` on `root` is copied into `buf` on every other rank (resized).

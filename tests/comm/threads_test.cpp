@@ -1,0 +1,204 @@
+// tests/comm/threads_test.cpp: what thread ranks add beyond the communicator conformance suite:
+// thread_group used directly, run_ranks_collect, misuse detection (mismatched collectives, a rank
+// that returns while others wait) and argument checks.
+#include "cairn/comm/threads.hpp"
+
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cairn/comm/single.hpp"
+
+namespace {
+
+// The errc::comm message rank `r` got from `f`, or "" if `f` did not throw one.
+template <class F>
+std::string comm_error_of(F&& f) {
+  try {
+    f();
+  } catch (const cairn::exception& e) {
+    if (e.err().code == cairn::errc::comm) return e.err().message;
+    return "wrong code: " + std::string(e.what());
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_SUITE("comm thread ranks") {
+  TEST_CASE("run_ranks_collect returns each rank's value in rank order") {
+    auto got = cairn::run_ranks_collect(4, [](cairn::thread_communicator& c) {
+      auto all = c.all_gather(cairn::bytes(static_cast<std::size_t>(c.rank())));
+      std::string s;
+      for (const auto& b : all) s += std::to_string(b.size());
+      return std::to_string(c.rank()) + ":" + s;
+    });
+    CHECK(got == std::vector<std::string>{"0:0123", "1:0123", "2:0123", "3:0123"});
+  }
+
+  TEST_CASE("run_ranks takes lvalue, const and move-only callables") {
+    std::atomic<int> calls{0};
+    const auto f = [&](cairn::thread_communicator&) { calls.fetch_add(1); };
+    cairn::run_ranks(3, f);
+    auto p = std::make_unique<int>(5);
+    cairn::run_ranks(2, [&, q = std::move(p)](cairn::thread_communicator& c) {
+      calls.fetch_add(*q - 4);
+      c.barrier();
+    });
+    CHECK(calls.load() == 5);
+  }
+
+  TEST_CASE("a world must have at least one rank") {
+    for (int n : {0, -3}) {
+      try {
+        cairn::run_ranks(n, [](cairn::thread_communicator&) {});
+        FAIL_CHECK("no exception for n = " << n);
+      } catch (const cairn::exception& e) {
+        CHECK(e.err().code == cairn::errc::invalid_argument);
+      }
+    }
+    CHECK_THROWS_AS(cairn::thread_group(0), cairn::exception);
+    cairn::thread_group g(2);
+    CHECK_THROWS_AS(g.comm(2), cairn::exception);
+    CHECK_THROWS_AS(g.comm(-1), cairn::exception);
+    CHECK(g.comm(1).rank() == 1);
+    CHECK(g.comm(1).size() == 2);
+  }
+
+  TEST_CASE("thread_group works with the caller's own threads") {
+    cairn::thread_group g(3);
+    std::vector<std::vector<cairn::bytes>> got(3);
+    std::vector<std::thread> ts;
+    for (int r = 0; r < 3; ++r) {
+      ts.emplace_back([&, r] {
+        auto c = g.comm(r);
+        cairn::bytes b(1, std::byte(r));
+        c.broadcast(b, 2);
+        got[static_cast<std::size_t>(r)] = c.all_gather(b);
+        c.barrier();
+        g.finish(r);
+      });
+    }
+    for (auto& t : ts) t.join();
+    for (const auto& v : got)
+      CHECK(v == std::vector<cairn::bytes>(3, cairn::bytes(1, std::byte{2})));
+    CHECK_FALSE(g.aborted());
+  }
+
+  TEST_CASE("thread_group::abort wakes waiting ranks") {
+    cairn::thread_group g(3);
+    std::vector<std::string> msgs(2);
+    std::vector<std::thread> ts;
+    for (int r = 0; r < 2; ++r) {
+      ts.emplace_back([&, r] {
+        msgs[static_cast<std::size_t>(r)] = comm_error_of([&] { g.comm(r).barrier(); });
+      });
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    g.abort(-1, "operator pressed stop");
+    for (auto& t : ts) t.join();
+    CHECK(g.aborted());
+    CHECK(g.abort_message() == "thread group aborted: operator pressed stop");
+    for (const auto& m : msgs) CHECK(m == "thread group aborted: operator pressed stop");
+    CHECK(comm_error_of([&] { g.comm(2).barrier(); }) == g.abort_message());  // later entry
+  }
+
+  TEST_CASE("mismatched collectives throw on every rank instead of hanging") {
+    std::vector<std::string> msgs(3);
+    auto run = [&] {
+      cairn::run_ranks(3, [&](cairn::thread_communicator& c) {
+        msgs[static_cast<std::size_t>(c.rank())] = comm_error_of([&] {
+          c.barrier();  // collective #0 matches
+          if (c.rank() == 1) {
+            cairn::bytes b;
+            c.broadcast(b, 0);
+          } else {
+            (void)c.all_gather({});
+          }
+        });
+      });
+    };
+    run();  // every rank caught its error, so nothing to rethrow
+    for (const auto& m : msgs) {
+      CHECK(m.find("collective mismatch at collective #1") != std::string::npos);
+      CHECK(m.find("called broadcast(root 0)") != std::string::npos);
+      CHECK(m.find("called all_gather") != std::string::npos);
+    }
+  }
+
+  TEST_CASE("broadcasts from different roots are a mismatch") {
+    auto run = [] {
+      cairn::run_ranks(2, [](cairn::thread_communicator& c) {
+        cairn::bytes b(4);
+        c.broadcast(b, c.rank());
+      });
+    };
+    try {
+      run();
+      FAIL_CHECK("no exception");
+    } catch (const cairn::exception& e) {
+      CHECK(e.err().code == cairn::errc::comm);
+      CHECK(std::string(e.what()).find("collective mismatch") != std::string::npos);
+    }
+  }
+
+  TEST_CASE("a rank that returns while others wait for it is an error, not a hang") {
+    SUBCASE("returns while the others already wait") {
+      try {
+        cairn::run_ranks(3, [](cairn::thread_communicator& c) {
+          if (c.rank() == 1) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+            return;
+          }
+          c.barrier();
+        });
+        FAIL_CHECK("no exception");
+      } catch (const cairn::exception& e) {
+        CHECK(e.err().code == cairn::errc::comm);
+        CHECK(e.err().message.find("rank 1 returned while rank") != std::string::npos);
+      }
+    }
+    SUBCASE("the others call a collective after it returned") {
+      std::atomic<bool> returned{false};
+      try {
+        cairn::run_ranks(2, [&](cairn::thread_communicator& c) {
+          if (c.rank() == 1) {
+            returned = true;
+            return;
+          }
+          while (!returned) std::this_thread::yield();
+          std::this_thread::sleep_for(std::chrono::milliseconds(10));
+          (void)c.all_gather({});
+        });
+        FAIL_CHECK("no exception");
+      } catch (const cairn::exception& e) {
+        CHECK(e.err().code == cairn::errc::comm);
+        CHECK(e.err().message.find("after rank 1 returned") != std::string::npos);
+      }
+    }
+    SUBCASE("ranks that all return without collectives are fine") {
+      CHECK_NOTHROW(cairn::run_ranks(4, [](cairn::thread_communicator& c) {
+        if (c.rank() % 2) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }));
+    }
+  }
+
+  TEST_CASE("single_communicator is rank 0 of 1") {
+    cairn::single_communicator c;
+    CHECK(c.rank() == 0);
+    CHECK(c.size() == 1);
+    const cairn::bytes data{std::byte{1}, std::byte{2}};
+    CHECK(c.all_gather(data) == std::vector<cairn::bytes>{data});
+    cairn::bytes b = data;
+    c.broadcast(b, 0);
+    CHECK(b == data);
+    CHECK_THROWS_AS(c.broadcast(b, 1), cairn::exception);
+    c.barrier();
+  }
+}
