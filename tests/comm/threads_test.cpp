@@ -202,3 +202,17 @@ TEST_SUITE("comm thread ranks") {
     c.barrier();
   }
 }
+
+namespace {
+std::atomic<int> plain_function_calls{0};
+void plain_rank_function(cairn::thread_communicator& comm) {
+  comm.barrier();
+  ++plain_function_calls;
+}
+}  // namespace
+
+TEST_CASE("run_ranks accepts a plain function") {
+  plain_function_calls = 0;
+  cairn::run_ranks(3, plain_rank_function);
+  CHECK(plain_function_calls == 3);
+}

@@ -397,12 +397,12 @@ inline void run_ranks_erased(int n, void (*call)(void*, thread_communicator&), v
 /// ```
 template <detail::rank_function F>
 void run_ranks(int n, F&& f) {
+  // Type-erase through a lambda holding a reference, so plain functions work as well as
+  // callable objects (a function cannot be cast to void*).
+  auto call = [&f](thread_communicator& c) { std::invoke(f, c); };
+  using call_t = decltype(call);
   detail::run_ranks_erased(
-      n,
-      [](void* ctx, thread_communicator& c) {
-        std::invoke(*static_cast<std::remove_reference_t<F>*>(ctx), c);
-      },
-      const_cast<void*>(static_cast<const void*>(std::addressof(f))));
+      n, [](void* ctx, thread_communicator& c) { (*static_cast<call_t*>(ctx))(c); }, &call);
 }
 
 /// Like `run_ranks`, and returns what `f` returned on each rank (decayed), indexed by rank.

@@ -1,0 +1,40 @@
+// Test helper for the CLI tests: `make_checkpoint DIR` saves a small checkpoint from 2 thread
+// ranks; `make_checkpoint check-json FILE` exits 0 when FILE is one valid JSON object.
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include <simdjson.h>
+
+#include "cairn/cairn.hpp"
+
+int main(int argc, char** argv) {
+  if (argc == 3 && std::string(argv[1]) == "check-json") {
+    simdjson::dom::parser parser;
+    simdjson::dom::element doc;
+    auto err = parser.load(argv[2]).get(doc);
+    if (err || !doc.is_object()) {
+      std::fprintf(stderr, "not one JSON object: %s\n", simdjson::error_message(err));
+      return 1;
+    }
+    return 0;
+  }
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: make_checkpoint DIR | make_checkpoint check-json FILE\n");
+    return 2;
+  }
+  cairn::file_storage disk(argv[1]);
+  cairn::save_options opt;
+  opt.content_metadata = {{"purpose", "cli test"}};
+  opt.block_size = 256;
+  cairn::run_ranks(2, [&](cairn::thread_communicator& comm) {
+    std::vector<float> w(64 * 8, 1.5f + comm.rank());
+    std::vector<std::int64_t> ids(10, 7);
+    cairn::state_dict sd;
+    sd.add("model.w", cairn::from_rank_offsets("model.w", std::span(w), {64, 8}, {{0, comm.rank(), 2}}));
+    sd.add("model.ids", cairn::replicated("model.ids", std::span(ids), {10}, comm.rank()));
+    sd.add("step", std::int64_t{12});
+    cairn::save(sd, disk, comm, opt);
+  });
+  return 0;
+}
