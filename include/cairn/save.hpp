@@ -32,6 +32,9 @@ struct save_options {
   int io_threads = 2;
   /// Checksum block size in bytes; a partial read verifies whole blocks.
   std::uint64_t block_size = default_block_size;
+  /// A box held by several ranks (replicas) is split into parts of at least this many bytes,
+  /// one per holder at most, so that every rank writes about the same amount.
+  std::uint64_t balance_min_bytes = std::uint64_t{64} << 10;
   /// Check across ranks that shards tile each tensor exactly and common values agree.
   bool validate_access_integrity = true;
   /// A string map saved with the checkpoint, readable alone with `read_content_metadata`.
@@ -40,9 +43,10 @@ struct save_options {
 
 /// What one rank did during a save.
 struct save_stats {
-  std::string save_id;              ///< the id in this save's file names
-  std::uint64_t bytes_written = 0;  ///< data bytes this rank wrote
-  std::size_t chunks_written = 0;   ///< tensor chunks and objects this rank wrote
+  std::string save_id;                        ///< the id in this save's file names
+  std::uint64_t bytes_written = 0;            ///< data bytes this rank wrote
+  std::size_t chunks_written = 0;             ///< tensor chunks and objects this rank wrote
+  std::vector<std::uint64_t> bytes_per_rank;  ///< data bytes every rank wrote (the plan)
   double seconds = 0;
 };
 
@@ -237,27 +241,29 @@ inline result<save_stats> save_leaves(const leaf_list& leaves,
   }
   const std::string save_id = all[0].save_id;
   stats.save_id = save_id;
-  save_layout layout = plan_save(all, save_id, opt.block_size);
+  save_layout layout = plan_save(all, save_id, opt.block_size, opt.balance_min_bytes);
+  stats.bytes_per_rank = layout.bytes_of_rank;
 
   // 3. Write this rank's data file (and rank 0's common state).
   std::optional<error> failure;
   std::vector<write_item> items;
-  {
-    std::size_t slot = 0, obj = 0;
-    for (std::size_t i = 0; i < leaves.tensors.size(); ++i) {
-      const tensor_leaf& t = leaves.tensors[i];
-      if (t.layout.replica_id != 0) continue;
+  for (const write_slot& slot : layout.slots[rank]) {
+    const extent& e = layout.where(slot);
+    if (slot.is_object) {
+      items.push_back({object_bytes[slot.leaf].data(),
+                       e.nbytes,
+                       e.byte_offset,
+                       leaves.objects[slot.leaf].key,
+                       {}});
+    } else {
+      const tensor_leaf& t = leaves.tensors[slot.leaf];
       std::size_t es = dtype_size(t.layout.type);
-      for (const auto& p : pieces[i]) {
-        const extent& e = layout.where(layout.slots[rank].at(slot++));
-        items.push_back({t.data + p.data_offset * es, e.nbytes, e.byte_offset, t.layout.key, {}});
-      }
-    }
-    for (std::size_t i = 0; i < leaves.objects.size(); ++i) {
-      if (leaves.objects[i].replica_id != 0) continue;
-      const extent& e = layout.where(layout.slots[rank].at(slot++));
-      items.push_back({object_bytes[i].data(), e.nbytes, e.byte_offset, leaves.objects[i].key, {}});
-      ++obj;
+      const piece& p = pieces[slot.leaf][slot.piece];
+      items.push_back({t.data + (p.data_offset + slot.element) * es,
+                       e.nbytes,
+                       e.byte_offset,
+                       t.layout.key,
+                       {}});
     }
   }
   std::string common_name;

@@ -15,6 +15,13 @@
 
 namespace cairn_test {
 
+/// Creates a fresh temporary directory and returns its path (the caller removes it).
+inline std::string make_temp_dir() {
+  std::string tmpl = (std::filesystem::temp_directory_path() / "cairn-test-XXXXXX").string();
+  if (!::mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
+  return tmpl;
+}
+
 /// A temporary directory removed at scope exit.
 struct temp_dir {
   std::filesystem::path path;

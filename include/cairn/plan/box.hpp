@@ -52,26 +52,25 @@ struct piece {
   std::int64_t data_offset = 0;  ///< first element inside the leaf's data span
 };
 
-/// Splits a tensor layout into pieces. A plain block is one piece; a flattened range (a 1-D
-/// slice of the row-major block) becomes at most 2·N-1 boxes, each contiguous in the slice.
-inline std::vector<piece> pieces_of(const tensor_layout& t) {
-  shape block = t.global_block_shape();
+/// Splits the elements [begin, end) of a row-major box (flat indices relative to the box) into
+/// at most 2·N-1 boxes, each contiguous in that order. `data_offset` of each piece is its
+/// first flat index minus `begin`.
+inline std::vector<piece> flat_range_boxes(const box& whole, std::int64_t begin, std::int64_t end) {
+  const shape& block = whole.size;
   const std::size_t n = block.size();
-  if (!t.flattened_range) return {piece{box{t.global_offset, block}, 0}};
   std::vector<piece> out;
-  std::int64_t b = t.flattened_range->begin, e = t.flattened_range->end;
   if (n == 0) {
-    if (e > b) out.push_back(piece{box{{}, {}}, 0});
+    if (end > begin) out.push_back(piece{box{{}, {}}, 0});
     return out;
   }
   shape stride(n, 1);
   for (std::size_t d = n - 1; d > 0; --d) stride[d - 1] = stride[d] * block[d];
-  const std::int64_t begin = b;
-  while (b < e) {
+  std::int64_t b = begin;
+  while (b < end) {
     for (std::size_t d = 0; d < n; ++d) {
       if (b % stride[d] != 0) continue;
       std::int64_t idx = (b / stride[d]) % block[d];
-      std::int64_t count = std::min((e - b) / stride[d], block[d] - idx);
+      std::int64_t count = std::min((end - b) / stride[d], block[d] - idx);
       if (count < 1) continue;
       box r;
       r.offset.resize(n);
@@ -87,7 +86,7 @@ inline std::vector<piece> pieces_of(const tensor_layout& t) {
           r.offset[k] = 0;
           r.size[k] = block[k];
         }
-        r.offset[k] += t.global_offset[k];
+        r.offset[k] += whole.offset[k];
       }
       out.push_back(piece{std::move(r), b - begin});
       b += count * stride[d];
@@ -95,6 +94,14 @@ inline std::vector<piece> pieces_of(const tensor_layout& t) {
     }
   }
   return out;
+}
+
+/// Splits a tensor layout into pieces. A plain block is one piece; a flattened range (a 1-D
+/// slice of the row-major block) becomes at most 2·N-1 boxes, each contiguous in the slice.
+inline std::vector<piece> pieces_of(const tensor_layout& t) {
+  box whole{t.global_offset, t.global_block_shape()};
+  if (!t.flattened_range) return {piece{std::move(whole), 0}};
+  return flat_range_boxes(whole, t.flattened_range->begin, t.flattened_range->end);
 }
 
 /// Calls `fn(src_elem, dst_elem, count)` for each contiguous run of the elements of `region`,

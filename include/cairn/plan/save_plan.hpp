@@ -300,11 +300,15 @@ inline result<void> validate_integrity(const std::vector<rank_desc>& ranks) {
   return ok();
 }
 
-/// Where one rank's written item (a main-replica tensor piece or object) goes.
+/// Where one rank's written item (part of a tensor piece, or an object) goes, and where its
+/// bytes come from in that rank's leaves.
 struct write_slot {
   bool is_object = false;
-  std::string key;        ///< tensor key, or object unique key
-  std::size_t chunk = 0;  ///< index into the tensor's chunk list
+  std::string key;           ///< tensor key, or object unique key
+  std::size_t chunk = 0;     ///< index into the tensor's chunk list
+  std::size_t leaf = 0;      ///< index of the rank's tensor (or object) leaf
+  std::size_t piece = 0;     ///< index of the piece inside the tensor leaf
+  std::int64_t element = 0;  ///< first element inside the piece's row-major data
 };
 
 /// The deterministic layout of a save: files, the metadata skeleton (checksums still empty)
@@ -313,6 +317,7 @@ struct save_layout {
   checkpoint_metadata metadata;
   std::vector<std::vector<write_slot>> slots;  ///< per rank, in file order
   std::vector<int> file_of_rank;               ///< file index, or -1 when the rank writes none
+  std::vector<std::uint64_t> bytes_of_rank;    ///< data bytes each rank writes
 
   /// The extent a slot refers to.
   extent& where(const write_slot& s) {
@@ -330,47 +335,145 @@ inline std::string common_file_name(const std::string& save_id) {
   return "common." + save_id + ".cairn";
 }
 
-/// Lays out every rank's main-replica pieces and objects in its data file, in leaf order.
-/// Every rank computes the same layout from the same descriptions.
+/// Lays out a save. Every box of a tensor is written once, by the ranks that hold it: a box
+/// held by k ranks (its main copy and replicas, e.g. data-parallel copies) is cut into up to k
+/// contiguous parts of at least `split_min_bytes`, written by different ranks; a box smaller
+/// than that goes whole to the least-loaded holder. Boxes are placed largest first, each part on
+/// the holder that has written least so far, so every rank writes about the same amount. Every rank
+/// computes the same layout from the same descriptions.
 inline save_layout plan_save(const std::vector<rank_desc>& ranks,
                              const std::string& save_id,
-                             std::uint64_t block_size) {
+                             std::uint64_t block_size,
+                             std::uint64_t split_min_bytes = std::uint64_t{64} << 10) {
   save_layout L;
-  L.metadata.world_size = static_cast<int>(ranks.size());
+  const int world = static_cast<int>(ranks.size());
+  L.metadata.world_size = world;
   L.metadata.save_id = save_id;
   L.metadata.block_size = block_size;
   L.slots.resize(ranks.size());
   L.file_of_rank.assign(ranks.size(), -1);
-  for (int r = 0; r < static_cast<int>(ranks.size()); ++r) {
-    std::uint64_t off = 0;
-    auto file_index = [&] {
-      if (L.file_of_rank[r] < 0) {
-        L.file_of_rank[r] = static_cast<int>(L.metadata.files.size());
-        L.metadata.files.push_back(file_record{data_file_name(r, save_id), r, 0});
-      }
-      return static_cast<std::uint32_t>(L.file_of_rank[r]);
-    };
-    for (const auto& t : ranks[r].tensors) {
-      auto& rec = L.metadata.tensors[t.key];
-      rec.type = t.type;
-      rec.global_shape = t.global_shape;
-      if (t.replica_id != 0) continue;
-      for (const auto& p : t.pieces) {
-        std::uint64_t n = static_cast<std::uint64_t>(p.volume()) * dtype_size(t.type);
-        rec.chunks.push_back(chunk_record{p, extent{file_index(), off, n, {}}});
-        L.slots[r].push_back(write_slot{false, t.key, rec.chunks.size() - 1});
-        off += n;
+  L.bytes_of_rank.assign(ranks.size(), 0);
+
+  struct holder {
+    int rank;
+    std::size_t leaf, piece;
+  };
+  struct group {
+    const std::string* key;
+    box region;
+    std::size_t elem_size;
+    std::vector<holder> holders;  // the main copy's holder first
+    std::uint64_t bytes() const { return static_cast<std::uint64_t>(region.volume()) * elem_size; }
+  };
+  // Boxes per tensor: main copies first, then replicas that hold exactly a main box.
+  std::vector<group> groups;
+  {
+    std::map<std::pair<std::string, std::pair<shape, shape>>, std::size_t> index;
+    for (int pass = 0; pass < 2; ++pass)
+      for (int r = 0; r < world; ++r)
+        for (std::size_t i = 0; i < ranks[r].tensors.size(); ++i) {
+          const tensor_desc& t = ranks[r].tensors[i];
+          auto& rec = L.metadata.tensors[t.key];
+          rec.type = t.type;
+          rec.global_shape = t.global_shape;
+          if ((t.replica_id == 0) != (pass == 0)) continue;
+          for (std::size_t p = 0; p < t.pieces.size(); ++p) {
+            auto id = std::make_pair(t.key, std::make_pair(t.pieces[p].offset, t.pieces[p].size));
+            auto it = index.find(id);
+            if (it == index.end()) {
+              if (pass == 1) continue;  // a replica of nothing written: its data is covered
+              index.emplace(id, groups.size());
+              groups.push_back(group{
+                  &L.metadata.tensors.find(t.key)->first, t.pieces[p], dtype_size(t.type), {}});
+              it = index.find(id);
+            } else if (pass == 0) {
+              continue;  // a second main copy of the same box (validation reports overlaps)
+            }
+            groups[it->second].holders.push_back(holder{r, i, p});
+          }
+        }
+  }
+  // Largest boxes first (ties in key and box order, so every rank agrees).
+  std::vector<std::size_t> order(groups.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    return groups[a].bytes() > groups[b].bytes();
+  });
+  struct part {
+    std::size_t group;
+    holder who;
+    piece sub;  // sub-box and its first element inside the holder's piece
+  };
+  std::vector<part> parts;
+  for (std::size_t gi : order) {
+    const group& g = groups[gi];
+    std::int64_t volume = g.region.volume();
+    // Parts of at least split_min_bytes, at most one per holder.
+    std::size_t k = std::min<std::size_t>(
+        g.holders.size(),
+        std::max<std::uint64_t>(
+            1, (g.bytes() + split_min_bytes - 1) / std::max<std::uint64_t>(split_min_bytes, 1)));
+    k = static_cast<std::size_t>(
+        std::min<std::int64_t>(static_cast<std::int64_t>(k), std::max<std::int64_t>(volume, 1)));
+    std::vector<bool> used(g.holders.size(), false);
+    for (std::size_t j = 0; j < k; ++j) {
+      std::int64_t b = volume * static_cast<std::int64_t>(j) / static_cast<std::int64_t>(k);
+      std::int64_t e = volume * static_cast<std::int64_t>(j + 1) / static_cast<std::int64_t>(k);
+      // The least-loaded holder not yet used for this box.
+      std::size_t best = g.holders.size();
+      for (std::size_t h = 0; h < g.holders.size(); ++h)
+        if (!used[h] && (best == g.holders.size() || L.bytes_of_rank[g.holders[h].rank] <
+                                                         L.bytes_of_rank[g.holders[best].rank]))
+          best = h;
+      used[best] = true;
+      std::vector<piece> subs =
+          k == 1 ? std::vector<piece>{piece{g.region, 0}} : flat_range_boxes(g.region, b, e);
+      for (auto& sp : subs) {
+        sp.data_offset += b;
+        L.bytes_of_rank[g.holders[best].rank] +=
+            static_cast<std::uint64_t>(sp.region.volume()) * g.elem_size;
+        parts.push_back(part{gi, g.holders[best], std::move(sp)});
       }
     }
-    for (const auto& o : ranks[r].objects) {
+  }
+  // Chunks in key order, then box order; files in part order per rank.
+  std::stable_sort(parts.begin(), parts.end(), [&](const part& a, const part& b) {
+    const group& ga = groups[a.group];
+    const group& gb = groups[b.group];
+    if (*ga.key != *gb.key) return *ga.key < *gb.key;
+    if (a.group != b.group) return a.group < b.group;
+    return a.sub.data_offset < b.sub.data_offset;
+  });
+  std::vector<std::uint64_t> offset(ranks.size(), 0);
+  auto file_index = [&](int r) {
+    if (L.file_of_rank[r] < 0) {
+      L.file_of_rank[r] = static_cast<int>(L.metadata.files.size());
+      L.metadata.files.push_back(file_record{data_file_name(r, save_id), r, 0});
+    }
+    return static_cast<std::uint32_t>(L.file_of_rank[r]);
+  };
+  for (const part& pt : parts) {
+    const group& g = groups[pt.group];
+    auto& rec = L.metadata.tensors.at(*g.key);
+    int r = pt.who.rank;
+    std::uint64_t n = static_cast<std::uint64_t>(pt.sub.region.volume()) * g.elem_size;
+    rec.chunks.push_back(chunk_record{pt.sub.region, extent{file_index(r), offset[r], n, {}}});
+    L.slots[r].push_back(write_slot{false, *g.key, rec.chunks.size() - 1, pt.who.leaf, pt.who.piece,
+                                    pt.sub.data_offset});
+    offset[r] += n;
+  }
+  for (int r = 0; r < world; ++r) {
+    for (std::size_t i = 0; i < ranks[r].objects.size(); ++i) {
+      const object_desc& o = ranks[r].objects[i];
       if (o.replica_id != 0) continue;
       std::string u = object_unique_key(o.key, o.global_offset, o.global_shape);
       L.metadata.objects[u] = object_record{o.key, o.global_shape, o.global_offset,
-                                            extent{file_index(), off, o.nbytes, {}}};
-      L.slots[r].push_back(write_slot{true, u, 0});
-      off += o.nbytes;
+                                            extent{file_index(r), offset[r], o.nbytes, {}}};
+      L.slots[r].push_back(write_slot{true, u, 0, i, 0, 0});
+      offset[r] += o.nbytes;
+      L.bytes_of_rank[r] += o.nbytes;
     }
-    if (L.file_of_rank[r] >= 0) L.metadata.files[L.file_of_rank[r]].nbytes = off;
+    if (L.file_of_rank[r] >= 0) L.metadata.files[L.file_of_rank[r]].nbytes = offset[r];
   }
   return L;
 }
