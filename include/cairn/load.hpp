@@ -2,11 +2,16 @@
 // of a checkpoint without a tree (common state, whole tensors).
 #pragma once
 
+#include <fnmatch.h>
+
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
+#include <functional>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -23,11 +28,37 @@
 namespace cairn {
 
 /// Options of `load`.
+/// How `load` treats keys that do not match the checkpoint, with the meanings of Megatron's
+/// StrictHandling. "Unexpected" keys are keys the tree asks for that the checkpoint lacks;
+/// "missing" keys are checkpoint keys no rank asked for (finding them costs one all-gather).
+enum class strict_mode {
+  assume_ok_unexpected,  ///< no check up front: loading an unexpected key fails (the default)
+  log_unexpected,        ///< log unexpected keys and skip them
+  log_all,               ///< log unexpected and missing keys; skip the unexpected ones
+  raise_unexpected,      ///< fail (before reading data) when a key is unexpected
+  raise_all,             ///< fail when a key is unexpected or missing
+  return_unexpected,     ///< skip unexpected keys and report them in load_stats
+  return_all,            ///< skip unexpected keys; report unexpected and missing keys
+  ignore_all,            ///< skip unexpected keys silently
+};
+
+/// Options of `load`.
 struct load_options {
   /// Threads each rank uses to read.
   int io_threads = 2;
   /// Load only the common values of the tree; tensors and objects are left untouched.
   bool common_only = false;
+  /// What to do about keys that do not match.
+  strict_mode strict = strict_mode::assume_ok_unexpected;
+  /// Renamed keys: tree key -> key in the checkpoint (load a checkpoint saved under old names).
+  std::map<std::string, std::string> key_mapping;
+  /// Globs over tree keys (`model.*`, `layer*.weight`, fnmatch syntax): matching leaves are
+  /// not loaded and keep their values.
+  std::vector<std::string> ignore_keys;
+  /// Called with this rank's tree keys (after ignore_keys); keys it removes are not loaded.
+  std::function<void(std::vector<std::string>& keys)> edit_keys;
+  /// Where the log_* modes write (one message per call); stderr when empty.
+  std::function<void(const std::string&)> log;
 };
 
 /// What one rank did during a load.
@@ -35,6 +66,8 @@ struct load_stats {
   std::uint64_t bytes_read = 0;    ///< bytes read from storage (whole checksum blocks)
   std::uint64_t bytes_needed = 0;  ///< bytes of the target that came from the checkpoint
   double seconds = 0;
+  std::vector<std::string> unexpected;  ///< tree keys not in the checkpoint (skipped)
+  std::vector<std::string> missing;     ///< checkpoint keys no rank asked for (*_all modes)
 };
 
 /// A whole tensor read from a checkpoint, owning its bytes (row-major, little-endian).
@@ -325,7 +358,133 @@ inline result<void> load_leaves_local(const leaf_list& leaves,
 }
 
 /// The non-template body of `load`.
-inline result<load_stats> load_leaves(const leaf_list& leaves,
+/// The key a leaf is known by in the tree (tensor key, object key, common path).
+inline const std::string& tree_key(const tensor_leaf& t) { return t.layout.key; }
+inline const std::string& tree_key(const object_leaf& o) { return o.key; }
+inline const std::string& tree_key(const common_leaf& c) { return c.path; }
+
+/// Applies ignore globs, the edit callback and key mapping; returns the leaves to load, with
+/// checkpoint keys in place of tree keys.
+inline leaf_list select_leaves(const leaf_list& leaves, const load_options& opt) {
+  std::vector<std::string> keys;
+  auto ignored = [&](const std::string& k) {
+    for (const auto& g : opt.ignore_keys)
+      if (::fnmatch(g.c_str(), k.c_str(), 0) == 0) return true;
+    return false;
+  };
+  auto collect = [&](const auto& list) {
+    for (const auto& l : list)
+      if (!ignored(tree_key(l))) keys.push_back(tree_key(l));
+  };
+  collect(leaves.tensors);
+  collect(leaves.objects);
+  collect(leaves.commons);
+  if (opt.edit_keys) opt.edit_keys(keys);
+  std::set<std::string> keep(keys.begin(), keys.end());
+  auto mapped = [&](const std::string& k) {
+    auto it = opt.key_mapping.find(k);
+    return it == opt.key_mapping.end() ? k : it->second;
+  };
+  leaf_list out;
+  out.keep_alive = leaves.keep_alive;
+  for (auto t : leaves.tensors)
+    if (keep.count(t.layout.key)) {
+      t.layout.key = mapped(t.layout.key);
+      out.tensors.push_back(std::move(t));
+    }
+  for (auto o : leaves.objects)
+    if (keep.count(o.key)) {
+      o.key = mapped(o.key);
+      out.objects.push_back(std::move(o));
+    }
+  for (auto c : leaves.commons)
+    if (keep.count(c.path)) {
+      c.path = mapped(c.path);
+      out.commons.push_back(std::move(c));
+    }
+  return out;
+}
+
+/// Checkpoint keys of every kind: tensor keys, object keys, common paths.
+inline std::set<std::string> checkpoint_keys(const checkpoint_metadata& m) {
+  std::set<std::string> keys;
+  for (const auto& [k, t] : m.tensors) keys.insert(k);
+  for (const auto& [u, o] : m.objects) keys.insert(o.key);
+  for (const auto& [k, c] : m.commons) keys.insert(k);
+  return keys;
+}
+
+/// Applies the strict mode: finds unexpected (and, for *_all modes, missing) keys, drops
+/// unexpected leaves, logs or fails as the mode says. Collective for the *_all modes.
+inline result<void> apply_strict(leaf_list& leaves,
+                                 const checkpoint_metadata& m,
+                                 comm_ref comm,
+                                 const load_options& opt,
+                                 load_stats& stats) {
+  using sm = strict_mode;
+  if (opt.strict == sm::assume_ok_unexpected) return ok();
+  std::set<std::string> saved = checkpoint_keys(m);
+  std::set<std::string> unexpected;
+  auto drop = [&](auto& list) {
+    std::erase_if(list, [&](const auto& l) {
+      if (saved.count(tree_key(l))) return false;
+      unexpected.insert(tree_key(l));
+      return true;
+    });
+  };
+  std::set<std::string> requested;
+  for (const auto& t : leaves.tensors) requested.insert(t.layout.key);
+  for (const auto& o : leaves.objects) requested.insert(o.key);
+  for (const auto& c : leaves.commons) requested.insert(c.path);
+  drop(leaves.tensors);
+  drop(leaves.objects);
+  drop(leaves.commons);
+  stats.unexpected.assign(unexpected.begin(), unexpected.end());
+  bool all =
+      opt.strict == sm::log_all || opt.strict == sm::raise_all || opt.strict == sm::return_all;
+  if (all) {
+    detail::binary_writer w;
+    w.u64(requested.size());
+    for (const auto& k : requested) w.str(k);
+    std::set<std::string> everyone;
+    for (const auto& b : comm.all_gather(w.data())) {
+      detail::binary_reader r(b);
+      for (std::uint64_t n = r.u64(); n > 0; --n) everyone.insert(r.str());
+    }
+    for (const auto& k : saved)
+      if (!everyone.count(k)) stats.missing.push_back(k);
+  }
+  auto joined = [](const std::vector<std::string>& v) {
+    std::string s;
+    for (std::size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + v[i];
+    return s;
+  };
+  if (opt.strict == sm::log_unexpected || opt.strict == sm::log_all) {
+    auto log = [&](const std::string& msg) {
+      if (opt.log)
+        opt.log(msg);
+      else
+        std::fprintf(stderr, "cairn: %s\n", msg.c_str());
+    };
+    if (!stats.unexpected.empty())
+      log("rank " + std::to_string(comm.rank()) +
+          ": keys not in the checkpoint (skipped): " + joined(stats.unexpected));
+    if (!stats.missing.empty() && comm.rank() == 0)
+      log("checkpoint keys nobody loads: " + joined(stats.missing));
+  }
+  if ((opt.strict == sm::raise_unexpected || opt.strict == sm::raise_all) &&
+      !stats.unexpected.empty())
+    return std::move(make_error(errc::not_found,
+                                "keys not in the checkpoint: " + joined(stats.unexpected)))
+        .with_key(stats.unexpected.front());
+  if (opt.strict == sm::raise_all && !stats.missing.empty())
+    return std::move(make_error(errc::not_found,
+                                "checkpoint keys nobody loads: " + joined(stats.missing)))
+        .with_key(stats.missing.front());
+  return ok();
+}
+
+inline result<load_stats> load_leaves(const leaf_list& tree_leaves,
                                       storage_ref st,
                                       comm_ref comm,
                                       const load_options& opt) {
@@ -333,9 +492,14 @@ inline result<load_stats> load_leaves(const leaf_list& leaves,
   load_stats stats;
   auto m = read_metadata_collective(st, comm);
   if (!m) return std::move(m).err();
+  leaf_list leaves = select_leaves(tree_leaves, opt);
   std::optional<error> failure;
+  if (auto s = apply_strict(leaves, *m, comm, opt, stats); !s)
+    failure = std::move(s).err().with_rank(comm.rank());
   try {
-    if (auto r = load_leaves_local(leaves, st, *m, opt, stats); !r)
+    if (failure) {
+      // reported below, after every rank has had its say
+    } else if (auto r = load_leaves_local(leaves, st, *m, opt, stats); !r)
       failure = std::move(r).err().with_rank(comm.rank());
   } catch (const exception& e) {
     failure = error(e.err()).with_rank(comm.rank());

@@ -1,0 +1,139 @@
+// Load options: strict handling modes, key mapping, ignore globs and the key callback.
+#include <doctest/doctest.h>
+
+#include "test_util.hpp"
+
+namespace {
+
+/// Saves {"model.w": [1,2,3,4], "model.b": [5,6], "optim.step": 7} from one rank.
+void save_reference(cairn::memory_storage& mem) {
+  cairn::single_communicator comm;
+  std::vector<float> w{1, 2, 3, 4}, b{5, 6};
+  cairn::state_dict sd;
+  sd.add("w", cairn::replicated("model.w", std::span(w), {4}, 0));
+  sd.add("b", cairn::replicated("model.b", std::span(b), {2}, 0));
+  sd.child("optim").add("step", std::int64_t{7});
+  cairn::save(sd, mem, comm);
+}
+
+/// A target that asks for model.w and an extra key model.extra, but not model.b.
+struct target {
+  std::vector<float> w = std::vector<float>(4, 0.0f), extra = std::vector<float>(3, -1.0f);
+  cairn::state_dict sd;
+  target() {
+    sd.add("w", cairn::replicated("model.w", std::span(w), {4}, 0));
+    sd.add("extra", cairn::replicated("model.extra", std::span(extra), {3}, 0));
+    sd.child("optim").add("step", std::int64_t{0});
+  }
+};
+
+cairn::load_options with(cairn::strict_mode m) {
+  cairn::load_options o;
+  o.strict = m;
+  o.log = [](const std::string&) {};
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("strict handling modes") {
+  cairn::memory_storage mem;
+  save_reference(mem);
+  cairn::single_communicator comm;
+  using sm = cairn::strict_mode;
+  {
+    target t;  // default: the unexpected key fails the load
+    auto r = cairn::try_load(t.sd, mem, comm);
+    REQUIRE(!r);
+    CHECK(r.err().key == "model.extra");
+  }
+  for (sm m : {sm::raise_unexpected, sm::raise_all}) {
+    target t;
+    auto r = cairn::try_load(t.sd, mem, comm, with(m));
+    REQUIRE(!r);
+    CHECK(r.err().describe().find("model.extra") != std::string::npos);
+    CHECK(t.w[0] == 0.0f);  // nothing read
+  }
+  for (sm m :
+       {sm::log_unexpected, sm::log_all, sm::return_unexpected, sm::return_all, sm::ignore_all}) {
+    target t;
+    std::vector<std::string> logged;
+    auto o = with(m);
+    o.log = [&](const std::string& s) { logged.push_back(s); };
+    auto stats = cairn::load(t.sd, mem, comm, o);
+    CHECK(t.w == std::vector<float>{1, 2, 3, 4});
+    CHECK(t.extra == std::vector<float>(3, -1.0f));  // skipped, untouched
+    CHECK(stats.unexpected == std::vector<std::string>{"model.extra"});
+    bool all = m == sm::log_all || m == sm::return_all;
+    CHECK(stats.missing ==
+          (all ? std::vector<std::string>{"model.b"} : std::vector<std::string>{}));
+    bool logs = m == sm::log_unexpected || m == sm::log_all;
+    CHECK(logged.size() == (logs ? (all ? 2u : 1u) : 0u));
+  }
+  {
+    // raise_all also fails on missing keys alone.
+    std::vector<float> w(4);
+    cairn::state_dict sd;
+    sd.add("w", cairn::replicated("model.w", std::span(w), {4}, 0));
+    auto r = cairn::try_load(sd, mem, comm, with(sm::raise_all));
+    REQUIRE(!r);
+    CHECK(r.err().describe().find("model.b") != std::string::npos);
+  }
+}
+
+TEST_CASE("missing keys are computed across ranks") {
+  cairn::memory_storage mem;
+  save_reference(mem);
+  std::vector<std::vector<std::string>> missing(2);
+  cairn::run_ranks(2, [&](cairn::thread_communicator& comm) {
+    std::vector<float> w(4), b(2);
+    cairn::state_dict sd;
+    if (comm.rank() == 0)
+      sd.add("w", cairn::replicated("model.w", std::span(w), {4}, 0));
+    else
+      sd.add("b", cairn::replicated("model.b", std::span(b), {2}, 0));
+    missing[comm.rank()] = cairn::load(sd, mem, comm, with(cairn::strict_mode::return_all)).missing;
+  });
+  CHECK(missing[0] == std::vector<std::string>{"optim.step"});
+  CHECK(missing[1] == missing[0]);
+}
+
+TEST_CASE("key mapping loads a checkpoint saved under old names") {
+  cairn::memory_storage mem;
+  save_reference(mem);
+  cairn::single_communicator comm;
+  std::vector<float> w(4);
+  cairn::state_dict sd;
+  sd.add("w", cairn::replicated("decoder.weight", std::span(w), {4}, 0));
+  sd.add("steps", std::int64_t{0});
+  cairn::load_options o;
+  o.key_mapping = {{"decoder.weight", "model.w"}, {"steps", "optim.step"}};
+  cairn::load(sd, mem, comm, o);
+  CHECK(w == std::vector<float>{1, 2, 3, 4});
+  CHECK(std::get<cairn::common_value>(*sd.find("steps")).as<std::int64_t>() == 7);
+}
+
+TEST_CASE("ignore globs and the key callback skip leaves") {
+  cairn::memory_storage mem;
+  save_reference(mem);
+  cairn::single_communicator comm;
+  {
+    target t;
+    cairn::load_options o;
+    o.ignore_keys = {"model.ex*"};
+    cairn::load(t.sd, mem, comm, o);
+    CHECK(t.w[3] == 4.0f);
+    CHECK(t.extra[0] == -1.0f);
+  }
+  {
+    target t;
+    cairn::load_options o;
+    o.edit_keys = [](std::vector<std::string>& keys) {
+      std::erase(keys, "model.extra");
+      std::erase(keys, "model.w");
+    };
+    cairn::load(t.sd, mem, comm, o);
+    CHECK(t.w[0] == 0.0f);  // removed by the callback
+    CHECK(std::get<cairn::common_value>(*t.sd.child("optim").find("step")).as<std::int64_t>() == 7);
+  }
+}
