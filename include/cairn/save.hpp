@@ -23,6 +23,35 @@
 
 namespace cairn {
 
+namespace detail {
+struct plan_cache_access;
+}  // namespace detail
+
+/// Remembers the plan of the last save made with it. A later save whose tree structure and
+/// sharding are unchanged on every rank reuses the plan: the ranks exchange a few bytes (a
+/// hash of their structure and of their common values) instead of every leaf's description,
+/// and skip planning and validation. Use one cache per checkpoint series (not shared between
+/// communicators); it is not thread-safe.
+class save_plan_cache {
+ public:
+  /// Saves that reused the cached plan.
+  std::size_t hits() const noexcept { return hits_; }
+  /// Saves that had to plan from scratch.
+  std::size_t misses() const noexcept { return misses_; }
+  /// Forgets the plan.
+  void clear() noexcept { valid_ = false; }
+
+ private:
+  friend struct detail::plan_cache_access;
+  bool valid_ = false;
+  int world_ = 0;
+  std::uint64_t block_size_ = 0, balance_min_bytes_ = 0;
+  bool validated_ = false;
+  std::vector<std::uint64_t> structure_;  // per rank
+  save_layout layout_;
+  std::size_t hits_ = 0, misses_ = 0;
+};
+
 /// Options of `save`.
 struct save_options {
   /// Replace a committed checkpoint in the same place. The old one stays loadable until the
@@ -37,6 +66,8 @@ struct save_options {
   std::uint64_t balance_min_bytes = std::uint64_t{64} << 10;
   /// Check across ranks that shards tile each tensor exactly and common values agree.
   bool validate_access_integrity = true;
+  /// Reuse the plan of the previous save made with this cache when nothing changed.
+  save_plan_cache* plan_cache = nullptr;
   /// A string map saved with the checkpoint, readable alone with `read_content_metadata`.
   std::map<std::string, std::string> content_metadata;
 };
@@ -47,6 +78,7 @@ struct save_stats {
   std::uint64_t bytes_written = 0;            ///< data bytes this rank wrote
   std::size_t chunks_written = 0;             ///< tensor chunks and objects this rank wrote
   std::vector<std::uint64_t> bytes_per_rank;  ///< data bytes every rank wrote (the plan)
+  bool plan_reused = false;                   ///< the plan came from the save_plan_cache
   double seconds = 0;
 };
 
@@ -145,6 +177,52 @@ inline void remove_unreferenced(storage_ref st, const checkpoint_metadata& m) {
   }
 }
 
+/// A hash of what a rank's description says about structure and sharding (not its status,
+/// save id or common values).
+inline std::uint64_t structure_hash(const rank_desc& d) {
+  rank_desc s;
+  s.tensors = d.tensors;
+  s.objects = d.objects;
+  for (const auto& c : d.commons) s.commons.push_back(common_desc{c.path, 0});
+  return checksum(encode(s));
+}
+
+/// Gives a cached layout the file names of a new save id.
+inline void rename_save(save_layout& layout, const std::string& save_id) {
+  layout.metadata.save_id = save_id;
+  for (auto& f : layout.metadata.files) f.name = data_file_name(f.rank, save_id);
+}
+
+/// save_leaves' access to save_plan_cache.
+struct plan_cache_access {
+  static bool usable(const save_plan_cache& c, int world, const save_options& o) {
+    return c.valid_ && c.world_ == world && c.block_size_ == o.block_size &&
+           c.balance_min_bytes_ == o.balance_min_bytes &&
+           (c.validated_ || !o.validate_access_integrity);
+  }
+  static const std::vector<std::uint64_t>& structure(const save_plan_cache& c) {
+    return c.structure_;
+  }
+  static save_layout hit(save_plan_cache& c) {
+    ++c.hits_;
+    return c.layout_;
+  }
+  static void store(save_plan_cache& c,
+                    int world,
+                    const save_options& o,
+                    std::vector<std::uint64_t> structure,
+                    const save_layout& layout) {
+    ++c.misses_;
+    c.valid_ = true;
+    c.world_ = world;
+    c.block_size_ = o.block_size;
+    c.balance_min_bytes_ = o.balance_min_bytes;
+    c.validated_ = o.validate_access_integrity;
+    c.structure_ = std::move(structure);
+    c.layout_ = layout;
+  }
+};
+
 /// The non-template body of `save`: plan across ranks, write, commit.
 inline result<save_stats> save_leaves(const leaf_list& leaves,
                                       storage_ref st,
@@ -209,20 +287,56 @@ inline result<save_stats> save_leaves(const leaf_list& leaves,
     me.failure = e.err();
   }
 
-  // 2. Gather every rank's description; everyone plans the same layout.
+  // 2. Agree on the plan. With a warm plan cache, ranks exchange only hashes; otherwise every
+  // rank's description, and everyone plans the same layout.
+  std::uint64_t structure = structure_hash(me);
+  std::uint64_t commons_digest = 0;
+  for (const auto& c : me.commons) commons_digest = commons_digest * 1099511628211ull ^ c.hash;
+  std::optional<save_layout> cached;
+  bool exists_at_root = false;
+  std::string save_id;
+  save_plan_cache* cache = opt.plan_cache;
+  if (cache && plan_cache_access::usable(*cache, comm.size(), opt)) {
+    binary_writer w;
+    put_error(w, me.failure);
+    w.u8(me.checkpoint_exists);
+    w.str(me.save_id);
+    w.u64(structure);
+    w.u64(commons_digest);
+    std::vector<std::optional<error>> st0;
+    bool same = true;
+    std::uint64_t digest0 = 0;
+    auto msgs = comm.all_gather(w.data());
+    for (std::size_t r = 0; r < msgs.size(); ++r) {
+      binary_reader rd(msgs[r]);
+      st0.push_back(get_error(rd));
+      bool ex = rd.u8();
+      std::string id = rd.str();
+      std::uint64_t h = rd.u64(), d = rd.u64();
+      if (r == 0) exists_at_root = ex, save_id = id, digest0 = d;
+      same = same && h == plan_cache_access::structure(*cache)[r] &&
+             (!opt.validate_access_integrity || d == digest0);
+    }
+    if (auto f = first_failure(st0)) return std::move(*f);
+    if (same) cached = plan_cache_access::hit(*cache);
+  }
   std::vector<rank_desc> all;
-  for (const auto& b : comm.all_gather(encode(me))) all.push_back(decode_rank_desc(b));
-  {
+  if (!cached) {
+    for (const auto& b : comm.all_gather(encode(me))) all.push_back(decode_rank_desc(b));
     std::vector<std::optional<error>> st0;
     for (const auto& d : all) st0.push_back(d.failure);
     if (auto f = first_failure(st0)) return std::move(*f);
+    exists_at_root = all[0].checkpoint_exists;
+    save_id = all[0].save_id;
   }
-  if (all[0].checkpoint_exists && !opt.overwrite)
+  if (exists_at_root && !opt.overwrite)
     return std::move(make_error(errc::already_exists,
                                 "a committed checkpoint already exists here; pass "
                                 "save_options{.overwrite = true} to replace it"))
         .with_file(st.describe(metadata_name));
-  if (opt.validate_access_integrity) {
+  if (cached) {
+    // validated when it was planned; common values were compared through their digests
+  } else if (opt.validate_access_integrity) {
     if (auto v = validate_integrity(all); !v) return std::move(v).err();
   } else {
     // Even unvalidated, two ranks must not both write one object: one record would be lost.
@@ -239,9 +353,20 @@ inline result<save_stats> save_leaves(const leaf_list& leaves,
                                                              " and rank " + std::to_string(r)))
                 .with_key(o.key);
   }
-  const std::string save_id = all[0].save_id;
   stats.save_id = save_id;
-  save_layout layout = plan_save(all, save_id, opt.block_size, opt.balance_min_bytes);
+  save_layout layout;
+  if (cached) {
+    layout = std::move(*cached);
+    rename_save(layout, save_id);
+    stats.plan_reused = true;
+  } else {
+    layout = plan_save(all, save_id, opt.block_size, opt.balance_min_bytes);
+    if (cache) {
+      std::vector<std::uint64_t> per_rank;
+      for (const auto& d : all) per_rank.push_back(structure_hash(d));
+      plan_cache_access::store(*cache, comm.size(), opt, std::move(per_rank), layout);
+    }
+  }
   stats.bytes_per_rank = layout.bytes_of_rank;
 
   // 3. Write this rank's data file (and rank 0's common state).
