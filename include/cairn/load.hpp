@@ -387,6 +387,7 @@ inline leaf_list select_leaves(const leaf_list& leaves, const load_options& opt)
   };
   leaf_list out;
   out.keep_alive = leaves.keep_alive;
+  out.after_load = leaves.after_load;
   for (auto t : leaves.tensors)
     if (keep.count(t.layout.key)) {
       t.layout.key = mapped(t.layout.key);
@@ -499,8 +500,15 @@ inline result<load_stats> load_leaves(const leaf_list& tree_leaves,
   try {
     if (failure) {
       // reported below, after every rank has had its say
-    } else if (auto r = load_leaves_local(leaves, st, *m, opt, stats); !r)
+    } else if (auto r = load_leaves_local(leaves, st, *m, opt, stats); !r) {
       failure = std::move(r).err().with_rank(comm.rank());
+    } else if (!opt.common_only) {
+      for (const auto& merge : leaves.after_load)
+        if (auto mr = merge(); !mr) {
+          failure = std::move(mr).err().with_rank(comm.rank());
+          break;
+        }
+    }
   } catch (const exception& e) {
     failure = error(e.err()).with_rank(comm.rank());
   }

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <random>
 #include <string>
@@ -66,6 +67,10 @@ struct save_options {
   std::uint64_t balance_min_bytes = std::uint64_t{64} << 10;
   /// Check across ranks that shards tile each tensor exactly and common values agree.
   bool validate_access_integrity = true;
+  /// Edits a copy of this rank's common values (by path) before they are compared across
+  /// ranks (Megatron's preprocess_common_before_consistancy_check): drop or normalize values
+  /// that may legitimately differ. What is saved is rank 0's unedited values.
+  std::function<void(std::map<std::string, common_value>&)> preprocess_common;
   /// Reuse the plan of the previous save made with this cache when nothing changed.
   save_plan_cache* plan_cache = nullptr;
   /// A string map saved with the checkpoint, readable alone with `read_content_metadata`.
@@ -272,10 +277,13 @@ inline result<save_stats> save_leaves(const leaf_list& leaves,
           object_desc{o.key, o.global_shape, o.global_offset, o.replica_id, b.size()});
       object_bytes.push_back(std::move(b));
     }
-    for (const auto& c : leaves.commons) {
-      common_value v = c.encode(c.value);
-      me.commons.push_back(common_desc{c.path, common_hash(v)});
-      commons.emplace_back(c.path, std::move(v));
+    for (const auto& c : leaves.commons) commons.emplace_back(c.path, c.encode(c.value));
+    if (opt.preprocess_common) {
+      std::map<std::string, common_value> check(commons.begin(), commons.end());
+      opt.preprocess_common(check);
+      for (const auto& [path, v] : check) me.commons.push_back(common_desc{path, common_hash(v)});
+    } else {
+      for (const auto& [path, v] : commons) me.commons.push_back(common_desc{path, common_hash(v)});
     }
     if (rank == 0) {
       auto ex = st.exists(metadata_name);

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -47,8 +48,11 @@ struct leaf_list {
   std::vector<tensor_leaf> tensors;
   std::vector<object_leaf> objects;
   std::vector<common_leaf> commons;
-  /// Views made by `adapter<T>::view` that leaves point into; kept alive with the list.
+  /// Views made by `adapter<T>::view` and trees built by factories that leaves point into;
+  /// kept alive with the list.
   std::vector<std::shared_ptr<void>> keep_alive;
+  /// Run in order after a successful load (factories' merge functions).
+  std::vector<std::function<result<void>()>> after_load;
 };
 
 }  // namespace cairn

@@ -3,8 +3,10 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -92,12 +94,39 @@ class state_dict {
   std::size_t size() const noexcept { return entries_.size(); }
   bool empty() const noexcept { return entries_.empty(); }
 
+  /// Memory owned by this state_dict (zero-initialized), for leaves that need a buffer of
+  /// their own, e.g. the parts a `factory` builds. Stays valid as long as the state_dict.
+  template <class T>
+  std::span<T> allocate(std::size_t count) {
+    auto buf = std::make_shared<std::vector<T>>(count);
+    std::span<T> view(*buf);
+    owned_.push_back(std::move(buf));
+    return view;
+  }
+
  private:
   state_dict_entry& set(std::string name, state_dict_entry e) {
     auto [it, inserted] = entries_.insert_or_assign(std::move(name), std::move(e));
     return it->second;
   }
   std::map<std::string, state_dict_entry, std::less<>> entries_;
+  std::vector<std::shared_ptr<void>> owned_;
+};
+
+/// A leaf that expands into other leaves when saved and loaded, and is merged back after a
+/// load (Megatron's ShardedTensorFactory). `build` returns the leaves to save or load in its
+/// place (visited under the factory's path); after a successful load, `merge` receives those
+/// leaves, now filled, and writes the result into the user's data. Nothing extra goes to disk.
+///
+///     // a fused QKV weight saved as three tensors
+///     cairn::factory qkv{
+///         [&] { cairn::state_dict d; /* q, k, v views of the fused buffer */ return d; },
+///         [&](cairn::state_dict& d) { /* copy back if the views were copies */ return cairn::ok();
+///         }};
+struct factory {
+  std::function<state_dict()> build;
+  std::function<result<void>(state_dict&)>
+      merge;  ///< may be empty when build's leaves view the data
 };
 
 }  // namespace cairn

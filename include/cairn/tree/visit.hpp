@@ -80,8 +80,9 @@ concept has_fields = requires {
 template <class T>
 inline constexpr bool directly_visitable =
     is_sharded_tensor<T>::value || is_sharded_object<T>::value || is_non_persistent<T>::value ||
-    std::is_same_v<T, state_dict> || has_adapter<T> || common_type<T> || is_string_map<T>::value ||
-    is_sequence<T>::value || is_tuple<T>::value || is_optional<T>::value || has_fields<T>;
+    std::is_same_v<T, state_dict> || std::is_same_v<T, factory> || has_adapter<T> ||
+    common_type<T> || is_string_map<T>::value || is_sequence<T>::value || is_tuple<T>::value ||
+    is_optional<T>::value || has_fields<T>;
 
 inline std::string join_path(const std::string& parent, std::string_view name) {
   if (parent.empty()) return std::string(name);
@@ -143,6 +144,14 @@ struct flattener {
       out.objects.push_back(std::move(leaf));
     } else if constexpr (is_non_persistent<T>::value) {
       // Never saved, never loaded.
+    } else if constexpr (std::is_same_v<T, factory>) {
+      if (!v.build) return;
+      auto built = std::make_shared<state_dict>(v.build());
+      out.keep_alive.push_back(built);
+      visit_checked(*built, path);
+      if (v.merge)
+        out.after_load.push_back(
+            [built, merge = v.merge]() -> result<void> { return merge(*built); });
     } else if constexpr (std::is_same_v<T, state_dict>) {
       for (auto& [name, entry] : v.entries()) {
         std::string p = join_path(path, name);

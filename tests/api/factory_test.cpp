@@ -1,0 +1,77 @@
+// Factories (a leaf saved as several leaves and merged back) and the common-state hook.
+#include <doctest/doctest.h>
+
+#include "test_util.hpp"
+
+namespace {
+
+/// A fused [3*d] QKV vector per rank, saved as three tensors q, k, v split over ranks.
+struct fused_state {
+  std::vector<float> qkv;
+  cairn::factory parts;
+  static constexpr auto fields = cairn::field_names("", "attn");
+};
+
+void make(fused_state& s, int rank, int world, int d, float seed) {
+  s.qkv.resize(3 * d);
+  for (int i = 0; i < 3 * d; ++i) s.qkv[i] = seed + static_cast<float>(rank * 100 + i);
+  s.parts.build = [&s, rank, world, d] {
+    cairn::state_dict sd;
+    const char* names[] = {"q", "k", "v"};
+    for (int p = 0; p < 3; ++p) {
+      // Each part is a copy in memory the built state_dict owns.
+      auto buf = sd.allocate<float>(d);
+      std::copy(s.qkv.begin() + p * d, s.qkv.begin() + (p + 1) * d, buf.begin());
+      sd.add(names[p], cairn::from_rank_offsets(std::string("attn.") + names[p], buf, {d},
+                                                {{0, rank, world}}));
+    }
+    return sd;
+  };
+  s.parts.merge = [&s, d](cairn::state_dict& sd) -> cairn::result<void> {
+    const char* names[] = {"q", "k", "v"};
+    for (int p = 0; p < 3; ++p) {
+      auto& t = std::get<cairn::sharded_tensor<>>(*sd.find(names[p]));
+      std::memcpy(s.qkv.data() + p * d, t.data.data(), t.data.size());
+    }
+    return cairn::ok();
+  };
+}
+
+}  // namespace
+
+TEST_CASE("a factory saves a fused tensor as parts and merges them back on load") {
+  cairn::memory_storage mem;
+  cairn::run_ranks(2, [&](cairn::thread_communicator& comm) {
+    fused_state s;
+    make(s, comm.rank(), 2, 4, 1.0f);
+    cairn::save(s, mem, comm);
+  });
+  auto m = cairn::read_metadata(mem).value();
+  CHECK(m.tensors.count("attn.q") == 1);
+  CHECK(m.tensors.at("attn.k").global_shape == cairn::shape{8});
+  cairn::run_ranks(2, [&](cairn::thread_communicator& comm) {
+    fused_state s;
+    make(s, comm.rank(), 2, 4, 0.0f);
+    std::fill(s.qkv.begin(), s.qkv.end(), -1.0f);
+    cairn::load(s, mem, comm);
+    for (int i = 0; i < 12; ++i)
+      CHECK(s.qkv[i] == 1.0f + static_cast<float>(comm.rank() * 100 + i));
+  });
+}
+
+TEST_CASE("preprocess_common drops values that may differ before the cross-rank check") {
+  cairn::memory_storage mem;
+  cairn::run_ranks(2, [&](cairn::thread_communicator& comm) {
+    cairn::state_dict sd;
+    sd.add("step", std::int64_t{5});
+    sd.add("hostname", std::string("node") + std::to_string(comm.rank()));
+    auto r = cairn::try_save(sd, mem, comm);
+    CHECK(!r);
+    cairn::save_options o;
+    o.preprocess_common = [](std::map<std::string, cairn::common_value>& c) {
+      c.erase("hostname");
+    };
+    cairn::save(sd, mem, comm, o);
+  });
+  CHECK(cairn::load_common(mem).value().at("hostname").as<std::string>() == "node0");
+}
