@@ -37,11 +37,16 @@ struct rank_state {
   cairn::state_dict sd;
 };
 
+/// Rank `rank`'s shard of every tensor. Cell c of a grid is held by ranks c, c + cells, ...;
+/// with `flatten`, those holders each hold a flat slice of the cell's block (a distributed
+/// optimizer's layout), otherwise the first holder is the main copy and the rest replicas.
 void build_rank(rank_state& rs,
                 const std::vector<tensor_spec>& specs,
                 const std::vector<grid>& grids,
                 int rank,
-                bool fill) {
+                int world,
+                bool fill,
+                bool flatten = false) {
   rs.buffers.resize(specs.size());
   for (std::size_t i = 0; i < specs.size(); ++i) {
     const auto& s = specs[i];
@@ -49,9 +54,9 @@ void build_rank(rank_state& rs,
     std::int64_t cell = rank % cells;
     int replica = rank < cells ? 0 : rank / static_cast<int>(cells);
     cairn::box b = grids[i].cell(cell);
-    std::size_t es = cairn::dtype_size(s.type);
-    rs.buffers[i].assign(static_cast<std::size_t>(b.volume()) * es, std::byte{0x5a});
-    if (fill) fill_block(s.key, s.type, s.global, b, rs.buffers[i].data());
+    std::int64_t es = static_cast<std::int64_t>(cairn::dtype_size(s.type));
+    std::vector<std::byte> whole(static_cast<std::size_t>(b.volume() * es), std::byte{0x5a});
+    if (fill) fill_block(s.key, s.type, s.global, b, whole.data());
     cairn::sharded_tensor<> t;
     t.key = s.key;
     t.type = s.type;
@@ -59,6 +64,16 @@ void build_rank(rank_state& rs,
     t.global_shape = s.global;
     t.global_offset = b.offset;
     t.replica_id = replica;
+    if (flatten) {
+      std::int64_t holders = (world - cell + cells - 1) / cells;  // ranks holding this cell
+      std::int64_t v = b.volume();
+      std::int64_t lo = v * replica / holders, hi = v * (replica + 1) / holders;
+      t.flattened_range = cairn::flat_range{lo, hi};
+      t.replica_id = 0;
+      rs.buffers[i].assign(whole.begin() + lo * es, whole.begin() + hi * es);
+    } else {
+      rs.buffers[i] = std::move(whole);
+    }
     t.data = rs.buffers[i];
     rs.sd.add(s.key, t);
   }
@@ -66,12 +81,13 @@ void build_rank(rank_state& rs,
 
 }  // namespace
 
-TEST_CASE("random block shardings saved on N ranks load on M ranks element-exactly") {
+TEST_CASE("random shardings (block, uneven, replicated, flattened) saved on N ranks load on M") {
   std::mt19937 rng(20261122);
   int combos = 0;
   for (int n = 1; n <= 8; ++n) {
     for (int m = 1; m <= 8; ++m) {
-      for (int trial = 0; trial < 2; ++trial) {
+      for (int trial = 0; trial < 3; ++trial) {
+        bool flat_save = trial == 1, flat_load = trial == 2;
         auto specs = random_specs(rng, 1 + static_cast<int>(rng() % 4));
         std::vector<grid> save_grids, load_grids;
         for (const auto& s : specs) {
@@ -83,20 +99,25 @@ TEST_CASE("random block shardings saved on N ranks load on M ranks element-exact
         so.block_size = 16 + rng() % 64;  // small blocks: partial reads cross many blocks
         cairn::run_ranks(n, [&](cairn::thread_communicator& comm) {
           rank_state rs;
-          build_rank(rs, specs, save_grids, comm.rank(), true);
+          build_rank(rs, specs, save_grids, comm.rank(), n, true, flat_save);
           cairn::save(rs.sd, mem, comm, so);
         });
         std::mutex mu;
         std::vector<std::string> failures;
         cairn::run_ranks(m, [&](cairn::thread_communicator& comm) {
           rank_state rs;
-          build_rank(rs, specs, load_grids, comm.rank(), false);
+          build_rank(rs, specs, load_grids, comm.rank(), m, false, flat_load);
           auto stats = cairn::load(rs.sd, mem, comm);
           for (std::size_t i = 0; i < specs.size(); ++i) {
             std::int64_t cells = load_grids[i].cells();
             cairn::box b = load_grids[i].cell(comm.rank() % cells);
-            std::vector<std::byte> want(rs.buffers[i].size());
+            std::int64_t es = static_cast<std::int64_t>(cairn::dtype_size(specs[i].type));
+            std::vector<std::byte> want(static_cast<std::size_t>(b.volume() * es));
             fill_block(specs[i].key, specs[i].type, specs[i].global, b, want.data());
+            const auto& t = std::get<cairn::sharded_tensor<>>(*rs.sd.find(specs[i].key));
+            if (t.flattened_range)
+              want = std::vector<std::byte>(want.begin() + t.flattened_range->begin * es,
+                                            want.begin() + t.flattened_range->end * es);
             if (want != rs.buffers[i]) {
               std::lock_guard lk(mu);
               failures.push_back(specs[i].key + " on rank " + std::to_string(comm.rank()) +
@@ -112,7 +133,7 @@ TEST_CASE("random block shardings saved on N ranks load on M ranks element-exact
       }
     }
   }
-  CHECK(combos == 128);
+  CHECK(combos == 192);
 }
 
 TEST_CASE("each rank reads only the checksum blocks it needs") {
@@ -127,13 +148,13 @@ TEST_CASE("each rank reads only the checksum blocks it needs") {
   std::vector<tensor_spec> specs{{"w", cairn::dtype::f32, global}};
   cairn::run_ranks(4, [&](cairn::thread_communicator& comm) {
     rank_state rs;
-    build_rank(rs, specs, {save_grid}, comm.rank(), true);
+    build_rank(rs, specs, {save_grid}, comm.rank(), 4, true);
     cairn::save(rs.sd, mem, comm, so);
   });
   std::vector<cairn::load_stats> stats(2);
   cairn::run_ranks(2, [&](cairn::thread_communicator& comm) {
     rank_state rs;
-    build_rank(rs, specs, {load_grid}, comm.rank(), false);
+    build_rank(rs, specs, {load_grid}, comm.rank(), 2, false);
     stats[comm.rank()] = cairn::load(rs.sd, mem, comm);
   });
   for (const auto& s : stats) {
@@ -146,13 +167,13 @@ TEST_CASE("each rank reads only the checksum blocks it needs") {
   so.block_size = 128;
   cairn::run_ranks(4, [&](cairn::thread_communicator& comm) {
     rank_state rs;
-    build_rank(rs, specs, {save_grid}, comm.rank(), true);
+    build_rank(rs, specs, {save_grid}, comm.rank(), 4, true);
     cairn::save(rs.sd, mem2, comm, so);
   });
   grid col_grid{{{0, 64}, {0, 32, 64}}};
   cairn::run_ranks(2, [&](cairn::thread_communicator& comm) {
     rank_state rs;
-    build_rank(rs, specs, {col_grid}, comm.rank(), false);
+    build_rank(rs, specs, {col_grid}, comm.rank(), 2, false);
     stats[comm.rank()] = cairn::load(rs.sd, mem2, comm);
     std::vector<std::byte> want(rs.buffers[0].size());
     fill_block("w", cairn::dtype::f32, global, col_grid.cell(comm.rank()), want.data());
@@ -180,7 +201,7 @@ TEST_CASE("replicated tensors are written by all their holders in equal shares")
     std::vector<std::uint64_t> per_rank;
     cairn::run_ranks(4, [&](cairn::thread_communicator& comm) {
       rank_state rs;
-      build_rank(rs, specs, grids, comm.rank(), true);  // rank r > 0 holds replicas
+      build_rank(rs, specs, grids, comm.rank(), 4, true);  // rank r > 0 holds replicas
       auto stats = cairn::save(rs.sd, mem, comm, so);
       if (comm.rank() == 0) per_rank = stats.bytes_per_rank;
       CHECK(stats.bytes_written == stats.bytes_per_rank[comm.rank()]);
@@ -200,7 +221,7 @@ TEST_CASE("replicated tensors are written by all their holders in equal shares")
     for (const auto& s : specs) load_grids.push_back(random_grid(rng, s.global, 3));
     cairn::run_ranks(3, [&](cairn::thread_communicator& comm) {
       rank_state rs;
-      build_rank(rs, specs, load_grids, comm.rank(), false);
+      build_rank(rs, specs, load_grids, comm.rank(), 3, false);
       cairn::load(rs.sd, mem, comm);
       for (std::size_t i = 0; i < specs.size(); ++i) {
         std::vector<std::byte> want(rs.buffers[i].size());
@@ -210,4 +231,42 @@ TEST_CASE("replicated tensors are written by all their holders in equal shares")
       }
     });
   }
+}
+
+TEST_CASE("per-layer tensors with a prepended layer axis load as one stacked tensor") {
+  cairn::memory_storage mem;
+  cairn::shape global{3, 4, 6};
+  cairn::run_ranks(3, [&](cairn::thread_communicator& comm) {
+    std::vector<float> layer(4 * 6);  // this rank's layer, without the layer axis
+    cairn::box b{{comm.rank(), 0, 0}, {1, 4, 6}};
+    fill_block("stack", cairn::dtype::f32, global, b, reinterpret_cast<std::byte*>(layer.data()));
+    cairn::state_dict sd;
+    sd.add("w", cairn::from_rank_offsets("stack", std::span(layer), {4, 6}, {{0, comm.rank(), 3}},
+                                         0, /*prepend_axis_num=*/1));
+    cairn::save(sd, mem, comm);
+  });
+  cairn::run_ranks(2, [&](cairn::thread_communicator& comm) {
+    std::vector<float> part(3 * 2 * 6);
+    cairn::state_dict sd;
+    sd.add("w",
+           cairn::from_rank_offsets("stack", std::span(part), {3, 2, 6}, {{1, comm.rank(), 2}}));
+    cairn::load(sd, mem, comm);
+    std::vector<float> want(part.size());
+    fill_block("stack", cairn::dtype::f32, global, cairn::box{{0, 2 * comm.rank(), 0}, {3, 2, 6}},
+               reinterpret_cast<std::byte*>(want.data()));
+    CHECK(std::memcmp(want.data(), part.data(), part.size() * 4) == 0);
+  });
+  // ... and back into per-layer shards of another split (layer axis prepended, rows split).
+  cairn::run_ranks(2, [&](cairn::thread_communicator& comm) {
+    std::vector<float> rows(2 * 6);
+    cairn::state_dict sd;
+    auto t = cairn::from_rank_offsets("stack", std::span(rows), {2, 6},
+                                      {{0, 2, 3}, {1, comm.rank(), 2}}, 0, 1);
+    sd.add("w", t);
+    cairn::load(sd, mem, comm);
+    std::vector<float> want(rows.size());
+    fill_block("stack", cairn::dtype::f32, global, cairn::box{{2, 2 * comm.rank(), 0}, {1, 2, 6}},
+               reinterpret_cast<std::byte*>(want.data()));
+    CHECK(std::memcmp(want.data(), rows.data(), rows.size() * 4) == 0);
+  });
 }
