@@ -1,247 +1,48 @@
-// train_resume: a reference integration of cairn in a (tiny) tensor-parallel trainer.
+// train_resume: a reference integration of cairn in a (tiny) tensor-parallel trainer, on
+// in-process thread ranks (train_resume_mpi is the same under mpirun).
 //
-// A linear model y = W x (W is [rows, cols], f32) is trained with Adam on 4 ranks. W and the
-// Adam moments are split by rows across ranks (tensor parallel); the step counter and the
-// hyper-parameters are common values. The run saves every few steps into DIR/step_NNNNNN,
-// is "interrupted" part-way, resumes from the last checkpoint on 2 ranks and on 3 ranks
-// (uneven row blocks), finishes, and compares the final weights with an uninterrupted 4-rank
-// run. It prints one line per resume: "resume 4 -> 2: match" (or MISMATCH and exits 1).
+// The model (tiny_trainer.hpp) trains on 4 ranks and saves every few steps into
+// DIR/step_NNNNNN; the run is "interrupted" part-way, resumes from the last checkpoint on 2
+// ranks and on 3 ranks (uneven row blocks), finishes, and compares the final weights with an
+// uninterrupted 4-rank run. It prints one line per resume: "resume 4 -> 2: match" (or
+// MISMATCH and exits 1).
 //
 //   train_resume [--dir DIR] [--steps N] [--interrupt-at N] [--save-every N]
-#include <cmath>
-#include <cstdio>
-#include <cstdlib>
-#include <filesystem>
-#include <mutex>
-#include <string>
-#include <vector>
-
-#include "cairn/cairn.hpp"
-
-namespace {
-
-constexpr std::int64_t rows = 24;  // output features (split over ranks)
-constexpr std::int64_t cols = 16;  // input features
-constexpr int batch = 8;
-
-/// The rows [begin, end) of the weight matrix that one rank owns.
-struct row_block {
-  std::int64_t begin, end;
-  std::int64_t size() const { return end - begin; }
-};
-
-/// Rank r of n owns an even share of the rows; the first rows % n ranks get one more.
-row_block rows_of(int rank, int world) {
-  std::int64_t base = rows / world, extra = rows % world;
-  std::int64_t begin = rank * base + std::min<std::int64_t>(rank, extra);
-  return {begin, begin + base + (rank < extra ? 1 : 0)};
-}
-
-/// Adam hyper-parameters: common values, identical on every rank.
-struct adam_config {
-  double lr = 0.05, beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
-  static constexpr auto fields = cairn::field_names("lr", "beta1", "beta2", "eps");
-};
-
-/// Everything a rank checkpoints. The vectors own the memory; the sharded tensors view it
-/// (their field names are "" so the buffers themselves are not part of the state).
-struct train_state {
-  std::vector<float> w_buf, m_buf, v_buf;
-  cairn::sharded_tensor<float> weight, exp_avg, exp_avg_sq;
-  std::int64_t step = 0;
-  adam_config adam;
-  cairn::local_non_persistent<std::vector<float>> grad;  // scratch, never saved
-  static constexpr auto fields = cairn::field_names("",
-                                                    "",
-                                                    "",
-                                                    "model.weight",
-                                                    "optim.exp_avg",
-                                                    "optim.exp_avg_sq",
-                                                    "step",
-                                                    "optim.adam",
-                                                    "grad");
-};
-
-/// Allocates rank `rank`'s rows and describes them to cairn.
-void init_state(train_state& s, int rank, int world) {
-  row_block rb = rows_of(rank, world);
-  for (auto* b : {&s.w_buf, &s.m_buf, &s.v_buf}) b->assign(rb.size() * cols, 0.0f);
-  s.grad.value.assign(rb.size() * cols, 0.0f);
-  auto view = [&](const char* key, std::vector<float>& buf) {
-    return cairn::block(key, std::span(buf), {rb.size(), cols}, {rows, cols}, {rb.begin, 0});
-  };
-  s.weight = view("model.weight", s.w_buf);
-  s.exp_avg = view("optim.exp_avg", s.m_buf);
-  s.exp_avg_sq = view("optim.exp_avg_sq", s.v_buf);
-  for (std::int64_t r = 0; r < rb.size(); ++r)  // deterministic init, independent of sharding
-    for (std::int64_t c = 0; c < cols; ++c)
-      s.w_buf[r * cols + c] = 0.01f * static_cast<float>((rb.begin + r) * 7 % 13) - 0.05f;
-}
-
-/// The target model the run learns, and the batch of step `s` (a pure function of the step,
-/// so the data position is just the step counter).
-float target_weight(std::int64_t r, std::int64_t c) { return std::sin(0.3f * r + 0.7f * c); }
-float input(std::int64_t step, int b, std::int64_t c) {
-  float t = static_cast<float>(step * batch + b);
-  return std::sin(0.61f * t * static_cast<float>(c + 1) + 1.3f * static_cast<float>(c));
-}
-
-/// One Adam step on this rank's rows. Rows are independent, so the result does not depend on
-/// how rows are split among ranks.
-void train_step(train_state& s, int rank, int world) {
-  row_block rb = rows_of(rank, world);
-  std::vector<float>& g = s.grad.value;
-  std::fill(g.begin(), g.end(), 0.0f);
-  for (int b = 0; b < batch; ++b) {
-    for (std::int64_t r = 0; r < rb.size(); ++r) {
-      float pred = 0, want = 0;
-      for (std::int64_t c = 0; c < cols; ++c) {
-        float x = input(s.step, b, c);
-        pred += s.w_buf[r * cols + c] * x;
-        want += target_weight(rb.begin + r, c) * x;
-      }
-      float err = (pred - want) / batch;
-      for (std::int64_t c = 0; c < cols; ++c) g[r * cols + c] += err * input(s.step, b, c);
-    }
-  }
-  ++s.step;
-  const adam_config& a = s.adam;
-  double bc1 = 1 - std::pow(a.beta1, static_cast<double>(s.step));
-  double bc2 = 1 - std::pow(a.beta2, static_cast<double>(s.step));
-  for (std::size_t i = 0; i < g.size(); ++i) {
-    s.m_buf[i] = static_cast<float>(a.beta1 * s.m_buf[i] + (1 - a.beta1) * g[i]);
-    s.v_buf[i] = static_cast<float>(a.beta2 * s.v_buf[i] + (1 - a.beta2) * g[i] * g[i]);
-    double update = a.lr * (s.m_buf[i] / bc1) / (std::sqrt(s.v_buf[i] / bc2) + a.eps);
-    s.w_buf[i] = static_cast<float>(s.w_buf[i] - update);
-  }
-}
-
-/// Mean squared prediction error of this rank's rows on the batch of step `step`.
-float loss_of(const train_state& s, int rank, int world) {
-  row_block rb = rows_of(rank, world);
-  float l = 0;
-  for (int b = 0; b < batch; ++b)
-    for (std::int64_t r = 0; r < rb.size(); ++r) {
-      float d = 0;
-      for (std::int64_t c = 0; c < cols; ++c)
-        d += (s.w_buf[r * cols + c] - target_weight(rb.begin + r, c)) * input(s.step, b, c);
-      l += d * d;
-    }
-  return l / static_cast<float>(batch * rb.size());
-}
-
-struct options {
-  std::filesystem::path dir = "demo-ckpt";
-  std::int64_t steps = 60, interrupt_at = 37, save_every = 10;
-};
-
-std::filesystem::path step_dir(const options& o, std::int64_t step) {
-  char name[32];
-  std::snprintf(name, sizeof name, "step_%06lld", static_cast<long long>(step));
-  return o.dir / name;
-}
-
-/// Trains on `world` thread ranks from `start_ckpt` (or from scratch) until `stop` steps,
-/// saving every `save_every` steps. Returns the full weight matrix at the end.
-std::vector<float> run(const options& o,
-                       int world,
-                       std::int64_t stop,
-                       bool save,
-                       const std::filesystem::path* start_ckpt,
-                       const char* label) {
-  std::vector<float> full(rows * cols);
-  std::mutex mu;
-  cairn::run_ranks(world, [&](cairn::thread_communicator& comm) {
-    train_state s;
-    init_state(s, comm.rank(), world);
-    if (start_ckpt) {
-      cairn::file_storage disk(*start_ckpt);
-      auto stats = cairn::load(s, disk, comm);
-      if (comm.rank() == 0)
-        std::printf("[%s] loaded %s on %d ranks: step %lld, %llu bytes read by rank 0\n", label,
-                    start_ckpt->c_str(), world, static_cast<long long>(s.step),
-                    static_cast<unsigned long long>(stats.bytes_read));
-    }
-    while (s.step < stop) {
-      train_step(s, comm.rank(), world);
-      if (save && s.step % o.save_every == 0) {
-        cairn::file_storage disk(step_dir(o, s.step));
-        cairn::save_options so;
-        so.overwrite = true;  // re-running the demo replaces its own checkpoints
-        so.content_metadata = {{"example", "train_resume"}, {"world_size", std::to_string(world)}};
-        auto stats = cairn::save(s, disk, comm, so);
-        if (comm.rank() == 0)
-          std::printf("[%s] step %lld: saved %s (rank 0 wrote %llu bytes)\n", label,
-                      static_cast<long long>(s.step), step_dir(o, s.step).c_str(),
-                      static_cast<unsigned long long>(stats.bytes_written));
-      }
-    }
-    std::lock_guard lk(mu);
-    row_block rb = rows_of(comm.rank(), world);
-    std::copy(s.w_buf.begin(), s.w_buf.end(), full.begin() + rb.begin * cols);
-    if (comm.rank() == 0)
-      std::printf("[%s] finished step %lld, rank 0 loss %.3g\n", label,
-                  static_cast<long long>(s.step), loss_of(s, 0, world));
-  });
-  return full;
-}
-
-}  // namespace
+#include "tiny_trainer.hpp"
 
 int main(int argc, char** argv) {
-  options o;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto next = [&]() -> std::string {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "%s needs a value\n", a.c_str());
-        std::exit(2);
-      }
-      return argv[++i];
-    };
-    if (a == "--dir")
-      o.dir = next();
-    else if (a == "--steps")
-      o.steps = std::stoll(next());
-    else if (a == "--interrupt-at")
-      o.interrupt_at = std::stoll(next());
-    else if (a == "--save-every")
-      o.save_every = std::stoll(next());
-    else {
-      std::fprintf(stderr,
-                   "usage: train_resume [--dir DIR] [--steps N] [--interrupt-at N] "
-                   "[--save-every N]\n");
-      return 2;
-    }
-  }
-  if (o.interrupt_at >= o.steps || o.interrupt_at < o.save_every) {
-    std::fprintf(stderr, "need save-every <= interrupt-at < steps\n");
+  tiny::options o;
+  std::vector<std::string> rest;
+  if (!tiny::parse(argc, argv, o, rest) || !rest.empty()) {
+    std::fprintf(stderr,
+                 "usage: train_resume [--dir DIR] [--steps N] [--interrupt-at N] "
+                 "[--save-every N]\n");
     return 2;
   }
   try {
     std::printf("training a %lldx%lld tensor-parallel model with Adam; checkpoints in %s\n",
-                static_cast<long long>(rows), static_cast<long long>(cols), o.dir.c_str());
-    auto reference = run(o, 4, o.steps, false, nullptr, "reference 4 ranks");
-    run(o, 4, o.interrupt_at, true, nullptr, "train 4 ranks");
-    std::int64_t last = o.interrupt_at / o.save_every * o.save_every;
-    auto ckpt = step_dir(o, last);
+                static_cast<long long>(tiny::rows), static_cast<long long>(tiny::cols),
+                o.dir.c_str());
+    auto on_ranks = [&](int world, auto&& body) {
+      cairn::run_ranks(world, [&](cairn::thread_communicator& comm) { body(comm); });
+    };
+    auto ref = o.dir / "final_reference";
+    on_ranks(
+        4, [&](auto& c) { tiny::train(c, o, o.steps, false, nullptr, &ref, "reference 4 ranks"); });
+    on_ranks(4, [&](auto& c) {
+      tiny::train(c, o, o.interrupt_at, true, nullptr, nullptr, "train 4 ranks");
+    });
+    auto ckpt = tiny::last_checkpoint(o);
     std::printf("interrupted at step %lld; last checkpoint %s\n",
                 static_cast<long long>(o.interrupt_at), ckpt.c_str());
-    int failures = 0;
+    bool all = true;
     for (int world : {2, 3}) {
+      auto fin = o.dir / ("final_resume_" + std::to_string(world));
       std::string label = "resume on " + std::to_string(world) + " ranks";
-      auto resumed = run(o, world, o.steps, false, &ckpt, label.c_str());
-      float worst = 0;
-      for (std::size_t i = 0; i < resumed.size(); ++i)
-        worst = std::max(worst, std::fabs(resumed[i] - reference[i]));
-      if (worst == 0) {
-        std::printf("resume 4 -> %d: match\n", world);
-      } else {
-        std::printf("resume 4 -> %d: MISMATCH (largest difference %g)\n", world, worst);
-        ++failures;
-      }
+      on_ranks(world, [&](auto& c) { tiny::train(c, o, o.steps, false, &ckpt, &fin, label); });
+      all = tiny::compare(o, 4, world) && all;
     }
-    return failures ? 1 : 0;
+    return all ? 0 : 1;
   } catch (const cairn::exception& e) {
     std::fprintf(stderr, "train_resume: %s\n", e.what());
     return 1;
