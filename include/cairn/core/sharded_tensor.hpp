@@ -180,25 +180,6 @@ sharded_tensor<T> from_rank_offsets(std::string key,
   return t;
 }
 
-/// Describes a tensor every rank holds whole; `replica_id` 0 marks the copy that is written
-/// (typically `rank == 0` or data-parallel rank 0).
-template <element_type T>
-sharded_tensor<T> replicated(std::string key,
-                             std::span<T> data,
-                             shape global_shape,
-                             int replica_id) {
-  sharded_tensor<T> t;
-  t.key = std::move(key);
-  t.type = dtype_of<T>;
-  t.local_shape = global_shape;
-  t.global_offset.assign(global_shape.size(), 0);
-  t.axis_fragmentations.assign(global_shape.size(), 1);
-  t.global_shape = std::move(global_shape);
-  t.replica_id = replica_id;
-  t.data = data;
-  return t;
-}
-
 /// Describes an arbitrary (possibly uneven) block: `global_offset` and `global_shape` given
 /// explicitly. Use it for dimensions that do not divide evenly among ranks.
 template <element_type T>
@@ -216,6 +197,19 @@ sharded_tensor<T> block(std::string key,
   t.global_offset = std::move(global_offset);
   t.replica_id = replica_id;
   t.data = data;
+  return t;
+}
+
+/// Describes a tensor every rank holds whole; `replica_id` 0 marks the copy that is written
+/// (typically `rank == 0` or data-parallel rank 0); the other copies share the writing.
+template <element_type T>
+sharded_tensor<T> replicated(std::string key,
+                             std::span<T> data,
+                             shape global_shape,
+                             int replica_id) {
+  shape offset(global_shape.size(), 0);
+  auto t = block(std::move(key), data, global_shape, global_shape, std::move(offset), replica_id);
+  t.axis_fragmentations.assign(t.global_shape.size(), 1);
   return t;
 }
 
