@@ -8,7 +8,7 @@ TEST_CASE("metadata round-trips through JSON, escaping keys") {
   m.world_size = 3;
   m.save_id = "abc";
   m.block_size = 64;
-  m.files.push_back({"data.0.abc.cairn", 0, 100});
+  m.files.push_back({"data.0.abc.cairn", 0, 208});
   m.content_metadata = {{"quote\"key", "line\nbreak"}};
   cairn::tensor_record t;
   t.type = cairn::dtype::bf16;
@@ -16,7 +16,7 @@ TEST_CASE("metadata round-trips through JSON, escaping keys") {
   t.chunks.push_back({cairn::box{{0, 0}, {2, 50}}, cairn::extent{0, 0, 200, {1, 2, 3, 4}}});
   m.tensors["weird \\ key/é"] = t;
   m.objects["rng/shard_0_1"] = cairn::object_record{"rng", {1}, {0}, cairn::extent{0, 200, 0, {}}};
-  m.common = cairn::extent{0, 0, 8, {0xffffffffffffffffull}};
+  m.common = cairn::extent{0, 200, 8, {0xffffffffffffffffull}};
   m.commons["step"] = cairn::common_record{cairn::common_kind::scalar, cairn::dtype::i64, 0, 8};
   std::string json = cairn::to_json(m);
   auto back = cairn::metadata_from_json(json, "x").value();

@@ -1,0 +1,151 @@
+// cairn/comm/mpi.hpp: a communicator over MPI (Open MPI on Debian), for real multi-process
+// and multi-node runs. Part of the optional CMake target cairn::mpi.
+#pragma once
+
+// cairn uses the C API only; skip the deprecated C++ bindings (and their warnings).
+#ifndef OMPI_SKIP_MPICXX
+#  define OMPI_SKIP_MPICXX 1
+#endif
+#ifndef MPICH_SKIP_MPICXX
+#  define MPICH_SKIP_MPICXX 1
+#endif
+#include <mpi.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "cairn/comm/communicator.hpp"
+#include "cairn/core/error.hpp"
+
+namespace cairn {
+
+namespace detail {
+inline void mpi_check(int rc, const char* what) {
+  if (rc == MPI_SUCCESS) return;
+  char msg[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(rc, msg, &len);
+  throw exception(make_error(errc::comm, std::string(what) + " failed: " + std::string(msg, len)));
+}
+}  // namespace detail
+
+/// A communicator over an MPI communicator. It duplicates the communicator it is given, so
+/// cairn's messages never mix with the trainer's, and makes MPI errors return (they become
+/// `cairn::exception` with errc::comm) instead of aborting. Construction and destruction are
+/// collective over the given communicator.
+///
+///     cairn::mpi_environment env(argc, argv);   // or MPI_Init_thread in the trainer
+///     cairn::mpi_communicator comm(MPI_COMM_WORLD);
+///     cairn::save(state, disk, comm);
+class mpi_communicator {
+ public:
+  explicit mpi_communicator(MPI_Comm parent = MPI_COMM_WORLD) {
+    detail::mpi_check(MPI_Comm_dup(parent, &comm_), "MPI_Comm_dup");
+    MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(comm_, &rank_);
+    MPI_Comm_size(comm_, &size_);
+  }
+  ~mpi_communicator() {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+  }
+  mpi_communicator(const mpi_communicator&) = delete;
+  mpi_communicator& operator=(const mpi_communicator&) = delete;
+
+  int rank() const noexcept { return rank_; }
+  int size() const noexcept { return size_; }
+  /// The duplicated MPI communicator cairn uses.
+  MPI_Comm native() const noexcept { return comm_; }
+
+  /// Every rank's buffer, by rank: MPI_Allgather of the sizes, then MPI_Allgatherv of the
+  /// bytes (or per-rank broadcasts when the total exceeds MPI's int counts).
+  std::vector<bytes> all_gather(std::span<const std::byte> in) {
+    std::uint64_t mine = in.size();
+    std::vector<std::uint64_t> sizes(static_cast<std::size_t>(size_));
+    detail::mpi_check(MPI_Allgather(&mine, 1, MPI_UINT64_T, sizes.data(), 1, MPI_UINT64_T, comm_),
+                      "MPI_Allgather");
+    std::uint64_t total = 0;
+    for (auto s : sizes) total += s;
+    std::vector<bytes> out(static_cast<std::size_t>(size_));
+    if (total <= static_cast<std::uint64_t>(INT_MAX)) {
+      std::vector<int> counts(static_cast<std::size_t>(size_)), displs(counts.size());
+      int off = 0;
+      for (std::size_t r = 0; r < counts.size(); ++r) {
+        counts[r] = static_cast<int>(sizes[r]);
+        displs[r] = off;
+        off += counts[r];
+      }
+      bytes all(total);
+      detail::mpi_check(MPI_Allgatherv(in.data(), static_cast<int>(mine), MPI_BYTE, all.data(),
+                                       counts.data(), displs.data(), MPI_BYTE, comm_),
+                        "MPI_Allgatherv");
+      for (std::size_t r = 0; r < counts.size(); ++r)
+        out[r].assign(all.begin() + displs[r], all.begin() + displs[r] + counts[r]);
+      return out;
+    }
+    for (int r = 0; r < size_; ++r) {
+      out[r] = r == rank_ ? bytes(in.begin(), in.end()) : bytes(sizes[r]);
+      broadcast_bytes(out[r], r);
+    }
+    return out;
+  }
+
+  /// Copies `buf` from `root` to every rank (MPI_Bcast of the size, then of the bytes).
+  void broadcast(bytes& buf, int root) {
+    if (root < 0 || root >= size_)
+      throw exception(make_error(
+          errc::invalid_argument,
+          "broadcast root " + std::to_string(root) + " is not a rank of " + std::to_string(size_)));
+    std::uint64_t n = buf.size();
+    detail::mpi_check(MPI_Bcast(&n, 1, MPI_UINT64_T, root, comm_), "MPI_Bcast");
+    buf.resize(n);
+    broadcast_bytes(buf, root);
+  }
+
+  void barrier() { detail::mpi_check(MPI_Barrier(comm_), "MPI_Barrier"); }
+
+ private:
+  void broadcast_bytes(bytes& buf, int root) {
+    constexpr std::size_t step = std::size_t{1} << 30;
+    for (std::size_t off = 0; off < buf.size(); off += step) {
+      int n = static_cast<int>(std::min(step, buf.size() - off));
+      detail::mpi_check(MPI_Bcast(buf.data() + off, n, MPI_BYTE, root, comm_), "MPI_Bcast");
+    }
+  }
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  int rank_ = 0;
+  int size_ = 1;
+};
+
+/// Initializes MPI (with thread support: cairn's background threads never call MPI) and
+/// finalizes it at scope exit, unless the program had already initialized it.
+class mpi_environment {
+ public:
+  mpi_environment(int& argc, char**& argv) {
+    int initialized = 0;
+    MPI_Initialized(&initialized);
+    if (initialized) return;
+    int provided = 0;
+    detail::mpi_check(MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided),
+                      "MPI_Init_thread");
+    owns_ = true;
+  }
+  ~mpi_environment() {
+    if (owns_) MPI_Finalize();
+  }
+  mpi_environment(const mpi_environment&) = delete;
+  mpi_environment& operator=(const mpi_environment&) = delete;
+
+ private:
+  bool owns_ = false;
+};
+
+static_assert(communicator<mpi_communicator>);
+
+}  // namespace cairn
