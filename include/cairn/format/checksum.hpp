@@ -16,9 +16,9 @@
 // otherwise hashes with SSE2 at about 60 % of the speed, and every byte cairn saves or loads
 // is hashed. The hash values are identical. Skipped when xxHash's implementation is already
 // in this translation unit, when AVX2 is on anyway, or with CAIRN_NO_XXH3_DISPATCH.
-#if !defined(CAIRN_NO_XXH3_DISPATCH) && !defined(XXH_IMPLEM_13a8737387) && \
-    defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(__AVX2__) && \
-    !defined(__CUDACC__) && !defined(XXH_DISPATCH_AVX2) && !defined(XXH_TARGET_AVX2)
+#if !defined(CAIRN_NO_XXH3_DISPATCH) && !defined(XXH_IMPLEM_13a8737387) && defined(__x86_64__) && \
+    (defined(__GNUC__) || defined(__clang__)) && !defined(__AVX2__) && !defined(__CUDACC__) &&    \
+    !defined(XXH_DISPATCH_AVX2) && !defined(XXH_TARGET_AVX2)
 #  include <immintrin.h>
 #  define CAIRN_XXH3_DISPATCH_REQUESTED 1
 #  ifndef XXH_X86DISPATCH
@@ -35,15 +35,14 @@
 namespace cairn {
 
 namespace detail {
-#if defined(CAIRN_XXH3_DISPATCH_REQUESTED) && XXH_VERSION_NUMBER >= 801 && \
-    XXH_VERSION_NUMBER <= 803
+#if defined(CAIRN_XXH3_DISPATCH_REQUESTED) && XXH_VERSION_NUMBER >= 801 && XXH_VERSION_NUMBER <= 803
 #  define CAIRN_XXH3_DISPATCH 1
 /// XXH3-64 of more than XXH3_MIDSIZE_MAX bytes with the AVX2 kernel (the caller checks AVX2).
 __attribute__((__target__("avx2"))) inline std::uint64_t xxh3_long_avx2(const void* p,
-                                                                         std::size_t n) noexcept {
+                                                                        std::size_t n) noexcept {
 #  if XXH_VERSION_NUMBER >= 802
-  return XXH3_hashLong_64b_internal(p, n, XXH3_kSecret, sizeof(XXH3_kSecret),
-                                    XXH3_accumulate_avx2, XXH3_scrambleAcc_avx2);
+  return XXH3_hashLong_64b_internal(p, n, XXH3_kSecret, sizeof(XXH3_kSecret), XXH3_accumulate_avx2,
+                                    XXH3_scrambleAcc_avx2);
 #  else
   return XXH3_hashLong_64b_internal(p, n, XXH3_kSecret, sizeof(XXH3_kSecret),
                                     XXH3_accumulate_512_avx2, XXH3_scrambleAcc_avx2);
