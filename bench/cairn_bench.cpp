@@ -19,6 +19,7 @@
 #include <fmt/core.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -40,6 +41,7 @@
 #include <vector>
 
 #include "cairn/cairn.hpp"
+#include "plan_sweep.hpp"
 
 namespace {
 
@@ -67,6 +69,12 @@ options:
   --no-prime         do not prime the page cache before each timed phase (see
                      docs/benchmarks.md: on a VM that returns free memory to its host, the
                      phase that runs second then pays for it)
+  --no-tile          save with save_options::tile off (boxes stored row-major, untiled)
+  --plan             instead of I/O: simulate save planning for a TP=8 x PP x DP grid of
+                     --ranks R ranks and --tensors T weights (metadata only, in one process)
+                     and print ranks, tensors, chunks, plan_ms, peak_rss_mb, metadata_bytes;
+                     without --ranks/--tensors, a sweep over R in 8..4096, T in 100..10000
+  --tensors T        weights for --plan
   --json             print one JSON object on stdout instead of a table
   -h, --help         this message
 
@@ -82,7 +90,11 @@ struct options {
   int reps = 3;
   std::string dir;
   bool prime = true;
+  bool tile = true;  ///< save_options::tile
   bool json = false;
+  bool plan = false;  ///< --plan: the planning simulation instead of I/O
+  bool ranks_given = false;
+  int tensors = 0;  ///< --plan --tensors T
 };
 
 struct usage_error : std::runtime_error {
@@ -123,11 +135,11 @@ std::uint64_t parse_size(std::string_view s) {
   throw usage_error("unknown size unit '" + unit + "' in '" + std::string(s) + "'");
 }
 
-int parse_int(std::string_view s, int lo, const char* what) {
+int parse_int(std::string_view s, int lo, const char* what, long hi = 4096) {
   try {
     std::size_t used = 0;
     long v = std::stol(std::string(s), &used);
-    if (used != s.size() || v < lo || v > 4096) throw std::invalid_argument("");
+    if (used != s.size() || v < lo || v > hi) throw std::invalid_argument("");
     return static_cast<int>(v);
   } catch (const std::exception&) {
     throw usage_error(std::string(what) + " needs an integer >= " + std::to_string(lo) + ", got '" +
@@ -150,7 +162,12 @@ std::optional<options> parse_args(int argc, char** argv) {
     } else if (a == "--bytes") {
       o.bytes = parse_size(value());
     } else if (a == "--ranks") {
-      o.ranks = parse_int(value(), 1, "--ranks");
+      o.ranks = parse_int(value(), 1, "--ranks", 1 << 20);
+      o.ranks_given = true;
+    } else if (a == "--plan") {
+      o.plan = true;
+    } else if (a == "--tensors") {
+      o.tensors = parse_int(value(), 1, "--tensors", 1 << 24);
     } else if (a == "--io-threads") {
       o.io_threads = parse_int(value(), 1, "--io-threads");
     } else if (a == "--reps") {
@@ -159,6 +176,8 @@ std::optional<options> parse_args(int argc, char** argv) {
       o.dir = value();
     } else if (a == "--no-prime") {
       o.prime = false;
+    } else if (a == "--no-tile") {
+      o.tile = false;
     } else if (a == "--json") {
       o.json = true;
     } else {
@@ -552,6 +571,7 @@ int run(const options& o) {
       cairn::file_storage disk(ckpt);
       cairn::save_options so;
       so.io_threads = o.io_threads;
+      so.tile = o.tile;
       ss[static_cast<std::size_t>(r)] = cairn::save(sd, disk, comm, so);
     });
     t.save = seconds_since(t0);
@@ -694,10 +714,88 @@ int run(const options& o) {
 
 }  // namespace
 
+/// One planning point in a child process, so that its peak resident memory is its own.
+std::optional<std::string> plan_point_in_child(int ranks, int tensors) {
+  int fd[2];
+  if (::pipe(fd) != 0) return std::nullopt;
+  std::fflush(stdout);
+  pid_t pid = ::fork();
+  if (pid < 0) return std::nullopt;
+  if (pid == 0) {
+    ::close(fd[0]);
+    std::string j = cairn_bench::plan_point_json(cairn_bench::simulate_plan(ranks, tensors));
+    ssize_t w = ::write(fd[1], j.data(), j.size());
+    ::_exit(w == static_cast<ssize_t>(j.size()) ? 0 : 1);
+  }
+  ::close(fd[1]);
+  std::string out;
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::read(fd[0], buf, sizeof buf)) > 0) out.append(buf, static_cast<std::size_t>(n));
+  ::close(fd[0]);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || out.empty()) return std::nullopt;
+  return out;
+}
+
+/// `--plan`: one point (--ranks and --tensors) or the sweep.
+int run_plan(const options& o) {
+  if (o.ranks_given != (o.tensors > 0))
+    throw usage_error("--plan takes both --ranks and --tensors, or neither (the sweep)");
+  if (o.tensors > 0) {
+    auto j = plan_point_in_child(o.ranks, o.tensors);
+    if (!j) {
+      std::fprintf(stderr, "cairn-bench: the planning run failed (out of memory?)\n");
+      return 1;
+    }
+    if (o.json) {
+      std::printf("%s\n", j->c_str());
+    } else {
+      std::printf("planning %d ranks x %d tensors: %s\n", o.ranks, o.tensors, j->c_str());
+    }
+    return 0;
+  }
+  // The sweep. Cost grows with ranks x tensors (every rank's description of every tensor it
+  // holds reaches every rank); points beyond the cap would take minutes and tens of GiB.
+  constexpr double cap = 6e6;
+  std::vector<std::string> points, skipped;
+  for (int r : {8, 64, 512, 4096})
+    for (int t : {100, 1000, 10000}) {
+      if (static_cast<double>(r) * t > cap) {
+        skipped.push_back(fmt::format(
+            "{{\"ranks\":{},\"tensors\":{},\"reason\":\"ranks x tensors = {} > {:.0f}: "
+            "minutes and tens of GiB with one metadata.json (see docs/benchmarks.md)\"}}",
+            r, t, static_cast<long long>(r) * t, cap));
+        if (!o.json)
+          std::printf("%5d ranks x %5d tensors: skipped (ranks x tensors > %.0f)\n", r, t, cap);
+        continue;
+      }
+      auto j = plan_point_in_child(r, t);
+      if (!j) {
+        std::fprintf(stderr, "cairn-bench: planning %d x %d failed\n", r, t);
+        return 1;
+      }
+      points.push_back(*j);
+      if (!o.json) std::printf("%5d ranks x %5d tensors: %s\n", r, t, j->c_str());
+    }
+  if (o.json) {
+    std::string out = "{\"bench\":\"cairn-plan\",\"points\":[";
+    for (std::size_t i = 0; i < points.size(); ++i) out += (i ? "," : "") + points[i];
+    out += "],\"skipped\":[";
+    for (std::size_t i = 0; i < skipped.size(); ++i) out += (i ? "," : "") + skipped[i];
+    out += "]}";
+    std::printf("%s\n", out.c_str());
+  }
+  return 0;
+}
+
 int main(int argc, char** argv) {
   try {
     auto o = parse_args(argc, argv);
     if (!o) return 0;
+    if (o->plan) return run_plan(*o);
+    if (o->tensors) throw usage_error("--tensors goes with --plan");
     return run(*o);
   } catch (const usage_error& e) {
     std::fprintf(stderr, "cairn-bench: %s\n\n%s", e.what(), usage_text);

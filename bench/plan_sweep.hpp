@@ -85,9 +85,14 @@ inline plan_point simulate_plan(int ranks, int tensors) {
   for (const auto& [k, t] : layout.metadata.tensors) p.chunks += t.chunks.size();
   for (auto& [k, t] : layout.metadata.tensors)  // checksums as a real save would have them
     for (auto& c : t.chunks)
-      c.where.checksums.assign((c.where.nbytes + cairn::default_block_size - 1) / cairn::default_block_size, 0);
+      c.where.checksums.assign(
+          c.tiles.empty()
+              ? (c.where.nbytes + cairn::default_block_size - 1) / cairn::default_block_size
+              : static_cast<std::uint64_t>(cairn::tile_count(c.region, c.tiles)),
+          0);
   p.metadata_bytes = cairn::to_json(layout.metadata).size();
-  p.plan_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  p.plan_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   p.peak_rss_mb = peak_rss_mb();
   return p;
 }

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
@@ -59,7 +60,28 @@ struct load_options {
   std::function<void(std::vector<std::string>& keys)> edit_keys;
   /// Where the log_* modes write (one message per call); stderr when empty.
   std::function<void(const std::string&)> log;
+  /// How a sharded object finds its saved copy when the checkpoint holds the object's key on
+  /// a different grid (per-rank RNG state saved on 4 ranks, loaded on 2). Called with the key,
+  /// the saved grid, this rank's position and its grid; returns the saved position to load,
+  /// or nullopt to leave the value as it is. Unset: a changed grid is an error naming the key.
+  /// `objects_modulo()` is the usual choice for RNG state.
+  std::function<std::optional<shape>(
+      const std::string& key, const shape& saved_grid, const shape& offset, const shape& grid)>
+      object_mapping;
 };
+
+/// An `object_mapping` that loads, on a changed grid, the saved object at this rank's position
+/// modulo the saved grid on each axis: rank r of M loads what rank r mod N of N saved.
+inline auto objects_modulo() {
+  return [](const std::string&, const shape& saved_grid, const shape& offset,
+            const shape& grid) -> std::optional<shape> {
+    if (saved_grid.size() != grid.size()) return std::nullopt;
+    shape at(offset.size());
+    for (std::size_t a = 0; a < offset.size(); ++a)
+      at[a] = saved_grid[a] > 0 ? offset[a] % saved_grid[a] : 0;
+    return at;
+  };
+}
 
 /// What one rank did during a load.
 struct load_stats {
@@ -148,7 +170,18 @@ inline result<void> run_copies(storage_ref st,
   const std::uint64_t blocks_per_io = std::max<std::uint64_t>(1, max_io_bytes / B);
   for (const auto& [chunk, js] : by_chunk) {
     const copy_job& j0 = jobs[js[0]];
-    bool direct = js.size() == 1 && j0.region == chunk->region && j0.dst_box == chunk->region;
+    // A chunk that one job needs whole, and that is one run in the target (a whole target, a
+    // tile that spans the target's rows), is read straight into the target.
+    std::byte* direct = nullptr;
+    if (js.size() == 1 && j0.region == chunk->region) {
+      int runs = 0;
+      std::int64_t first = 0;
+      for_each_run(chunk->region, j0.dst_box, j0.region,
+                   [&](std::int64_t, std::int64_t t, std::int64_t) {
+                     if (runs++ == 0) first = t;
+                   });
+      if (runs == 1) direct = j0.dst + static_cast<std::uint64_t>(first) * j0.elem_size;
+    }
     // Blocks the jobs touch, as sorted, merged intervals.
     std::vector<std::pair<std::uint64_t, std::uint64_t>> iv;
     for (std::size_t j : js) {
@@ -176,8 +209,7 @@ inline result<void> run_copies(storage_ref st,
     }
     for (const auto& [b0, b1] : merged)
       for (std::uint64_t b = b0; b <= b1; b += blocks_per_io)
-        ops.push_back(
-            read_op{chunk, b, std::min(b1, b + blocks_per_io - 1), direct ? j0.dst : nullptr, &js});
+        ops.push_back(read_op{chunk, b, std::min(b1, b + blocks_per_io - 1), direct, &js});
   }
   std::atomic<std::uint64_t> bytes_read{0};
   auto r = run_parallel(ops.size(), threads, [&](std::size_t k) -> result<void> {
@@ -186,13 +218,13 @@ inline result<void> run_copies(storage_ref st,
     const copy_job& j0 = jobs[op.jobs->front()];
     std::uint64_t lo = op.first_block * B;
     std::uint64_t len = std::min(e.nbytes, (op.last_block + 1) * B) - lo;
-    std::vector<std::byte> temp;
+    std::unique_ptr<std::byte[]> temp;  // not zeroed: every byte is read into
     std::span<std::byte> buf;
     if (op.direct) {
       buf = {op.direct + lo, static_cast<std::size_t>(len)};
     } else {
-      temp.resize(len);
-      buf = temp;
+      temp.reset(new std::byte[len]);
+      buf = {temp.get(), static_cast<std::size_t>(len)};
     }
     std::string what = "chunk " + op.chunk->region.str() + " of tensor";
     CAIRN_TRY(read_verified_blocks(st, m, e, op.first_block, op.last_block, buf, j0.key, what));
@@ -335,20 +367,40 @@ inline result<void> load_leaves_local(const leaf_list& leaves,
     std::string u = object_unique_key(o.key, o.global_offset, o.global_shape);
     auto it = m.objects.find(u);
     if (it == m.objects.end()) {
-      for (const auto& [k, rec] : m.objects)
-        if (rec.key == o.key && rec.global_shape != o.global_shape)
-          return std::move(
-                     make_error(errc::mismatch,
-                                "sharded object was saved as a grid of " +
-                                    box{shape(rec.global_shape.size(), 0), rec.global_shape}.str() +
-                                    " (world size " + std::to_string(m.world_size) +
-                                    "), this rank asks for " + u +
-                                    ": the topology changed; give the object a grid that exists "
-                                    "in the checkpoint or leave it out of the tree"))
-              .with_key(o.key);
-      return std::move(
-                 make_error(errc::not_found, "sharded object " + u + " is not in the checkpoint"))
-          .with_key(o.key);
+      for (const auto& [k, rec] : m.objects) {
+        if (rec.key != o.key || rec.global_shape == o.global_shape) continue;
+        if (opt.object_mapping) {
+          auto at = opt.object_mapping(o.key, rec.global_shape, o.global_offset, o.global_shape);
+          if (!at) break;  // leave the value as it is
+          std::string mapped = object_unique_key(o.key, *at, rec.global_shape);
+          it = m.objects.find(mapped);
+          if (it == m.objects.end())
+            return std::move(make_error(errc::not_found, "object_mapping maps " + u + " to " +
+                                                             mapped +
+                                                             ", which is not in the checkpoint"))
+                .with_key(o.key);
+          break;
+        }
+        return std::move(
+                   make_error(errc::mismatch,
+                              "sharded object was saved as a grid of " +
+                                  box{shape(rec.global_shape.size(), 0), rec.global_shape}.str() +
+                                  " (world size " + std::to_string(m.world_size) +
+                                  "), this rank asks for " + u +
+                                  ": the topology changed; give the object a grid that exists "
+                                  "in the checkpoint, set load_options::object_mapping "
+                                  "(objects_modulo(), say), or leave it out of the tree"))
+            .with_key(o.key);
+      }
+      if (it == m.objects.end() && opt.object_mapping &&
+          std::any_of(m.objects.begin(), m.objects.end(), [&](const auto& kv) {
+            return kv.second.key == o.key && kv.second.global_shape != o.global_shape;
+          }))
+        continue;  // the mapping chose to leave it
+      if (it == m.objects.end())
+        return std::move(
+                   make_error(errc::not_found, "sharded object " + u + " is not in the checkpoint"))
+            .with_key(o.key);
     }
     CAIRN_TRY_ASSIGN(auto buf, read_extent(st, m, it->second.where, o.key, "object " + u));
     stats.bytes_read += buf.size();

@@ -137,3 +137,57 @@ TEST_CASE("ignore globs and the key callback skip leaves") {
     CHECK(std::get<cairn::common_value>(*t.sd.child("optim").find("step")).as<std::int64_t>() == 7);
   }
 }
+
+TEST_CASE("per-rank objects on a changed world size: an error naming the key, or object_mapping") {
+  using bytes = std::vector<std::byte>;
+  auto obj = [](int v, int rank, int world) {
+    return cairn::per_rank("rng", bytes(8, static_cast<std::byte>(v)), rank, world);
+  };
+  auto value_of = [](cairn::state_dict& sd) {
+    return static_cast<int>(std::get<cairn::byte_object>(*sd.find("rng")).value.at(0));
+  };
+  cairn::memory_storage mem;
+  cairn::run_ranks(4, [&](cairn::thread_communicator& comm) {
+    cairn::state_dict sd;
+    sd.add("rng", obj(100 + comm.rank(), comm.rank(), 4));
+    cairn::save(sd, mem, comm);
+  });
+  // Without a mapping, loading on 3 ranks fails on every rank with the key and the grids.
+  std::vector<std::string> errors(3);
+  cairn::run_ranks(3, [&](cairn::thread_communicator& comm) {
+    cairn::state_dict sd;
+    sd.add("rng", obj(0, comm.rank(), 3));
+    auto r = cairn::try_load(sd, mem, comm);
+    REQUIRE(!r);
+    errors[comm.rank()] = r.err().describe();
+    CHECK(r.err().key == "rng");
+  });
+  for (const auto& e : errors) {
+    CHECK(e.find("topology changed") != std::string::npos);
+    CHECK(e.find("object_mapping") != std::string::npos);
+  }
+  // With objects_modulo, rank r of 3 gets what rank r of 4 saved; on 8, rank r gets r mod 4.
+  for (int m : {3, 8}) {
+    std::vector<int> got(m);
+    cairn::run_ranks(m, [&](cairn::thread_communicator& comm) {
+      cairn::state_dict sd;
+      sd.add("rng", obj(0, comm.rank(), m));
+      cairn::load_options lo;
+      lo.object_mapping = cairn::objects_modulo();
+      cairn::load(sd, mem, comm, lo);
+      got[comm.rank()] = value_of(sd);
+    });
+    for (int r = 0; r < m; ++r) CHECK(got[r] == 100 + r % 4);
+  }
+  // A mapping that returns nullopt leaves the value alone.
+  cairn::single_communicator one;
+  cairn::state_dict sd;
+  sd.add("rng", obj(7, 0, 1));
+  cairn::load_options lo;
+  lo.object_mapping = [](const std::string&, const cairn::shape&, const cairn::shape&,
+                         const cairn::shape&) -> std::optional<cairn::shape> {
+    return std::nullopt;
+  };
+  cairn::load(sd, mem, one, lo);
+  CHECK(value_of(sd) == 7);
+}

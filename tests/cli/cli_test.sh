@@ -24,7 +24,7 @@ check "inspect shows content metadata" contains "$dir/out" "purpose = cli test"
 check "inspect --json exits 0" test $rc -eq 0
 check "inspect --json prints only JSON" "$make" check-json "$dir/json"
 check "inspect --json has the world size" contains "$dir/json" '"world_size":2'
-check "inspect --json has the format version" contains "$dir/json" '"format_version":1'
+check "inspect --json has the format version" contains "$dir/json" '"format_version":2'
 
 "$cairn" verify "$dir/ckpt" >"$dir/out" 2>&1; rc=$?
 check "verify of an intact checkpoint exits 0" test $rc -eq 0

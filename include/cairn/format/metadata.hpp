@@ -21,7 +21,7 @@
 namespace cairn {
 
 /// The native format version this build writes; a reader rejects anything newer.
-inline constexpr int format_version = 1;
+inline constexpr int format_version = 2;
 /// Name of the committed metadata object; a checkpoint without it is incomplete.
 inline constexpr std::string_view metadata_name = "metadata.json";
 /// Default checksum block size (bytes).
@@ -42,10 +42,14 @@ struct extent {
   std::vector<std::uint64_t> checksums;  ///< XXH3-64 of each block_size block of the range
 };
 
-/// One saved box of a tensor, stored row-major.
+/// One saved box of a tensor. Untiled (`tiles` empty), it is stored row-major with one
+/// checksum per `block_size` bytes. Tiled, its tiles (see `for_each_tile`) are stored one after
+/// the other, each row-major and at most `block_size` bytes, with one checksum per tile.
+/// `metadata_from_json` hands readers every tile as a chunk of its own.
 struct chunk_record {
   box region;
   extent where;
+  tile_counts tiles;  ///< tiles per axis, or empty
 };
 
 /// A saved tensor: dtype, global shape, and the chunks that tile it.
@@ -187,6 +191,10 @@ inline std::string to_json(const checkpoint_metadata& m) {
       detail::json_ints(out, t.chunks[i].region.offset);
       fmt::format_to(o, ",\"shape\":");
       detail::json_ints(out, t.chunks[i].region.size);
+      if (!t.chunks[i].tiles.empty()) {
+        fmt::format_to(o, ",\"tiles\":");
+        detail::json_ints(out, t.chunks[i].tiles);
+      }
       out.push_back(',');
       detail::json_extent(out, t.chunks[i].where);
       out.push_back('}');
@@ -269,7 +277,8 @@ inline result<checkpoint_metadata> metadata_from_json(std::string_view json,
       return s;
     };
     std::string bad;
-    auto read_extent = [&](dom::object e) {
+    // `blocks`: the checksum count the extent must have (by default one per block).
+    auto read_extent = [&](dom::object e, std::int64_t blocks = -1) {
       extent x;
       x.file = static_cast<std::uint32_t>(std::uint64_t(e["file"]));
       x.byte_offset = std::uint64_t(e["byte_offset"]);
@@ -279,7 +288,9 @@ inline result<checkpoint_metadata> metadata_from_json(std::string_view json,
         if (!v) bad = "bad checksum string";
         x.checksums.push_back(v.value_or(0));
       }
-      if (x.checksums.size() != (x.nbytes + m.block_size - 1) / m.block_size)
+      if (blocks < 0)
+        blocks = static_cast<std::int64_t>((x.nbytes + m.block_size - 1) / m.block_size);
+      if (x.checksums.size() != static_cast<std::uint64_t>(blocks))
         bad = "checksum count does not match the byte count";
       return x;
     };
@@ -302,10 +313,21 @@ inline result<checkpoint_metadata> metadata_from_json(std::string_view json,
         chunk_record cr;
         cr.region.offset = ints(c["offset"]);
         cr.region.size = ints(c["shape"]);
-        cr.where = read_extent(c);
         if (cr.region.offset.size() != t.global_shape.size() ||
             cr.region.size.size() != t.global_shape.size())
           return corrupt("chunk rank differs from tensor rank for '" + std::string(k) + "'");
+        dom::element tiles;
+        if (c["tiles"].get(tiles) == SUCCESS) {
+          cr.tiles = ints(tiles);
+          if (cr.tiles.size() != cr.region.size.size())
+            return corrupt("tile counts of a chunk of '" + std::string(k) +
+                           "' have the wrong rank");
+          for (std::size_t a = 0; a < cr.tiles.size(); ++a)
+            if (cr.tiles[a] < 1 || cr.region.size[a] < 0 ||
+                (cr.region.size[a] > 0 && cr.tiles[a] > cr.region.size[a]))
+              return corrupt("bad tile counts for a chunk of '" + std::string(k) + "'");
+        }
+        cr.where = read_extent(c, cr.tiles.empty() ? -1 : tile_count(cr.region, cr.tiles));
         t.chunks.push_back(std::move(cr));
       }
       m.tensors.emplace(std::string(k), std::move(t));
@@ -360,6 +382,33 @@ inline result<checkpoint_metadata> metadata_from_json(std::string_view json,
               " bytes, its box holds " +
               std::to_string(c.region.volume() * static_cast<std::int64_t>(dtype_size(t.type))));
       }
+    }
+    // Readers see every tile as a chunk of its own, with its one checksum.
+    for (auto& [k, t] : m.tensors) {
+      if (std::none_of(t.chunks.begin(), t.chunks.end(),
+                       [](const chunk_record& c) { return !c.tiles.empty(); }))
+        continue;
+      std::vector<chunk_record> flat;
+      for (auto& c : t.chunks) {
+        if (c.tiles.empty()) {
+          flat.push_back(std::move(c));
+          continue;
+        }
+        std::uint64_t off = c.where.byte_offset;
+        std::size_t i = 0;
+        bool too_big = false;
+        for_each_tile(c.region, c.tiles, [&](const box& tile) {
+          std::uint64_t n = static_cast<std::uint64_t>(tile.volume()) * dtype_size(t.type);
+          too_big = too_big || n > m.block_size;
+          flat.push_back(
+              chunk_record{tile, extent{c.where.file, off, n, {c.where.checksums[i++]}}, {}});
+          off += n;
+        });
+        if (too_big)
+          return corrupt("a tile of chunk " + c.region.str() + " of '" + k +
+                         "' is larger than block_size");
+      }
+      t.chunks = std::move(flat);
     }
     for (const auto& [k, o] : m.objects)
       if (!check_extent(o.where)) return corrupt("object '" + k + "' lies outside its file");

@@ -104,6 +104,87 @@ inline std::vector<piece> pieces_of(const tensor_layout& t) {
   return flat_range_boxes(whole, t.flattened_range->begin, t.flattened_range->end);
 }
 
+/// How a chunk is cut into tiles: the number of tiles along each axis. Tile `j` of an axis
+/// of extent `n` cut into `k` tiles spans [j·⌈n/k⌉, min((j+1)·⌈n/k⌉, n)); an axis cut into 1 is
+/// not cut. Empty: the chunk is not tiled.
+using tile_counts = shape;
+
+/// The tile extent along one axis of extent `n` cut into `k` tiles.
+inline std::int64_t tile_extent(std::int64_t n, std::int64_t k) noexcept {
+  return k <= 1 ? n : (n + k - 1) / k;
+}
+
+/// Chooses how to cut `b` (elements of `elem_size` bytes) into tiles of at most `max_bytes`.
+/// Every axis is halved in turn (the one cut least so far first), so a chunk cut into 2^k
+/// tiles along an axis can be read back by 2^k ranks along that axis without reading bytes
+/// they do not need. Returns {} when `b` fits in `max_bytes` (or cannot be tiled).
+inline tile_counts choose_tiles(const box& b, std::size_t elem_size, std::uint64_t max_bytes) {
+  const std::size_t n = b.size.size();
+  auto bytes_of = [&](const shape& k) {
+    std::uint64_t v = elem_size;
+    for (std::size_t a = 0; a < n; ++a)
+      v *= static_cast<std::uint64_t>(tile_extent(b.size[a], k[a]));
+    return v;
+  };
+  shape k(n, 1);
+  if (n == 0 || max_bytes < elem_size || bytes_of(k) <= max_bytes) return {};
+  while (bytes_of(k) > max_bytes) {
+    std::size_t best = n;
+    for (std::size_t a = 0; a < n; ++a) {
+      if (tile_extent(b.size[a], k[a]) <= 1) continue;
+      if (best == n || k[a] < k[best] ||
+          (k[a] == k[best] && tile_extent(b.size[a], k[a]) > tile_extent(b.size[best], k[best])))
+        best = a;
+    }
+    if (best == n) return {};
+    // Double the cuts, but never past one element per tile.
+    k[best] = std::min<std::int64_t>(k[best] * 2, b.size[best]);
+  }
+  return k;
+}
+
+/// Number of tiles of `b` cut by `k` (1 when `k` is empty).
+inline std::int64_t tile_count(const box& b, const tile_counts& k) {
+  std::int64_t c = 1;
+  for (std::size_t a = 0; a < k.size(); ++a) {
+    std::int64_t t = tile_extent(b.size[a], k[a]);
+    c *= t == 0 ? 0 : (b.size[a] + t - 1) / t;
+  }
+  return c;
+}
+
+/// Calls `fn(tile)` for each tile of `b` cut by `k`, in row-major order of the tile grid (the
+/// order tiles are stored in). With `k` empty, calls `fn(b)` once.
+template <class Fn>
+void for_each_tile(const box& b, const tile_counts& k, Fn&& fn) {
+  if (k.empty()) {
+    fn(b);
+    return;
+  }
+  const std::size_t n = b.size.size();
+  shape t(n), count(n), idx(n, 0);
+  for (std::size_t a = 0; a < n; ++a) {
+    t[a] = tile_extent(b.size[a], k[a]);
+    if (t[a] == 0) return;
+    count[a] = (b.size[a] + t[a] - 1) / t[a];
+  }
+  box tile{shape(n), shape(n)};
+  while (true) {
+    for (std::size_t a = 0; a < n; ++a) {
+      tile.offset[a] = b.offset[a] + idx[a] * t[a];
+      tile.size[a] = std::min(t[a], b.size[a] - idx[a] * t[a]);
+    }
+    fn(static_cast<const box&>(tile));
+    std::size_t a = n;
+    while (a > 0) {
+      --a;
+      if (++idx[a] < count[a]) break;
+      idx[a] = 0;
+      if (a == 0) return;
+    }
+  }
+}
+
 /// Calls `fn(src_elem, dst_elem, count)` for each contiguous run of the elements of `region`,
 /// where `src` and `dst` are row-major boxes that both contain `region`. Element indices are
 /// relative to the start of each box. Trailing axes that both boxes hold whole are merged, so

@@ -340,16 +340,20 @@ inline std::string common_file_name(const std::string& save_id) {
 /// contiguous parts of at least `split_min_bytes`, written by different ranks; a box smaller
 /// than that goes whole to the least-loaded holder. Boxes are placed largest first, each part on
 /// the holder that has written least so far, so every rank writes about the same amount. Every rank
-/// computes the same layout from the same descriptions.
+/// computes the same layout from the same descriptions. With `tile` on, every written box larger
+/// than a checksum block is cut into tiles of at most one block (`choose_tiles`), so that a
+/// reader that needs only some columns reads only the tiles holding them.
 inline save_layout plan_save(const std::vector<rank_desc>& ranks,
                              const std::string& save_id,
                              std::uint64_t block_size,
-                             std::uint64_t split_min_bytes = std::uint64_t{64} << 10) {
+                             std::uint64_t split_min_bytes = std::uint64_t{64} << 10,
+                             bool tile = true) {
   save_layout L;
   const int world = static_cast<int>(ranks.size());
   L.metadata.world_size = world;
   L.metadata.save_id = save_id;
   L.metadata.block_size = block_size;
+  L.metadata.version = 1;  // 2 once a chunk is tiled
   L.slots.resize(ranks.size());
   L.file_of_rank.assign(ranks.size(), -1);
   L.bytes_of_rank.assign(ranks.size(), 0);
@@ -457,7 +461,10 @@ inline save_layout plan_save(const std::vector<rank_desc>& ranks,
     auto& rec = L.metadata.tensors.at(*g.key);
     int r = pt.who.rank;
     std::uint64_t n = static_cast<std::uint64_t>(pt.sub.region.volume()) * g.elem_size;
-    rec.chunks.push_back(chunk_record{pt.sub.region, extent{file_index(r), offset[r], n, {}}});
+    tile_counts tiles = tile ? choose_tiles(pt.sub.region, g.elem_size, block_size) : tile_counts{};
+    if (!tiles.empty()) L.metadata.version = 2;
+    rec.chunks.push_back(
+        chunk_record{pt.sub.region, extent{file_index(r), offset[r], n, {}}, std::move(tiles)});
     L.slots[r].push_back(write_slot{false, *g.key, rec.chunks.size() - 1, pt.who.leaf, pt.who.piece,
                                     pt.sub.data_offset});
     offset[r] += n;
