@@ -1,0 +1,799 @@
+// cairn/format/pickle.hpp: a Python pickle reader (protocols 0-5, the binary opcodes torch.save
+// and PyTorch DCP use) producing a generic value tree, and a writer for the values cairn emits.
+// No class is ever executed: GLOBAL/REDUCE/NEWOBJ/BUILD become `object` nodes that keep the
+// module, name, arguments and state, so unknown classes and extra fields are tolerated.
+#pragma once
+
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "cairn/core/error.hpp"
+#include "cairn/format/detail/format_util.hpp"
+
+namespace cairn::pickle {
+
+struct object;
+
+/// A node of an unpickled value tree. Containers and objects have reference semantics (shared),
+/// as in Python: a memoized list that is appended to later is the same list everywhere.
+struct value {
+  /// What a value holds.
+  enum class kind {
+    none,
+    boolean,
+    integer,      ///< fits in int64 (`i`)
+    big_integer,  ///< larger LONG1/LONG4: little-endian two's complement bytes in `str`
+    floating,
+    string,         ///< UTF-8 in `str`
+    bytes,          ///< raw bytes in `str`
+    list,           ///< `items`
+    tuple,          ///< `items`
+    dict,           ///< `entries`, in insertion order
+    set,            ///< `items`
+    frozenset,      ///< `items`
+    global,         ///< a class or function reference: `str` = module, `name` = qualified name
+    object,         ///< the result of REDUCE / NEWOBJ (+ BUILD): `obj`
+    persistent_id,  ///< BINPERSID / PERSID: the id in `items[0]`
+  };
+  kind type = kind::none;
+  std::int64_t i = 0;
+  double f = 0;
+  std::string str;
+  std::string name;
+  std::shared_ptr<std::vector<value>> items;
+  std::shared_ptr<std::vector<std::pair<value, value>>> entries;
+  std::shared_ptr<pickle::object> obj;
+
+  // --- construction ---
+  /// None.
+  static value none() { return {}; }
+  /// True or False.
+  static value boolean(bool b) {
+    value v;
+    v.type = kind::boolean;
+    v.i = b;
+    return v;
+  }
+  /// An int.
+  static value integer(std::int64_t x) {
+    value v;
+    v.type = kind::integer;
+    v.i = x;
+    return v;
+  }
+  /// A float.
+  static value floating(double x) {
+    value v;
+    v.type = kind::floating;
+    v.f = x;
+    return v;
+  }
+  /// A str.
+  static value string(std::string s) {
+    value v;
+    v.type = kind::string;
+    v.str = std::move(s);
+    return v;
+  }
+  /// A bytes object.
+  static value bytes(std::string b) {
+    value v = string(std::move(b));
+    v.type = kind::bytes;
+    return v;
+  }
+  /// A list, tuple, set or frozenset of `xs`.
+  static value sequence(kind k, std::vector<value> xs = {}) {
+    value v;
+    v.type = k;
+    v.items = std::make_shared<std::vector<value>>(std::move(xs));
+    return v;
+  }
+  /// A list.
+  static value list(std::vector<value> xs = {}) { return sequence(kind::list, std::move(xs)); }
+  /// A tuple.
+  static value tuple(std::vector<value> xs = {}) { return sequence(kind::tuple, std::move(xs)); }
+  /// A dict with entries in the given order.
+  static value dict(std::vector<std::pair<value, value>> es = {}) {
+    value v;
+    v.type = kind::dict;
+    v.entries = std::make_shared<std::vector<std::pair<value, value>>>(std::move(es));
+    return v;
+  }
+  /// A reference to `module.name` (a class, function or singleton like `torch.float32`).
+  static value global(std::string module, std::string name) {
+    value v;
+    v.type = kind::global;
+    v.str = std::move(module);
+    v.name = std::move(name);
+    return v;
+  }
+  /// A persistent id wrapping `pid`.
+  static value persistent(value pid) {
+    value v = sequence(kind::persistent_id, {std::move(pid)});
+    return v;
+  }
+  /// An instance of `module.name` (see `pickle::object`).
+  static value instance(std::string module, std::string name, value args, value state, bool newobj);
+  /// An instance created with NEWOBJ and no state.
+  static value instance(std::string module, std::string name, value args) {
+    return instance(std::move(module), std::move(name), std::move(args), none(), true);
+  }
+
+  // --- inspection ---
+  bool is_none() const noexcept { return type == kind::none; }
+  bool is_int() const noexcept { return type == kind::integer || type == kind::boolean; }
+  bool is_string() const noexcept { return type == kind::string; }
+  bool is_dict() const noexcept { return type == kind::dict; }
+  /// True for list and tuple.
+  bool is_sequence() const noexcept { return type == kind::list || type == kind::tuple; }
+  bool is_object() const noexcept { return type == kind::object; }
+  bool is_global(std::string_view module, std::string_view n) const noexcept {
+    return type == kind::global && str == module && name == n;
+  }
+  /// Elements of a list/tuple/set (empty for other kinds).
+  const std::vector<value>& elements() const noexcept {
+    static const std::vector<value> empty;
+    return items ? *items : empty;
+  }
+  /// The value under string key `key` of a dict, or nullptr.
+  const value* get(std::string_view key) const noexcept {
+    if (type != kind::dict || !entries) return nullptr;
+    for (const auto& [k, v] : *entries)
+      if (k.type == kind::string && k.str == key) return &v;
+    return nullptr;
+  }
+  /// A short description of the kind for error messages, e.g. "tuple" or "object torch.Size".
+  std::string describe() const;
+};
+
+/// An instance built by REDUCE (`callable(*args)`) or NEWOBJ (`cls.__new__(cls, *args)`),
+/// with the state BUILD gave it and items APPENDS/SETITEMS added to it.
+struct object {
+  std::string module;   ///< module of the class or callable ("" when the callable was no global)
+  std::string name;     ///< its qualified name
+  value args;           ///< the argument tuple
+  value state;          ///< BUILD's argument (None when there was no BUILD)
+  bool newobj = false;  ///< NEWOBJ rather than REDUCE
+  std::vector<value> list_items;                    ///< APPEND(S) onto the object
+  std::vector<std::pair<value, value>> dict_items;  ///< SETITEM(S) onto the object
+
+  /// True when the class is `module.name`.
+  bool is(std::string_view m, std::string_view n) const noexcept {
+    return module == m && name == n;
+  }
+  /// Attribute `attr` from the state: a dict state, or the slots dict of a `(dict, slots)` state.
+  const value* attr(std::string_view attr) const noexcept {
+    if (const value* v = state.get(attr)) return v;
+    if (state.type == value::kind::tuple && state.items && state.items->size() == 2) {
+      for (const auto& part : *state.items)
+        if (const value* v = part.get(attr)) return v;
+    }
+    return nullptr;
+  }
+};
+
+inline value value::instance(
+    std::string module, std::string name, value args, value state, bool newobj) {
+  value v;
+  v.type = kind::object;
+  v.obj = std::make_shared<object>();
+  v.obj->module = std::move(module);
+  v.obj->name = std::move(name);
+  v.obj->args = std::move(args);
+  v.obj->state = std::move(state);
+  v.obj->newobj = newobj;
+  return v;
+}
+
+inline std::string value::describe() const {
+  switch (type) {
+    case kind::none:
+      return "None";
+    case kind::boolean:
+      return "bool";
+    case kind::integer:
+    case kind::big_integer:
+      return "int";
+    case kind::floating:
+      return "float";
+    case kind::string:
+      return "str";
+    case kind::bytes:
+      return "bytes";
+    case kind::list:
+      return "list";
+    case kind::tuple:
+      return "tuple";
+    case kind::dict:
+      return "dict";
+    case kind::set:
+      return "set";
+    case kind::frozenset:
+      return "frozenset";
+    case kind::global:
+      return "global " + str + "." + name;
+    case kind::object:
+      return "object " + obj->module + "." + obj->name;
+    case kind::persistent_id:
+      return "persistent id";
+  }
+  return "?";
+}
+
+/// Unpickles `data`. `file` names the source in errors, which carry the byte offset of the
+/// failing opcode. Unsupported opcodes (EXT*, out-of-band buffers) are `errc::corrupt` errors.
+inline result<value> load(std::span<const std::byte> data, std::string_view file = {}) {
+  using k = value::kind;
+  std::vector<value> stack;
+  std::vector<std::size_t> marks;
+  std::unordered_map<std::uint64_t, value> memo;
+  std::size_t pos = 0, op_pos = 0;
+  const std::size_t n = data.size();
+  auto err = [&](std::string msg) {
+    return format_detail::corrupt("pickle: " + msg, file, {}, op_pos);
+  };
+  auto need = [&](std::size_t m) { return m <= n - pos; };
+  auto u8at = [&](std::size_t p) { return std::to_integer<std::uint8_t>(data[p]); };
+  auto pop = [&](value& out) {
+    if (stack.empty() || (!marks.empty() && stack.size() <= marks.back())) return false;
+    out = std::move(stack.back());
+    stack.pop_back();
+    return true;
+  };
+  auto pop_mark = [&](std::vector<value>& out) {
+    if (marks.empty()) return false;
+    std::size_t m = marks.back();
+    marks.pop_back();
+    out.assign(std::make_move_iterator(stack.begin() + static_cast<std::ptrdiff_t>(m)),
+               std::make_move_iterator(stack.end()));
+    stack.resize(m);
+    return true;
+  };
+  auto read_line = [&](std::string& out) {
+    std::size_t e = pos;
+    while (e < n && u8at(e) != '\n') ++e;
+    if (e == n) return false;
+    out.assign(reinterpret_cast<const char*>(data.data()) + pos, e - pos);
+    pos = e + 1;
+    return true;
+  };
+  auto read_str = [&](std::size_t len, std::string& out) {
+    if (!need(len)) return false;
+    out.assign(reinterpret_cast<const char*>(data.data()) + pos, len);
+    pos += len;
+    return true;
+  };
+  auto read_uint = [&](std::size_t w, std::uint64_t& out) {
+    if (!need(w)) return false;
+    out = format_detail::load_le(data.data() + pos, w);
+    pos += w;
+    return true;
+  };
+  auto make_long = [&](std::string le) {
+    // Fits in int64 when at most 8 bytes; sign-extend.
+    if (le.empty()) return value::integer(0);
+    if (le.size() <= 8) {
+      std::uint64_t u = 0;
+      for (std::size_t b = 0; b < le.size(); ++b)
+        u |= std::uint64_t(static_cast<unsigned char>(le[b])) << (8 * b);
+      if (le.size() < 8 && (static_cast<unsigned char>(le.back()) & 0x80))
+        u |= ~std::uint64_t{0} << (8 * le.size());
+      return value::integer(static_cast<std::int64_t>(u));
+    }
+    value v;
+    v.type = k::big_integer;
+    v.str = std::move(le);
+    return v;
+  };
+  auto set_item = [](value& target, value key, value val) {
+    if (target.type == k::dict)
+      target.entries->emplace_back(std::move(key), std::move(val));
+    else if (target.type == k::object)
+      target.obj->dict_items.emplace_back(std::move(key), std::move(val));
+    else
+      return false;
+    return true;
+  };
+  auto append = [](value& target, std::vector<value>& xs) {
+    if (target.type == k::list || target.type == k::set)
+      for (auto& x : xs) target.items->push_back(std::move(x));
+    else if (target.type == k::object)
+      for (auto& x : xs) target.obj->list_items.push_back(std::move(x));
+    else
+      return false;
+    return true;
+  };
+  auto call = [&](value callable, value args, bool newobj) -> result<value> {
+    if (callable.type == k::global)
+      return value::instance(callable.str, callable.name, std::move(args), value(), newobj);
+    if (callable.type == k::object)  // e.g. a bound method; keep its description
+      return value::instance(callable.obj->module, callable.obj->name, std::move(args), value(),
+                             newobj);
+    return err("cannot call a " + callable.describe());
+  };
+
+  while (true) {
+    op_pos = pos;
+    if (pos >= n) return err("truncated: no STOP opcode");
+    std::uint8_t op = u8at(pos++);
+    std::string s;
+    std::uint64_t u = 0;
+    value a, b, c;
+    std::vector<value> xs;
+    switch (op) {
+      case 0x80:  // PROTO
+        if (!read_uint(1, u)) return err("truncated PROTO");
+        if (u > 5) return err("unsupported protocol " + std::to_string(u));
+        break;
+      case 0x95:  // FRAME
+        if (!read_uint(8, u)) return err("truncated FRAME");
+        break;
+      case '.':  // STOP
+        if (stack.size() != 1 || !marks.empty()) return err("STOP with a malformed stack");
+        return std::move(stack.back());
+      case '(':  // MARK
+        marks.push_back(stack.size());
+        break;
+      case '0':  // POP
+        if (!pop(a)) {
+          if (marks.empty() || stack.size() != marks.back()) return err("POP on an empty stack");
+          marks.pop_back();
+        }
+        break;
+      case '1':  // POP_MARK
+        if (!pop_mark(xs)) return err("POP_MARK without MARK");
+        break;
+      case '2':  // DUP
+        if (stack.empty()) return err("DUP on an empty stack");
+        stack.push_back(stack.back());
+        break;
+      case 'N':
+        stack.push_back(value::none());
+        break;
+      case 0x88:
+        stack.push_back(value::boolean(true));
+        break;
+      case 0x89:
+        stack.push_back(value::boolean(false));
+        break;
+      case 'J':  // BININT
+        if (!read_uint(4, u)) return err("truncated BININT");
+        stack.push_back(value::integer(static_cast<std::int32_t>(static_cast<std::uint32_t>(u))));
+        break;
+      case 'K':  // BININT1
+        if (!read_uint(1, u)) return err("truncated BININT1");
+        stack.push_back(value::integer(static_cast<std::int64_t>(u)));
+        break;
+      case 'M':  // BININT2
+        if (!read_uint(2, u)) return err("truncated BININT2");
+        stack.push_back(value::integer(static_cast<std::int64_t>(u)));
+        break;
+      case 0x8a:  // LONG1
+      case 0x8b:  // LONG4
+        if (!read_uint(op == 0x8a ? 1 : 4, u) || !read_str(u, s)) return err("truncated LONG");
+        stack.push_back(make_long(std::move(s)));
+        break;
+      case 'I':  // INT (protocol 0): "01"/"00" are booleans
+      case 'L':  // LONG (protocol 0)
+        if (!read_line(s)) return err("truncated INT");
+        if (!s.empty() && s.back() == 'L') s.pop_back();
+        if (op == 'I' && (s == "00" || s == "01")) {
+          stack.push_back(value::boolean(s == "01"));
+        } else {
+          try {
+            stack.push_back(value::integer(std::stoll(s)));
+          } catch (...) {
+            return err("bad integer literal '" + s + "'");
+          }
+        }
+        break;
+      case 'G': {  // BINFLOAT, big-endian
+        if (!need(8)) return err("truncated BINFLOAT");
+        std::uint64_t bits = 0;
+        for (int q = 0; q < 8; ++q) bits = (bits << 8) | u8at(pos + q);
+        pos += 8;
+        stack.push_back(value::floating(std::bit_cast<double>(bits)));
+        break;
+      }
+      case 'F':  // FLOAT (protocol 0)
+        if (!read_line(s)) return err("truncated FLOAT");
+        try {
+          stack.push_back(value::floating(std::stod(s)));
+        } catch (...) {
+          return err("bad float literal");
+        }
+        break;
+      case 'X':    // BINUNICODE
+      case 0x8c:   // SHORT_BINUNICODE
+      case 0x8d:   // BINUNICODE8
+      case 'T':    // BINSTRING (Python 2 str)
+      case 'U': {  // SHORT_BINSTRING
+        std::size_t w = (op == 0x8c || op == 'U') ? 1 : op == 0x8d ? 8 : 4;
+        if (!read_uint(w, u) || !read_str(u, s)) return err("truncated string");
+        stack.push_back(value::string(std::move(s)));
+        break;
+      }
+      case 'B':     // BINBYTES
+      case 'C':     // SHORT_BINBYTES
+      case 0x8e:    // BINBYTES8
+      case 0x96: {  // BYTEARRAY8
+        std::size_t w = op == 'C' ? 1 : op == 'B' ? 4 : 8;
+        if (!read_uint(w, u) || !read_str(u, s)) return err("truncated bytes");
+        stack.push_back(value::bytes(std::move(s)));
+        break;
+      }
+      case ']':  // EMPTY_LIST
+        stack.push_back(value::list());
+        break;
+      case ')':  // EMPTY_TUPLE
+        stack.push_back(value::tuple());
+        break;
+      case '}':  // EMPTY_DICT
+        stack.push_back(value::dict());
+        break;
+      case 0x8f:  // EMPTY_SET
+        stack.push_back(value::sequence(k::set));
+        break;
+      case 'l':   // LIST
+      case 't':   // TUPLE
+      case 0x91:  // FROZENSET
+        if (!pop_mark(xs)) return err("LIST/TUPLE/FROZENSET without MARK");
+        stack.push_back(value::sequence(op == 'l'   ? k::list
+                                        : op == 't' ? k::tuple
+                                                    : k::frozenset,
+                                        std::move(xs)));
+        break;
+      case 0x85:    // TUPLE1
+      case 0x86:    // TUPLE2
+      case 0x87: {  // TUPLE3
+        std::size_t cnt = op - 0x84u;
+        if (stack.size() < cnt || (!marks.empty() && stack.size() - cnt < marks.back()))
+          return err("TUPLEn with too few items");
+        xs.assign(std::make_move_iterator(stack.end() - static_cast<std::ptrdiff_t>(cnt)),
+                  std::make_move_iterator(stack.end()));
+        stack.resize(stack.size() - cnt);
+        stack.push_back(value::tuple(std::move(xs)));
+        break;
+      }
+      case 'd':  // DICT
+        if (!pop_mark(xs) || xs.size() % 2) return err("DICT without MARK or with odd items");
+        a = value::dict();
+        for (std::size_t q = 0; q < xs.size(); q += 2)
+          a.entries->emplace_back(std::move(xs[q]), std::move(xs[q + 1]));
+        stack.push_back(std::move(a));
+        break;
+      case 'a':  // APPEND
+        if (!pop(a) || stack.empty()) return err("APPEND on a short stack");
+        xs.push_back(std::move(a));
+        if (!append(stack.back(), xs)) return err("APPEND to a " + stack.back().describe());
+        break;
+      case 'e':   // APPENDS
+      case 0x90:  // ADDITEMS
+        if (!pop_mark(xs) || stack.empty()) return err("APPENDS/ADDITEMS without MARK");
+        if (!append(stack.back(), xs)) return err("APPENDS to a " + stack.back().describe());
+        break;
+      case 's':  // SETITEM
+        if (!pop(b) || !pop(a) || stack.empty()) return err("SETITEM on a short stack");
+        if (!set_item(stack.back(), std::move(a), std::move(b)))
+          return err("SETITEM on a " + stack.back().describe());
+        break;
+      case 'u':  // SETITEMS
+        if (!pop_mark(xs) || xs.size() % 2 || stack.empty()) return err("SETITEMS malformed");
+        for (std::size_t q = 0; q < xs.size(); q += 2)
+          if (!set_item(stack.back(), std::move(xs[q]), std::move(xs[q + 1])))
+            return err("SETITEMS on a " + stack.back().describe());
+        break;
+      case 'c': {  // GLOBAL
+        std::string mod;
+        if (!read_line(mod) || !read_line(s)) return err("truncated GLOBAL");
+        stack.push_back(value::global(std::move(mod), std::move(s)));
+        break;
+      }
+      case 0x93:  // STACK_GLOBAL
+        if (!pop(b) || !pop(a) || a.type != k::string || b.type != k::string)
+          return err("STACK_GLOBAL needs two strings");
+        stack.push_back(value::global(std::move(a.str), std::move(b.str)));
+        break;
+      case 'R':     // REDUCE
+      case 0x81: {  // NEWOBJ
+        if (!pop(b) || !pop(a)) return err("REDUCE/NEWOBJ on a short stack");
+        CAIRN_TRY_ASSIGN(value v, call(std::move(a), std::move(b), op == 0x81));
+        stack.push_back(std::move(v));
+        break;
+      }
+      case 0x92: {  // NEWOBJ_EX: cls, args, kwargs
+        if (!pop(c) || !pop(b) || !pop(a)) return err("NEWOBJ_EX on a short stack");
+        CAIRN_TRY_ASSIGN(value v, call(std::move(a), std::move(b), true));
+        if (!c.is_none() && !(c.is_dict() && c.entries->empty())) v.obj->state = std::move(c);
+        stack.push_back(std::move(v));
+        break;
+      }
+      case 'b':  // BUILD
+        if (!pop(b) || stack.empty()) return err("BUILD on a short stack");
+        if (stack.back().type == k::object) {
+          stack.back().obj->state = std::move(b);
+        } else if (stack.back().type == k::global) {
+          // BUILD on a class reference (rare); turn it into an object to keep the state.
+          a = value::instance(stack.back().str, stack.back().name, value::tuple(), std::move(b),
+                              true);
+          stack.back() = std::move(a);
+        } else if (stack.back().type == k::dict && b.is_dict()) {
+          for (auto& e : *b.entries) stack.back().entries->push_back(e);
+        } else {
+          return err("BUILD on a " + stack.back().describe());
+        }
+        break;
+      case 'Q':  // BINPERSID
+        if (!pop(a)) return err("BINPERSID on an empty stack");
+        stack.push_back(value::persistent(std::move(a)));
+        break;
+      case 'P':  // PERSID
+        if (!read_line(s)) return err("truncated PERSID");
+        stack.push_back(value::persistent(value::string(std::move(s))));
+        break;
+      case 'q':  // BINPUT
+      case 'r':  // LONG_BINPUT
+      case 'p':  // PUT
+        if (op == 'p') {
+          if (!read_line(s)) return err("truncated PUT");
+          u = std::strtoull(s.c_str(), nullptr, 10);
+        } else if (!read_uint(op == 'q' ? 1 : 4, u)) {
+          return err("truncated BINPUT");
+        }
+        if (stack.empty()) return err("PUT on an empty stack");
+        memo[u] = stack.back();
+        break;
+      case 0x94:  // MEMOIZE
+        if (stack.empty()) return err("MEMOIZE on an empty stack");
+        memo[memo.size()] = stack.back();
+        break;
+      case 'h':    // BINGET
+      case 'j':    // LONG_BINGET
+      case 'g': {  // GET
+        if (op == 'g') {
+          if (!read_line(s)) return err("truncated GET");
+          u = std::strtoull(s.c_str(), nullptr, 10);
+        } else if (!read_uint(op == 'h' ? 1 : 4, u)) {
+          return err("truncated BINGET");
+        }
+        auto it = memo.find(u);
+        if (it == memo.end()) return err("GET of unknown memo index " + std::to_string(u));
+        stack.push_back(it->second);
+        break;
+      }
+      default: {
+        static constexpr char hex[] = "0123456789abcdef";
+        std::string h = "0x";
+        h.push_back(hex[op >> 4]);
+        h.push_back(hex[op & 15]);
+        return err("unsupported opcode " + h);
+      }
+    }
+  }
+}
+
+/// Emits pickle opcodes. `dump(value)` serializes a whole value tree; the low-level calls let a
+/// writer stream large structures. Output is deterministic (no memo is used).
+class writer {
+ public:
+  /// Starts a pickle of protocol `protocol` (2-5). Protocol 2 writes bytes as
+  /// `_codecs.encode(str, 'latin1')` as Python does; 3+ uses BINBYTES.
+  explicit writer(int protocol = 2) : protocol_(protocol) {
+    out_.push_back(static_cast<char>(0x80));
+    out_.push_back(static_cast<char>(protocol));
+  }
+
+  /// Serializes `v` (see `value`); `object` nodes become GLOBAL + NEWOBJ or REDUCE, then BUILD
+  /// when the state is not None, then APPENDS/SETITEMS of their items.
+  void dump(const value& v) {
+    using k = value::kind;
+    switch (v.type) {
+      case k::none:
+        op('N');
+        break;
+      case k::boolean:
+        op(v.i ? 0x88 : 0x89);
+        break;
+      case k::integer:
+        integer(v.i);
+        break;
+      case k::big_integer:
+        op(0x8b);
+        format_detail::put_le(out_, v.str.size(), 4);
+        out_ += v.str;
+        break;
+      case k::floating: {
+        op('G');
+        auto bits = std::bit_cast<std::uint64_t>(v.f);
+        for (int q = 7; q >= 0; --q) out_.push_back(static_cast<char>((bits >> (8 * q)) & 0xff));
+        break;
+      }
+      case k::string:
+        string(v.str);
+        break;
+      case k::bytes:
+        if (protocol_ >= 3) {
+          op('B');
+          format_detail::put_le(out_, v.str.size(), 4);
+          out_ += v.str;
+        } else {
+          global("_codecs", "encode");
+          std::string latin1;  // each byte as a code point, UTF-8 encoded
+          for (unsigned char ch : v.str) {
+            if (ch < 0x80) {
+              latin1.push_back(static_cast<char>(ch));
+            } else {
+              latin1.push_back(static_cast<char>(0xc0 | (ch >> 6)));
+              latin1.push_back(static_cast<char>(0x80 | (ch & 0x3f)));
+            }
+          }
+          string(latin1);
+          string("latin1");
+          op(0x86);
+          op('R');
+        }
+        break;
+      case k::list:
+        op(']');
+        if (!v.elements().empty()) {
+          op('(');
+          for (const auto& x : v.elements()) dump(x);
+          op('e');
+        }
+        break;
+      case k::tuple:
+        tuple(v.elements());
+        break;
+      case k::set:
+      case k::frozenset:
+        if (v.type == k::set && protocol_ >= 4) {
+          op(0x8f);
+          if (!v.elements().empty()) {
+            op('(');
+            for (const auto& x : v.elements()) dump(x);
+            op(0x90);
+          }
+        } else {
+          global("builtins", v.type == k::set ? "set" : "frozenset");
+          dump(value::list(v.elements()));
+          op(0x85);
+          op('R');
+        }
+        break;
+      case k::dict:
+        op('}');
+        if (v.entries && !v.entries->empty()) {
+          op('(');
+          for (const auto& [key, val] : *v.entries) {
+            dump(key);
+            dump(val);
+          }
+          op('u');
+        }
+        break;
+      case k::global:
+        global(v.str, v.name);
+        break;
+      case k::object: {
+        const object& o = *v.obj;
+        global(o.module, o.name);
+        if (o.args.type == k::tuple)
+          dump(o.args);
+        else
+          tuple({o.args});
+        op(o.newobj ? 0x81 : 'R');
+        if (!o.state.is_none()) {
+          dump(o.state);
+          op('b');
+        }
+        if (!o.list_items.empty()) {
+          op('(');
+          for (const auto& x : o.list_items) dump(x);
+          op('e');
+        }
+        if (!o.dict_items.empty()) {
+          op('(');
+          for (const auto& [key, val] : o.dict_items) {
+            dump(key);
+            dump(val);
+          }
+          op('u');
+        }
+        break;
+      }
+      case k::persistent_id:
+        dump(v.elements().empty() ? value::none() : v.elements()[0]);
+        op('Q');
+        break;
+    }
+  }
+
+  /// Emits one raw opcode byte.
+  void op(int code) { out_.push_back(static_cast<char>(code)); }
+  /// Emits an int with the smallest opcode (BININT1/BININT2/BININT/LONG1).
+  void integer(std::int64_t x) {
+    if (x >= 0 && x < 256) {
+      op('K');
+      put(x, 1);
+    } else if (x >= 0 && x < 65536) {
+      op('M');
+      put(x, 2);
+    } else if (x >= INT32_MIN && x <= INT32_MAX) {
+      op('J');
+      put(static_cast<std::uint32_t>(static_cast<std::int32_t>(x)), 4);
+    } else {
+      // LONG1: minimal two's complement little-endian bytes.
+      std::string b;
+      auto u = static_cast<std::uint64_t>(x);
+      for (int q = 0; q < 8; ++q) b.push_back(static_cast<char>((u >> (8 * q)) & 0xff));
+      while (b.size() > 1) {
+        auto last = static_cast<unsigned char>(b.back());
+        auto prev = static_cast<unsigned char>(b[b.size() - 2]);
+        if ((last == 0 && !(prev & 0x80)) || (last == 0xff && (prev & 0x80)))
+          b.pop_back();
+        else
+          break;
+      }
+      op(0x8a);
+      put(b.size(), 1);
+      out_ += b;
+    }
+  }
+  /// Emits a str (BINUNICODE, or SHORT_BINUNICODE from protocol 4).
+  void string(std::string_view s) {
+    if (protocol_ >= 4 && s.size() < 256) {
+      op(0x8c);
+      put(s.size(), 1);
+    } else {
+      op('X');
+      put(s.size(), 4);
+    }
+    out_ += s;
+  }
+  /// Emits `module.name` with GLOBAL (valid in every protocol).
+  void global(std::string_view module, std::string_view name) {
+    op('c');
+    out_ += module;
+    out_.push_back('\n');
+    out_ += name;
+    out_.push_back('\n');
+  }
+  /// Emits a tuple of `xs` (EMPTY_TUPLE, TUPLE1-3 or MARK ... TUPLE).
+  void tuple(const std::vector<value>& xs) {
+    if (xs.empty()) {
+      op(')');
+      return;
+    }
+    if (xs.size() > 3) op('(');
+    for (const auto& x : xs) dump(x);
+    op(xs.size() == 1 ? 0x85 : xs.size() == 2 ? 0x86 : xs.size() == 3 ? 0x87 : 't');
+  }
+  /// Ends the pickle (STOP) and returns its bytes.
+  std::string finish() && {
+    op('.');
+    return std::move(out_);
+  }
+
+ private:
+  void put(std::uint64_t v, std::size_t w) { format_detail::put_le(out_, v, w); }
+  int protocol_;
+  std::string out_;
+};
+
+/// Pickles one value with the given protocol.
+inline std::string dumps(const value& v, int protocol = 2) {
+  writer w(protocol);
+  w.dump(v);
+  return std::move(w).finish();
+}
+
+}  // namespace cairn::pickle

@@ -1,0 +1,747 @@
+// cairn/format/torch_zip.hpp: the `torch.save` zip layout — a stored (uncompressed) ZIP writer
+// with torch's 64-byte data alignment and zip64 when needed, a ZIP reader over any storage
+// backend (also for archives embedded in a larger file, as DCP's `.distcp` items are), and
+// `data.pkl` helpers to write and read tensors. Byte layout notes in docs/torch-formats.md.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "cairn/core/dtype.hpp"
+#include "cairn/core/error.hpp"
+#include "cairn/core/sharded_tensor.hpp"
+#include "cairn/format/detail/format_util.hpp"
+#include "cairn/format/pickle.hpp"
+#include "cairn/storage/storage.hpp"
+
+namespace cairn::torch_zip {
+
+// --- CRC-32 (ZIP / zlib polynomial 0xEDB88320) ---------------------------------------------------
+
+namespace detail {
+inline const std::array<std::array<std::uint32_t, 256>, 8>& crc_tables() {
+  static const auto tables = [] {
+    std::array<std::array<std::uint32_t, 256>, 8> t{};
+    for (std::uint32_t i = 0; i < 256; ++i) {
+      std::uint32_t c = i;
+      for (int k = 0; k < 8; ++k) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+      t[0][i] = c;
+    }
+    for (std::uint32_t i = 0; i < 256; ++i)
+      for (int s = 1; s < 8; ++s) t[s][i] = (t[s - 1][i] >> 8) ^ t[0][t[s - 1][i] & 0xff];
+    return t;
+  }();
+  return tables;
+}
+}  // namespace detail
+
+/// Continues a CRC-32 over `data` (start with `crc = 0`).
+inline std::uint32_t crc32(std::uint32_t crc, std::span<const std::byte> data) noexcept {
+  const auto& t = detail::crc_tables();
+  crc = ~crc;
+  const auto* p = reinterpret_cast<const unsigned char*>(data.data());
+  std::size_t n = data.size();
+  while (n >= 8) {  // slicing-by-8
+    std::uint32_t a = crc ^ (std::uint32_t(p[0]) | std::uint32_t(p[1]) << 8 |
+                             std::uint32_t(p[2]) << 16 | std::uint32_t(p[3]) << 24);
+    crc = t[7][a & 0xff] ^ t[6][(a >> 8) & 0xff] ^ t[5][(a >> 16) & 0xff] ^ t[4][a >> 24] ^
+          t[3][p[4]] ^ t[2][p[5]] ^ t[1][p[6]] ^ t[0][p[7]];
+    p += 8;
+    n -= 8;
+  }
+  while (n--) crc = t[0][(crc ^ *p++) & 0xff] ^ (crc >> 8);
+  return ~crc;
+}
+
+// --- ZIP writer ----------------------------------------------------------------------------------
+
+/// Alignment of every record's payload, as PyTorchStreamWriter pads it.
+inline constexpr std::uint64_t record_alignment = 64;
+
+/// Writes a stored ZIP archive into an `object_writer` starting at byte `base` (so archives can
+/// be concatenated in one file, as in `.distcp`). Offsets inside the archive are relative to
+/// `base`. Each record's payload starts on a 64-byte boundary (torch's "FB" padding extra field);
+/// records of 4 GiB or more, and archives past 4 GiB, get ZIP64 fields. A record's bytes may be
+/// streamed (`begin`, `append`..., `end`): its local header is written last, once the CRC is
+/// known, so memory stays bounded by what the caller passes.
+class zip_writer {
+ public:
+  /// `file` names the output in errors.
+  zip_writer(object_writer& out, std::uint64_t base = 0, std::string file = {})
+      : out_(&out), base_(base), file_(std::move(file)) {}
+
+  /// Starts record `name` of exactly `size` bytes.
+  result<void> begin(std::string name, std::uint64_t size) {
+    if (open_)
+      return format_detail::fail(errc::invalid_argument, "zip: record still open", file_, name);
+    entry e;
+    e.name = std::move(name);
+    e.size = size;
+    e.header_offset = cursor_;
+    bool z64 = size >= 0xFFFFFFFFu;
+    std::uint64_t start = cursor_ + 30 + e.name.size() + 4 + (z64 ? 20 : 0);
+    std::uint64_t pad = (record_alignment - start % record_alignment) % record_alignment;
+    e.extra_len = static_cast<std::uint16_t>(4 + pad + (z64 ? 20 : 0));
+    e.data_offset = start + pad;
+    cursor_ = e.data_offset;
+    entries_.push_back(std::move(e));
+    open_ = true;
+    written_ = 0;
+    crc_ = 0;
+    return ok();
+  }
+  /// Appends bytes to the open record.
+  result<void> append(std::span<const std::byte> data) {
+    entry& e = entries_.back();
+    if (!open_ || data.size() > e.size - written_)
+      return format_detail::fail(errc::invalid_argument, "zip: more bytes than the record declared",
+                                 file_, e.name, base_ + cursor_);
+    if (!data.empty()) CAIRN_TRY(out_->write_at(base_ + cursor_, data));
+    crc_ = crc32(crc_, data);
+    cursor_ += data.size();
+    written_ += data.size();
+    return ok();
+  }
+  /// Ends the open record: writes its local header.
+  result<void> end() {
+    entry& e = entries_.back();
+    if (!open_ || written_ != e.size)
+      return format_detail::fail(errc::invalid_argument,
+                                 "zip: record got " + std::to_string(written_) + " of " +
+                                     std::to_string(e.size) + " bytes",
+                                 file_, e.name);
+    open_ = false;
+    e.crc = crc_;
+    std::string h;
+    bool z64 = e.size >= 0xFFFFFFFFu;
+    format_detail::put_le(h, 0x04034b50, 4);
+    format_detail::put_le(h, z64 ? 45 : 20, 2);  // version needed
+    format_detail::put_le(h, 0, 2);              // flags
+    format_detail::put_le(h, 0, 2);              // stored
+    format_detail::put_le(h, 0, 4);              // time, date
+    format_detail::put_le(h, e.crc, 4);
+    format_detail::put_le(h, z64 ? 0xFFFFFFFFu : e.size, 4);
+    format_detail::put_le(h, z64 ? 0xFFFFFFFFu : e.size, 4);
+    format_detail::put_le(h, e.name.size(), 2);
+    format_detail::put_le(h, e.extra_len, 2);
+    h += e.name;
+    if (z64) {
+      format_detail::put_le(h, 0x0001, 2);
+      format_detail::put_le(h, 16, 2);
+      format_detail::put_le(h, e.size, 8);
+      format_detail::put_le(h, e.size, 8);
+    }
+    std::size_t pad = e.extra_len - 4 - (z64 ? 20 : 0);
+    format_detail::put_le(h, 0x4246, 2);  // "FB"
+    format_detail::put_le(h, pad, 2);
+    h.append(pad, 'Z');
+    return out_->write_at(base_ + e.header_offset, format_detail::as_bytes(h));
+  }
+  /// Writes a whole record.
+  result<void> add(std::string name, std::span<const std::byte> data) {
+    CAIRN_TRY(begin(std::move(name), data.size()));
+    CAIRN_TRY(append(data));
+    return end();
+  }
+  /// Writes the central directory and end records; returns the archive's total size. Does not
+  /// finish the `object_writer`.
+  result<std::uint64_t> finish() {
+    if (open_)
+      return format_detail::fail(errc::invalid_argument, "zip: record still open", file_,
+                                 entries_.back().name);
+    std::string cd;
+    for (const entry& e : entries_) {
+      bool zs = e.size >= 0xFFFFFFFFu, zo = e.header_offset >= 0xFFFFFFFFu;
+      std::string extra;
+      if (zs || zo) {
+        format_detail::put_le(extra, 0x0001, 2);
+        format_detail::put_le(extra, (zs ? 16 : 0) + (zo ? 8 : 0), 2);
+        if (zs) {
+          format_detail::put_le(extra, e.size, 8);
+          format_detail::put_le(extra, e.size, 8);
+        }
+        if (zo) format_detail::put_le(extra, e.header_offset, 8);
+      }
+      format_detail::put_le(cd, 0x02014b50, 4);
+      format_detail::put_le(cd, (zs || zo) ? 45 : 20, 2);  // made by
+      format_detail::put_le(cd, (zs || zo) ? 45 : 20, 2);  // needed
+      format_detail::put_le(cd, 0, 2);
+      format_detail::put_le(cd, 0, 2);
+      format_detail::put_le(cd, 0, 4);
+      format_detail::put_le(cd, e.crc, 4);
+      format_detail::put_le(cd, zs ? 0xFFFFFFFFu : e.size, 4);
+      format_detail::put_le(cd, zs ? 0xFFFFFFFFu : e.size, 4);
+      format_detail::put_le(cd, e.name.size(), 2);
+      format_detail::put_le(cd, extra.size(), 2);
+      format_detail::put_le(cd, 0, 2);  // comment
+      format_detail::put_le(cd, 0, 2);  // disk
+      format_detail::put_le(cd, 0, 2);  // internal attributes
+      format_detail::put_le(cd, 0, 4);  // external attributes
+      format_detail::put_le(cd, zo ? 0xFFFFFFFFu : e.header_offset, 4);
+      cd += e.name;
+      cd += extra;
+    }
+    std::uint64_t cd_offset = cursor_, n = entries_.size();
+    bool z64 = n >= 0xFFFF || cd_offset >= 0xFFFFFFFFu || cd.size() >= 0xFFFFFFFFu;
+    std::string tail = cd;
+    if (z64) {
+      std::uint64_t eocd64 = cd_offset + cd.size();
+      format_detail::put_le(tail, 0x06064b50, 4);
+      format_detail::put_le(tail, 44, 8);
+      format_detail::put_le(tail, 45, 2);
+      format_detail::put_le(tail, 45, 2);
+      format_detail::put_le(tail, 0, 4);
+      format_detail::put_le(tail, 0, 4);
+      format_detail::put_le(tail, n, 8);
+      format_detail::put_le(tail, n, 8);
+      format_detail::put_le(tail, cd.size(), 8);
+      format_detail::put_le(tail, cd_offset, 8);
+      format_detail::put_le(tail, 0x07064b50, 4);
+      format_detail::put_le(tail, 0, 4);
+      format_detail::put_le(tail, eocd64, 8);
+      format_detail::put_le(tail, 1, 4);
+    }
+    format_detail::put_le(tail, 0x06054b50, 4);
+    format_detail::put_le(tail, 0, 4);
+    format_detail::put_le(tail, z64 ? 0xFFFF : n, 2);
+    format_detail::put_le(tail, z64 ? 0xFFFF : n, 2);
+    format_detail::put_le(tail, z64 ? 0xFFFFFFFFu : cd.size(), 4);
+    format_detail::put_le(tail, z64 ? 0xFFFFFFFFu : cd_offset, 4);
+    format_detail::put_le(tail, 0, 2);
+    CAIRN_TRY(out_->write_at(base_ + cursor_, format_detail::as_bytes(tail)));
+    cursor_ += tail.size();
+    return cursor_;
+  }
+
+ private:
+  struct entry {
+    std::string name;
+    std::uint64_t size = 0, header_offset = 0, data_offset = 0;
+    std::uint16_t extra_len = 0;
+    std::uint32_t crc = 0;
+  };
+  object_writer* out_;
+  std::uint64_t base_;
+  std::string file_;
+  std::vector<entry> entries_;
+  std::uint64_t cursor_ = 0, written_ = 0;
+  std::uint32_t crc_ = 0;
+  bool open_ = false;
+};
+
+// --- ZIP reader ----------------------------------------------------------------------------------
+
+/// A record of an archive: where its stored bytes are, relative to the archive start.
+struct record {
+  std::string name;
+  std::uint64_t data_offset = 0;  ///< payload start, relative to the archive's base
+  std::uint64_t size = 0;
+  std::uint32_t crc = 0;
+};
+
+/// A ZIP archive read through `storage_ref` from object `object` at bytes
+/// `[base, base + length)`. Only stored (uncompressed) records can be read.
+struct zip_archive {
+  storage_ref st;
+  std::string object;
+  std::uint64_t base = 0;
+  std::uint64_t length = 0;
+  std::string file;             ///< describe(object), for errors
+  std::vector<record> records;  ///< in central-directory order
+
+  /// The record named `name`, or nullptr.
+  const record* find(std::string_view name) const noexcept {
+    for (const auto& r : records)
+      if (r.name == name) return &r;
+    return nullptr;
+  }
+  /// Reads `out.size()` bytes at `offset` inside record `r`.
+  result<void> read(const record& r, std::uint64_t offset, std::span<std::byte> out) const {
+    if (offset > r.size || out.size() > r.size - offset)
+      return format_detail::fail(errc::invalid_argument, "zip: read past the end of the record",
+                                 file, r.name, base + r.data_offset + offset);
+    if (out.empty()) return ok();
+    return st.read(object, base + r.data_offset + offset, out);
+  }
+  /// Reads a whole record, checking its CRC-32.
+  result<std::vector<std::byte>> read_all(const record& r) const {
+    std::vector<std::byte> buf(static_cast<std::size_t>(r.size));
+    CAIRN_TRY(read(r, 0, buf));
+    if (crc32(0, buf) != r.crc)
+      return format_detail::corrupt("zip: CRC-32 mismatch", file, r.name, base + r.data_offset);
+    return buf;
+  }
+};
+
+/// Opens the archive in `object` at `[base, base + length)`; `length == 0` means up to the end
+/// of the object. Handles zip64; rejects compressed records with `errc::corrupt`.
+inline result<zip_archive> open_zip(storage_ref st,
+                                    std::string_view object,
+                                    std::uint64_t base = 0,
+                                    std::uint64_t length = 0) {
+  using format_detail::load_le;
+  zip_archive z{st, std::string(object), base, length, st.describe(object), {}};
+  const std::string& file = z.file;
+  if (length == 0) {
+    CAIRN_TRY_ASSIGN(std::uint64_t size, st.size(object));
+    if (size < base)
+      return format_detail::corrupt("zip: archive starts past the end", file, {}, base);
+    z.length = length = size - base;
+  }
+  if (length < 22) return format_detail::corrupt("zip: too short for an archive", file, {}, base);
+  std::uint64_t tail_len = std::min<std::uint64_t>(length, 22 + 65535 + 20);
+  CAIRN_TRY_ASSIGN(auto tail,
+                   format_detail::read_bytes(st, object, base + length - tail_len, tail_len));
+  std::int64_t at = -1;
+  for (std::int64_t p = static_cast<std::int64_t>(tail_len) - 22; p >= 0; --p)
+    if (load_le(tail.data() + p, 4) == 0x06054b50) {
+      at = p;
+      break;
+    }
+  if (at < 0)
+    return format_detail::corrupt("zip: no end-of-central-directory record", file, {},
+                                  base + length);
+  const std::byte* e = tail.data() + at;
+  std::uint64_t n = load_le(e + 10, 2), cd_size = load_le(e + 12, 4), cd_off = load_le(e + 16, 4);
+  std::uint64_t eocd_pos = length - tail_len + static_cast<std::uint64_t>(at);
+  if ((n == 0xFFFF || cd_size == 0xFFFFFFFFu || cd_off == 0xFFFFFFFFu) && at >= 20 &&
+      load_le(e - 20, 4) == 0x07064b50) {
+    std::uint64_t z64 = load_le(e - 12, 8);
+    if (z64 + 56 > length)
+      return format_detail::corrupt("zip: bad zip64 locator", file, {}, base + eocd_pos - 20);
+    CAIRN_TRY_ASSIGN(auto r, format_detail::read_bytes(st, object, base + z64, 56));
+    if (load_le(r.data(), 4) != 0x06064b50)
+      return format_detail::corrupt("zip: bad zip64 end record", file, {}, base + z64);
+    n = load_le(r.data() + 32, 8);
+    cd_size = load_le(r.data() + 40, 8);
+    cd_off = load_le(r.data() + 48, 8);
+  }
+  if (cd_off > length || cd_size > length - cd_off)
+    return format_detail::corrupt("zip: central directory out of bounds", file, {},
+                                  base + eocd_pos);
+  CAIRN_TRY_ASSIGN(auto cd, format_detail::read_bytes(st, object, base + cd_off, cd_size));
+  std::size_t p = 0;
+  for (std::uint64_t i = 0; i < n; ++i) {
+    std::uint64_t where = base + cd_off + p;
+    if (p + 46 > cd.size() || load_le(cd.data() + p, 4) != 0x02014b50)
+      return format_detail::corrupt("zip: bad central directory entry", file, {}, where);
+    const std::byte* c = cd.data() + p;
+    std::uint64_t method = load_le(c + 10, 2), crc = load_le(c + 16, 4), csize = load_le(c + 20, 4),
+                  usize = load_le(c + 24, 4), nlen = load_le(c + 28, 2), xlen = load_le(c + 30, 2),
+                  clen = load_le(c + 32, 2), off = load_le(c + 42, 4);
+    if (p + 46 + nlen + xlen + clen > cd.size())
+      return format_detail::corrupt("zip: central directory entry overruns", file, {}, where);
+    record r;
+    r.name.assign(reinterpret_cast<const char*>(c + 46), nlen);
+    r.crc = static_cast<std::uint32_t>(crc);
+    // zip64 extra field: the 0xFFFFFFFF fields in order usize, csize, offset.
+    const std::byte* x = c + 46 + nlen;
+    for (std::size_t q = 0; q + 4 <= xlen;) {
+      std::uint64_t id = load_le(x + q, 2), len = load_le(x + q + 2, 2);
+      if (q + 4 + len > xlen) break;
+      if (id == 0x0001) {
+        std::size_t f = q + 4;
+        auto next = [&](std::uint64_t& v) {
+          if (v == 0xFFFFFFFFu && f + 8 <= q + 4 + len) {
+            v = load_le(x + f, 8);
+            f += 8;
+          }
+        };
+        next(usize);
+        next(csize);
+        next(off);
+      }
+      q += 4 + len;
+    }
+    if (method != 0)
+      return format_detail::corrupt("zip: record is compressed (method " + std::to_string(method) +
+                                        "); only stored records are supported",
+                                    file, r.name, where);
+    if (csize != usize)
+      return format_detail::corrupt("zip: stored record sizes differ", file, r.name, where);
+    if (off + 30 > length)
+      return format_detail::corrupt("zip: local header out of bounds", file, r.name, where);
+    CAIRN_TRY_ASSIGN(auto lh, format_detail::read_bytes(st, object, base + off, 30));
+    if (load_le(lh.data(), 4) != 0x04034b50)
+      return format_detail::corrupt("zip: bad local header signature", file, r.name, base + off);
+    r.data_offset = off + 30 + load_le(lh.data() + 26, 2) + load_le(lh.data() + 28, 2);
+    r.size = usize;
+    if (r.data_offset > length || r.size > length - r.data_offset)
+      return format_detail::corrupt("zip: record data out of bounds", file, r.name, base + off);
+    z.records.push_back(std::move(r));
+    p += 46 + nlen + xlen + clen;
+  }
+  return z;
+}
+
+// --- torch.save: data.pkl and storages -----------------------------------------------------------
+
+/// The legacy storage class torch uses for a dtype ("FloatStorage"), or "" when the dtype has
+/// none (those use `_rebuild_tensor_v3` and `UntypedStorage`).
+constexpr std::string_view storage_class(dtype t) noexcept {
+  switch (t) {
+    case dtype::f32:
+      return "FloatStorage";
+    case dtype::f64:
+      return "DoubleStorage";
+    case dtype::f16:
+      return "HalfStorage";
+    case dtype::bf16:
+      return "BFloat16Storage";
+    case dtype::i64:
+      return "LongStorage";
+    case dtype::i32:
+      return "IntStorage";
+    case dtype::i16:
+      return "ShortStorage";
+    case dtype::i8:
+      return "CharStorage";
+    case dtype::u8:
+      return "ByteStorage";
+    case dtype::bool_:
+      return "BoolStorage";
+    default:
+      return "";
+  }
+}
+
+/// torch's attribute name for a dtype ("float32", "float8_e4m3fn", "uint16").
+constexpr std::string_view torch_dtype_name(dtype t) noexcept {
+  switch (t) {
+    case dtype::bool_:
+      return "bool";
+    case dtype::u8:
+      return "uint8";
+    case dtype::i8:
+      return "int8";
+    case dtype::i16:
+      return "int16";
+    case dtype::u16:
+      return "uint16";
+    case dtype::i32:
+      return "int32";
+    case dtype::u32:
+      return "uint32";
+    case dtype::i64:
+      return "int64";
+    case dtype::u64:
+      return "uint64";
+    case dtype::f16:
+      return "float16";
+    case dtype::bf16:
+      return "bfloat16";
+    case dtype::f32:
+      return "float32";
+    case dtype::f64:
+      return "float64";
+    case dtype::f8_e4m3:
+      return "float8_e4m3fn";
+    case dtype::f8_e5m2:
+      return "float8_e5m2";
+  }
+  return "";
+}
+
+/// The dtype of a torch dtype attribute name (also the aliases "float", "half", "long", ...).
+inline std::optional<dtype> dtype_from_torch_name(std::string_view n) noexcept {
+  for (dtype t : all_dtypes)
+    if (torch_dtype_name(t) == n) return t;
+  static constexpr std::pair<std::string_view, dtype> aliases[] = {
+      {"float", dtype::f32}, {"double", dtype::f64}, {"half", dtype::f16},
+      {"long", dtype::i64},  {"int", dtype::i32},    {"short", dtype::i16}};
+  for (auto [a, t] : aliases)
+    if (a == n) return t;
+  return std::nullopt;
+}
+
+/// The dtype of a legacy storage class name ("FloatStorage" -> f32).
+inline std::optional<dtype> dtype_from_storage_class(std::string_view n) noexcept {
+  for (dtype t : all_dtypes)
+    if (!storage_class(t).empty() && storage_class(t) == n) return t;
+  return std::nullopt;
+}
+
+/// The pickle value torch.save writes for a contiguous CPU tensor of `type` and `dims` whose
+/// storage is record `data/<storage_key>` holding `storage_numel` elements, starting at element
+/// `storage_offset`: `_rebuild_tensor_v2(persid, offset, size, stride, False, OrderedDict())`
+/// (or `_rebuild_tensor_v3` with an UntypedStorage for dtypes without a legacy storage class).
+inline pickle::value tensor_value(dtype type,
+                                  const shape& dims,
+                                  std::string storage_key,
+                                  std::int64_t storage_numel,
+                                  std::int64_t storage_offset = 0) {
+  using pickle::value;
+  std::vector<value> sizes, strides(dims.size());
+  std::int64_t stride = 1;
+  for (std::size_t a = dims.size(); a-- > 0;) {
+    strides[a] = value::integer(stride);
+    stride *= std::max<std::int64_t>(dims[a], 1);
+  }
+  for (auto d : dims) sizes.push_back(value::integer(d));
+  bool legacy = !storage_class(type).empty();
+  value pid = value::tuple(
+      {value::string("storage"),
+       value::global("torch", legacy ? std::string(storage_class(type)) : "UntypedStorage"),
+       value::string(std::move(storage_key)), value::string("cpu"),
+       value::integer(legacy ? storage_numel
+                             : storage_numel * static_cast<std::int64_t>(dtype_size(type)))});
+  value hooks = value::instance("collections", "OrderedDict", value::tuple(), value(), false);
+  std::vector<value> args{value::persistent(std::move(pid)),
+                          value::integer(storage_offset),
+                          value::tuple(std::move(sizes)),
+                          value::tuple(std::move(strides)),
+                          value::boolean(false),
+                          std::move(hooks)};
+  if (!legacy) args.push_back(value::global("torch", std::string(torch_dtype_name(type))));
+  return value::instance("torch._utils", legacy ? "_rebuild_tensor_v2" : "_rebuild_tensor_v3",
+                         value::tuple(std::move(args)), value(), false);
+}
+
+/// A tensor in memory to save: name, dtype, shape and its contiguous little-endian bytes.
+struct tensor_view {
+  std::string name;
+  dtype type = dtype::f32;
+  shape dims;
+  std::span<const std::byte> data;
+};
+
+/// Writes one `torch.save` archive at byte `base` of `out`: record `<prefix>/data.pkl` holding
+/// `root` (pickle protocol 2), then the records torch 2.x writes (`.format_version`,
+/// `.storage_alignment`, `byteorder`), the storages as `<prefix>/data/<i>` (i = index in
+/// `storages`), and `version` = "3\n". Returns the archive size. Deterministic.
+inline result<std::uint64_t> write_archive(object_writer& out,
+                                           std::uint64_t base,
+                                           std::string_view prefix,
+                                           const pickle::value& root,
+                                           std::span<const std::span<const std::byte>> storages,
+                                           std::string file = {}) {
+  zip_writer z(out, base, std::move(file));
+  std::string p(prefix);
+  std::string pkl = pickle::dumps(root, 2);
+  CAIRN_TRY(z.add(p + "/data.pkl", format_detail::as_bytes(pkl)));
+  CAIRN_TRY(z.add(p + "/.format_version", format_detail::as_bytes("1")));
+  CAIRN_TRY(z.add(p + "/.storage_alignment", format_detail::as_bytes("64")));
+  CAIRN_TRY(z.add(p + "/byteorder", format_detail::as_bytes("little")));
+  for (std::size_t i = 0; i < storages.size(); ++i)
+    CAIRN_TRY(z.add(p + "/data/" + std::to_string(i), storages[i]));
+  CAIRN_TRY(z.add(p + "/version", format_detail::as_bytes("3\n")));
+  return z.finish();
+}
+
+/// Writes `torch.save(t)` of one tensor at byte `base` of `out` (a DCP `.distcp` item); returns
+/// its size. Prefix "archive", as torch writes to a stream.
+inline result<std::uint64_t> write_tensor_item(object_writer& out,
+                                               std::uint64_t base,
+                                               const tensor_view& t,
+                                               std::string file = {}) {
+  std::int64_t n = numel(t.dims);
+  if (t.data.size() != static_cast<std::size_t>(n) * dtype_size(t.type))
+    return format_detail::fail(errc::invalid_argument,
+                               "torch.save: tensor bytes do not match shape", file, t.name);
+  pickle::value root = tensor_value(t.type, t.dims, "0", n);
+  std::span<const std::byte> storages[] = {t.data};
+  return write_archive(out, base, "archive", root, storages, std::move(file));
+}
+
+/// Writes `torch.save({name: tensor, ...})` as object `name` on `st` (a `.pt` file). The
+/// archive's folder is the file's basename without extension, as `torch.save(x, path)` does.
+inline result<void> write_pt(storage_ref st,
+                             std::string_view name,
+                             const std::vector<tensor_view>& tensors) {
+  std::vector<std::pair<pickle::value, pickle::value>> entries;
+  std::vector<std::span<const std::byte>> storages;
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    const auto& t = tensors[i];
+    std::int64_t n = numel(t.dims);
+    if (t.data.size() != static_cast<std::size_t>(n) * dtype_size(t.type))
+      return format_detail::fail(errc::invalid_argument,
+                                 "torch.save: tensor bytes do not match shape", st.describe(name),
+                                 t.name);
+    entries.emplace_back(pickle::value::string(t.name),
+                         tensor_value(t.type, t.dims, std::to_string(i), n));
+    storages.push_back(t.data);
+  }
+  std::string_view base = name.substr(name.find_last_of('/') + 1);
+  std::string prefix(base.substr(0, base.find_last_of('.')));
+  if (prefix.empty()) prefix = "archive";
+  CAIRN_TRY_ASSIGN(auto out, st.open_writer(name));
+  CAIRN_TRY(write_archive(*out, 0, prefix, pickle::value::dict(std::move(entries)), storages,
+                          st.describe(name)));
+  return out->finish();
+}
+
+/// A tensor found in a `torch.save` pickle: dtype, shape, strides and where its storage is.
+struct tensor_ref {
+  dtype type = dtype::f32;
+  shape dims;
+  shape strides;
+  std::int64_t storage_offset = 0;  ///< in elements
+  std::string storage_key;          ///< record `<prefix>/data/<storage_key>`
+};
+
+/// An opened `torch.save` archive: the zip, its folder prefix and the unpickled `data.pkl`.
+struct archive {
+  zip_archive zip;
+  std::string prefix;  ///< "archive", or the saved file's basename
+  pickle::value root;
+};
+
+/// Opens a `torch.save` archive in `object` at `[base, base + length)` (`length == 0`: to the
+/// end), checking the common folder prefix and the version record, and unpickles `data.pkl`.
+inline result<archive> open_archive(storage_ref st,
+                                    std::string_view object,
+                                    std::uint64_t base = 0,
+                                    std::uint64_t length = 0) {
+  CAIRN_TRY_ASSIGN(zip_archive z, open_zip(st, object, base, length));
+  if (z.records.empty())
+    return format_detail::corrupt("torch.save: empty archive", z.file, {}, base);
+  std::string prefix = z.records[0].name.substr(0, z.records[0].name.find('/'));
+  for (const auto& r : z.records)
+    if (r.name.compare(0, prefix.size() + 1, prefix + "/") != 0)
+      return format_detail::corrupt("torch.save: records do not share the folder '" + prefix + "'",
+                                    z.file, r.name, base + r.data_offset);
+  const record* ver = z.find(prefix + "/.data/version");
+  if (!ver) ver = z.find(prefix + "/version");
+  if (!ver) return format_detail::corrupt("torch.save: no version record", z.file, prefix, base);
+  CAIRN_TRY_ASSIGN(auto vb, z.read_all(*ver));
+  std::string vs(reinterpret_cast<const char*>(vb.data()), vb.size());
+  long v = std::strtol(vs.c_str(), nullptr, 10);
+  if (v < 1 || v > 10)
+    return format_detail::fail(errc::unsupported_version,
+                               "torch.save: unsupported version '" + vs + "'", z.file, ver->name,
+                               base + ver->data_offset);
+  if (const record* bo = z.find(prefix + "/byteorder")) {
+    CAIRN_TRY_ASSIGN(auto b, z.read_all(*bo));
+    if (std::string_view(reinterpret_cast<const char*>(b.data()), b.size()) != "little")
+      return format_detail::fail(errc::unsupported_version, "torch.save: big-endian archive",
+                                 z.file, bo->name, base + bo->data_offset);
+  }
+  const record* pkl = z.find(prefix + "/data.pkl");
+  if (!pkl) return format_detail::corrupt("torch.save: no data.pkl", z.file, prefix, base);
+  CAIRN_TRY_ASSIGN(auto pb, z.read_all(*pkl));
+  auto root = pickle::load(pb, z.file);
+  if (!root) {
+    error e = std::move(root).err();
+    e.key = pkl->name;
+    if (e.offset) *e.offset += base + pkl->data_offset;
+    return e;
+  }
+  return archive{std::move(z), std::move(prefix), std::move(root).value()};
+}
+
+/// Decodes a tensor node (`_rebuild_tensor_v2`/`_v3`, or a `Parameter` around one) into a
+/// `tensor_ref`; nullopt when `v` is not a tensor.
+inline std::optional<tensor_ref> as_tensor(const pickle::value& v) {
+  if (!v.is_object()) return std::nullopt;
+  const pickle::object& o = *v.obj;
+  const auto& a = o.args.elements();
+  if ((o.is("torch._utils", "_rebuild_parameter") ||
+       o.is("torch._utils", "_rebuild_parameter_with_state") ||
+       o.is("torch.nn.parameter", "Parameter")) &&
+      !a.empty())
+    return as_tensor(a[0]);
+  bool v2 = o.is("torch._utils", "_rebuild_tensor_v2"),
+       v3 = o.is("torch._utils", "_rebuild_tensor_v3");
+  if (!(v2 || v3) || a.size() < 4 || a[0].type != pickle::value::kind::persistent_id)
+    return std::nullopt;
+  const auto& pid = a[0].elements()[0].elements();
+  if (pid.size() < 5 || pid[0].str != "storage" || pid[1].type != pickle::value::kind::global)
+    return std::nullopt;
+  tensor_ref t;
+  if (v3) {
+    if (a.size() < 7 || a[6].type != pickle::value::kind::global) return std::nullopt;
+    auto d = dtype_from_torch_name(a[6].name);
+    if (!d) return std::nullopt;
+    t.type = *d;
+  } else {
+    auto d = dtype_from_storage_class(pid[1].name);
+    if (!d) return std::nullopt;
+    t.type = *d;
+  }
+  t.storage_key =
+      pid[2].type == pickle::value::kind::string ? pid[2].str : std::to_string(pid[2].i);
+  t.storage_offset = a[1].i;
+  for (const auto& x : a[2].elements()) t.dims.push_back(x.i);
+  for (const auto& x : a[3].elements()) t.strides.push_back(x.i);
+  if (t.strides.size() != t.dims.size()) return std::nullopt;
+  return t;
+}
+
+/// Every tensor in `root`, keyed by its path: dict keys and list/tuple indices joined with '.'
+/// (`{"model": {"w": t}}` -> "model.w"). A bare tensor is keyed "".
+inline std::vector<std::pair<std::string, tensor_ref>> find_tensors(const pickle::value& root) {
+  std::vector<std::pair<std::string, tensor_ref>> out;
+  auto join = [](const std::string& p, const std::string& k) {
+    return p.empty() ? k : p + "." + k;
+  };
+  auto walk = [&](auto& self, const pickle::value& v, const std::string& path) -> void {
+    if (auto t = as_tensor(v)) {
+      out.emplace_back(path, std::move(*t));
+      return;
+    }
+    if (v.is_dict()) {
+      for (const auto& [k, x] : *v.entries)
+        self(self, x, join(path, k.is_string() ? k.str : std::to_string(k.i)));
+    } else if (v.is_sequence()) {
+      for (std::size_t i = 0; i < v.elements().size(); ++i)
+        self(self, v.elements()[i], join(path, std::to_string(i)));
+    } else if (v.is_object()) {  // OrderedDict(...) with SETITEMS, or BUILD dict state
+      for (const auto& [k, x] : v.obj->dict_items)
+        self(self, x, join(path, k.is_string() ? k.str : std::to_string(k.i)));
+    }
+  };
+  walk(walk, root, "");
+  return out;
+}
+
+/// Reads tensor `t` of archive `a` as contiguous row-major bytes (views with any strides and
+/// storage offset are gathered), checking the storage bounds.
+inline result<std::vector<std::byte>> read_tensor(const archive& a, const tensor_ref& t) {
+  const std::string rec_name = a.prefix + "/data/" + t.storage_key;
+  const record* r = a.zip.find(rec_name);
+  if (!r) return format_detail::corrupt("torch.save: missing storage record", a.zip.file, rec_name);
+  const std::size_t es = dtype_size(t.type);
+  std::int64_t n = numel(t.dims);
+  std::vector<std::byte> out(static_cast<std::size_t>(n) * es);
+  if (n == 0) return out;
+  // Element range touched by the view, to bound-check and read once.
+  std::int64_t lo = t.storage_offset, hi = t.storage_offset;
+  for (std::size_t d = 0; d < t.dims.size(); ++d) {
+    std::int64_t span = (t.dims[d] - 1) * t.strides[d];
+    (span < 0 ? lo : hi) += span;
+  }
+  if (lo < 0 || static_cast<std::uint64_t>(hi + 1) * es > r->size)
+    return format_detail::corrupt(
+        "torch.save: tensor view exceeds its storage (" + std::to_string(r->size) + " bytes)",
+        a.zip.file, rec_name, a.zip.base + r->data_offset);
+  std::vector<std::byte> buf(static_cast<std::size_t>(hi - lo + 1) * es);
+  CAIRN_TRY(a.zip.read(*r, static_cast<std::uint64_t>(lo) * es, buf));
+  bool contiguous = true;
+  for (std::int64_t d = static_cast<std::int64_t>(t.dims.size()) - 1, s = 1; d >= 0; --d) {
+    if (t.dims[d] != 1 && t.strides[d] != s) contiguous = false;
+    s *= t.dims[d];
+  }
+  if (contiguous) return buf;
+  std::vector<std::int64_t> idx(t.dims.size(), 0);
+  for (std::int64_t i = 0; i < n; ++i) {
+    std::int64_t src = t.storage_offset - lo;
+    for (std::size_t d = 0; d < idx.size(); ++d) src += idx[d] * t.strides[d];
+    std::memcpy(out.data() + static_cast<std::size_t>(i) * es, buf.data() + src * es, es);
+    for (std::size_t d = idx.size(); d-- > 0;) {
+      if (++idx[d] < t.dims[d]) break;
+      idx[d] = 0;
+    }
+  }
+  return out;
+}
+
+}  // namespace cairn::torch_zip

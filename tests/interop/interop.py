@@ -1,0 +1,196 @@
+"""Python side of cairn's interop tests: run by ctest with Debian's /usr/bin/python3.
+
+    interop.py CASE TOOL WORKDIR
+
+CASE is one of safetensors_numpy, pt_torch_load, pt_from_torch, dcp_torch_load, dcp_from_torch.
+TOOL is the cairn_interop helper (tests/interop/cairn_interop.cpp). Exits 77 (ctest SKIP) with a
+printed reason when numpy or torch is missing. Every tensor holds pattern() (mirrored in the C++
+helper), compared bit for bit for f32, f16, bf16, f64, i64, i32, i16, i8, u8 and bool.
+"""
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import zipfile
+
+SKIP = 77
+
+try:
+    import numpy as np
+    import torch
+except ImportError as e:  # visible skip, never a silent pass
+    print(f"SKIP: {e} (run scripts/bootstrap to install python3-torch and python3-numpy)")
+    sys.exit(SKIP)
+
+TYPES = {
+    "f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16, "f64": torch.float64,
+    "i64": torch.int64, "i32": torch.int32, "i16": torch.int16, "i8": torch.int8,
+    "u8": torch.uint8, "bool": torch.bool,
+}
+ST_NUMPY = {"F32": "<f4", "F16": "<f2", "BF16": "<u2", "F64": "<f8", "I64": "<i8", "I32": "<i4",
+            "I16": "<i2", "I8": "i1", "U8": "u1", "BOOL": "?"}
+ST_SIZE = {"F32": 4, "F16": 2, "BF16": 2, "F64": 8, "I64": 8, "I32": 4, "I16": 2, "I8": 1,
+           "U8": 1, "BOOL": 1}
+
+
+def pattern(name, n, first=0):
+    """Element i of the test pattern, as a 1-d torch tensor (mirrors element() in C++)."""
+    i = np.arange(first, first + n, dtype=np.int64)
+    f = ((i * 37) % 101 - 50) / 8.0
+    if name in ("f32", "f16", "bf16", "f64"):
+        return torch.from_numpy(f).to(TYPES[name])
+    a = {"i64": (i * 1000003 - 5000) * 1048576, "i32": (i * 100003 - 5000).astype(np.int32),
+         "i16": ((i * 37) % 65536 - 32768).astype(np.int16),
+         "i8": ((i * 7) % 256 - 128).astype(np.int8), "u8": ((i * 7) % 256).astype(np.uint8),
+         "bool": (i % 3 == 0)}[name]
+    return torch.from_numpy(np.ascontiguousarray(a))
+
+
+def raw(t):
+    """The little-endian bytes of a tensor (bf16 through its int16 view)."""
+    t = t.contiguous()
+    if t.dtype == torch.bfloat16:
+        t = t.view(torch.int16)
+    return t.numpy().tobytes()
+
+
+def same(name, got, want):
+    if got.dtype != want.dtype or tuple(got.shape) != tuple(want.shape) or raw(got) != raw(want):
+        sys.exit(f"FAIL {name}: got {got.dtype} {tuple(got.shape)} {got.flatten()[:6]}, "
+                 f"want {want.dtype} {tuple(want.shape)} {want.flatten()[:6]}")
+
+
+def run(tool, *args):
+    r = subprocess.run([tool, *args], capture_output=True, text=True)
+    sys.stdout.write(r.stdout)
+    if r.returncode != 0:
+        sys.exit(f"FAIL: {tool} {' '.join(args)} exited {r.returncode}:\n{r.stderr}")
+
+
+def read_safetensors_numpy(path):
+    """A safetensors reader of our own (no safetensors package on Debian): numpy arrays."""
+    with open(path, "rb") as f:
+        blob = f.read()
+    (n,) = struct.unpack("<Q", blob[:8])
+    assert (8 + n) % 8 == 0, "header not padded to 8 bytes"
+    header = json.loads(blob[8:8 + n])
+    keys = list(header)
+    if "__metadata__" in header:
+        assert keys[0] == "__metadata__", "__metadata__ must come first"
+    data = blob[8 + n:]
+    out, end = {}, 0
+    for k, v in header.items():
+        if k == "__metadata__":
+            continue
+        b, e = v["data_offsets"]
+        assert b == end, f"{k}: not contiguous"
+        assert (8 + n + b) % ST_SIZE[v["dtype"]] == 0, f"{k}: misaligned"
+        end = e
+        out[k] = (v["dtype"], np.frombuffer(data[b:e], dtype=ST_NUMPY[v["dtype"]]).reshape(v["shape"]))
+    assert end == len(data), "trailing bytes"
+    return header.get("__metadata__", {}), out
+
+
+def case_safetensors_numpy(tool, work):
+    run(tool, "write-safetensors", work)
+    meta, ts = read_safetensors_numpy(os.path.join(work, "model.safetensors"))
+    assert meta == {"format": "pt"}, meta
+    index = json.load(open(os.path.join(work, "model.safetensors.index.json")))
+    total = 0
+    for name in TYPES:
+        want = pattern(name, 15).reshape(3, 5)
+        dt, arr = ts["t_" + name]
+        if raw(want) != arr.tobytes() or arr.shape != (3, 5):
+            sys.exit(f"FAIL t_{name}: {arr.flatten()[:6]} vs {want.flatten()[:6]}")
+        shard = index["weight_map"]["t_" + name]
+        _, sts = read_safetensors_numpy(os.path.join(work, shard))
+        assert sts["t_" + name][1].tobytes() == arr.tobytes(), f"{shard}: t_{name} differs"
+        total += arr.nbytes
+    assert index["metadata"]["total_size"] == total
+    assert ts["scalar"][1].shape == () and ts["empty"][1].shape == (0, 3)
+    print(f"numpy read {len(TYPES)} dtypes element-exact from cairn's safetensors (+ index)")
+
+
+def case_pt_torch_load(tool, work):
+    run(tool, "write-pt", work)
+    path = os.path.join(work, "cairn.pt")
+    blob = open(path, "rb").read()
+    with zipfile.ZipFile(path) as z:  # CRCs, stored records, 64-byte alignment
+        assert z.testzip() is None
+        for info in z.infolist():
+            assert info.compress_type == zipfile.ZIP_STORED
+            nlen, xlen = struct.unpack("<HH", blob[info.header_offset + 26:info.header_offset + 30])
+            off = info.header_offset + 30 + nlen + xlen
+            assert off % 64 == 0, f"{info.filename} at {off}"
+    for weights_only in (True, False):
+        sd = torch.load(path, weights_only=weights_only)
+        for name in TYPES:
+            same("t_" + name, sd["t_" + name], pattern(name, 15).reshape(3, 5))
+        assert sd["scalar"].shape == () and sd["scalar"].item() == pattern("i64", 1).item()
+        assert sd["empty"].shape == (0, 3)
+    print(f"torch {torch.__version__} torch.load read {len(TYPES)} dtypes element-exact "
+          "(weights_only=True and False)")
+
+
+def case_pt_from_torch(tool, work):
+    sd = {"t_" + n: pattern(n, 15).reshape(3, 5) for n in TYPES}
+    sd["transposed"] = pattern("f32", 15).reshape(3, 5).t()
+    full = pattern("i64", 15)
+    sd["full"] = full
+    sd["slice"] = full[4:9]  # shares full's storage, storage_offset 4
+    torch.save(sd, os.path.join(work, "torch.pt"))
+    run(tool, "check-pt", os.path.join(work, "torch.pt"))
+
+
+def import_dcp():
+    """torch 1.13's DCP prototype; on Python 3.11 it needs TensorProperties hashable."""
+    import dataclasses
+    orig = dataclasses.dataclass
+
+    def patched(cls=None, /, **kw):
+        def wrap(c):
+            if c.__name__ == "TensorProperties":
+                kw["unsafe_hash"] = True
+            return orig(**kw)(c)
+        return wrap if cls is None else wrap(cls)
+
+    dataclasses.dataclass = patched
+    try:
+        import torch.distributed._shard.checkpoint as dcp
+    finally:
+        dataclasses.dataclass = orig
+    return dcp
+
+
+def case_dcp_torch_load(tool, work):
+    run(tool, "write-dcp", work)
+    dcp = import_dcp()
+    sd = {"t_" + n: torch.zeros(4, 6, dtype=TYPES[n]) for n in TYPES}
+    sd["step"] = 0
+    dcp.load_state_dict(sd, dcp.FileSystemReader(work), no_dist=True)
+    for n in TYPES:
+        same("t_" + n, sd["t_" + n], pattern(n, 24).reshape(4, 6))
+    assert sd["step"] == 7, sd["step"]
+    print(f"torch {torch.__version__} DCP load_state_dict read cairn's checkpoint: "
+          f"{len(TYPES)} dtypes element-exact, bytes item ok")
+
+
+def case_dcp_from_torch(tool, work):
+    dcp = import_dcp()
+    sd = {"t_" + n: pattern(n, 24).reshape(4, 6) for n in TYPES}
+    dcp.save_state_dict(sd, dcp.FileSystemWriter(work), no_dist=True)
+    run(tool, "check-dcp", work)
+
+
+def main():
+    case, tool, work = sys.argv[1:4]
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    globals()["case_" + case](tool, work)
+    print(f"PASS {case}")
+
+
+if __name__ == "__main__":
+    main()
