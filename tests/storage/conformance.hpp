@@ -78,4 +78,14 @@ inline std::vector<std::string> list_of(cairn::storage_ref s, std::string_view p
   return *l;
 }
 
+/// Whether fixture F's backend rewrites an object in place on replacement (s3rver does; real S3
+/// does not), so concurrent readers may see a mix: the case that checks it is skipped.
+template <class F>
+constexpr bool replaces_in_place() {
+  if constexpr (requires { F::replaces_in_place; })
+    return F::replaces_in_place;
+  else
+    return false;
+}
+
 }  // namespace cairn_storage_test

@@ -2,6 +2,7 @@
 // its fixtures (a struct with `ref()` and `static constexpr bool writer_hidden_until_finish`) and
 // CAIRN_BACKENDS, the comma-separated fixture list, then includes this file once.
 #include <atomic>
+#include <cstdio>
 #include <random>
 #include <thread>
 
@@ -38,6 +39,11 @@ TEST_SUITE("storage conformance") {
   TEST_CASE_TEMPLATE("concurrent readers never see a mix of old and new", F, CAIRN_BACKENDS) {
     F f;
     cairn::storage_ref s = f.ref();
+    if constexpr (replaces_in_place<F>()) {
+      // Printed, not MESSAGEd: ctest's SKIP_REGULAR_EXPRESSION sees it and reports a skip.
+      std::printf("SKIP: this test server rewrites objects in place on replacement\n");
+      return;
+    }
     constexpr std::size_t n = 64 * 1024;
     require_ok(s.put("obj", bytes(n, std::byte{0})));
     std::atomic<bool> done{false};

@@ -63,7 +63,7 @@ struct s3_options {
   /// TCP connect timeout of one attempt.
   std::chrono::milliseconds connect_timeout{std::chrono::seconds(5)};
   /// An attempt that moves no byte for this long is abandoned (stalled uploads) and retried.
-  std::chrono::seconds stall_timeout{30};
+  std::chrono::seconds stall_timeout{20};
   /// Throttled uploads: at most this many bytes per second from this storage (0: unlimited).
   std::uint64_t upload_bytes_per_second = 0;
   /// Throttled uploads: when set, every upload request holds an exclusive flock on this file,
@@ -236,6 +236,7 @@ struct s3_http_response {
   std::string text;                            ///< body of non-data responses and errors
   std::uint64_t received = 0;                  ///< data bytes delivered to out/out_fd
   bool overflow = false;                       ///< more data bytes than `out` holds
+  bool bogus_range = false;  ///< a 206 whose Content-Range lies past the object's end (no body)
   CURLcode curl = CURLE_OK;
   std::string curl_error;
 };
@@ -443,6 +444,19 @@ class s3_client {
     std::string_view line(p, size * n);
     if (line.starts_with("HTTP/")) {
       t->resp->headers.clear();
+    } else if (line == "\r\n" || line == "\n") {
+      // End of headers. A 206 whose Content-Range ends at or past the object's size cannot be
+      // honest (s3rver answers "bytes 0-0/0" for an empty object and then sends nothing): stop
+      // here instead of waiting for bytes that never come.
+      auto it = t->resp->headers.find("content-range");
+      if (it != t->resp->headers.end()) {
+        unsigned long long a = 0, b = 0, total = 0;
+        if (std::sscanf(it->second.c_str(), "bytes %llu-%llu/%llu", &a, &b, &total) == 3 &&
+            b >= total) {
+          t->resp->bogus_range = true;
+          return 0;
+        }
+      }
     } else if (auto colon = line.find(':'); colon != std::string_view::npos) {
       std::string k(line.substr(0, colon));
       std::transform(k.begin(), k.end(), k.begin(),
@@ -617,6 +631,7 @@ class s3_client {
       ::curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, r.method.c_str());
     }
     resp.curl = ::curl_easy_perform(h);
+    if (resp.bogus_range) resp.curl = CURLE_OK;  // an answer: the range is past the end
     if (resp.curl != CURLE_OK) resp.curl_error = errbuf;
     ::curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &resp.status);
     ::curl_slist_free_all(hl);
