@@ -82,3 +82,28 @@ TEST_CASE("save on 4 ranks, load on 2 and 3; each rank GETs only what it reads")
     }
   }
 }
+
+#ifdef CAIRN_CLI_PATH
+TEST_CASE("the cairn CLI inspects and verifies a checkpoint at s3://bucket/prefix") {
+  std::string why = skip_reason();
+  if (!why.empty()) {
+    std::printf("SKIP: %s\n", why.c_str());
+    return;
+  }
+  s3rver srv;
+  const std::string uri = "s3://" + srv.bucket + "/cli/ckpt";
+  cairn::s3_storage st(uri, options_for(srv.endpoint()));
+  cairn::run_ranks(2, [&](cairn::thread_communicator& comm) {
+    rank_state rs(comm.rank(), 2, 0, true);
+    cairn::save(rs.sd, st, comm);
+  });
+  const std::string env =
+      "AWS_ENDPOINT_URL=" + srv.endpoint() +
+      " AWS_ACCESS_KEY_ID=S3RVER AWS_SECRET_ACCESS_KEY=S3RVER AWS_REGION=us-east-1 ";
+  std::string inspect = run(env + "'" CAIRN_CLI_PATH "' inspect " + uri + " --json");
+  CHECK(inspect.find("\"world_size\":2") != std::string::npos);
+  CHECK(inspect.find("\"emb\"") != std::string::npos);
+  std::string verify = run(env + "'" CAIRN_CLI_PATH "' verify " + uri);
+  CHECK(verify.find("all checksums match") != std::string::npos);
+}
+#endif
