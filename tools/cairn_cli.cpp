@@ -2,11 +2,14 @@
 //
 //   cairn inspect DIR [--json]   keys, dtypes, shapes, chunks, bytes, world size, metadata
 //   cairn verify DIR             recompute every checksum; exit 0 when all match
+// DIR may be s3://bucket/prefix when built with cairn::s3 (endpoint and credentials from AWS_*).
 #include <fmt/core.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include <cstdio>
+#include <memory>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -14,6 +17,9 @@
 #include "cairn/format/metadata.hpp"
 #include "cairn/format/native.hpp"
 #include "cairn/storage/file.hpp"
+#if CAIRN_CLI_S3
+#  include "cairn/storage/s3.hpp"
+#endif
 
 namespace {
 
@@ -27,6 +33,31 @@ int usage() {
       stderr);
   return 2;
 }
+
+/// The storage a DIR argument names: a local directory, or s3://bucket/prefix (S3 builds).
+struct opened_storage {
+  std::unique_ptr<cairn::file_storage> file;
+#if CAIRN_CLI_S3
+  std::unique_ptr<cairn::s3_storage> s3;
+#endif
+  explicit opened_storage(const std::string& dir) {
+    if (dir.rfind("s3://", 0) == 0) {
+#if CAIRN_CLI_S3
+      s3 = std::make_unique<cairn::s3_storage>(dir);
+      return;
+#else
+      throw std::runtime_error("this cairn was built without S3 support (cairn::s3): " + dir);
+#endif
+    }
+    file = std::make_unique<cairn::file_storage>(dir);
+  }
+  cairn::storage_ref ref() {
+#if CAIRN_CLI_S3
+    if (s3) return *s3;
+#endif
+    return *file;
+  }
+};
 
 std::string json_str(std::string_view s) {
   fmt::memory_buffer b;
@@ -43,7 +74,8 @@ std::uint64_t total_bytes(const cairn::checkpoint_metadata& m) {
 }
 
 int inspect(const std::string& dir, bool json) {
-  cairn::file_storage st(dir);
+  opened_storage holder(dir);
+  cairn::storage_ref st = holder.ref();
   auto m = cairn::read_metadata(st);
   if (!m) {
     fmt::print(stderr, "cairn inspect: {}\n", m.err().describe());
@@ -121,7 +153,8 @@ int inspect(const std::string& dir, bool json) {
 }
 
 int verify(const std::string& dir) {
-  cairn::file_storage st(dir);
+  opened_storage holder(dir);
+  cairn::storage_ref st = holder.ref();
   auto problems = cairn::verify_checkpoint(st);
   if (!problems) {
     fmt::print(stderr, "cairn verify: {}\n", problems.err().describe());
@@ -138,8 +171,18 @@ int verify(const std::string& dir) {
 
 }  // namespace
 
+int run_cli(const std::vector<std::string>& args);
+
 int main(int argc, char** argv) {
-  std::vector<std::string> args(argv + 1, argv + argc);
+  try {
+    return run_cli(std::vector<std::string>(argv + 1, argv + argc));
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "cairn: {}\n", e.what());
+    return 2;
+  }
+}
+
+int run_cli(const std::vector<std::string>& args) {
   if (args.size() < 2) return usage();
   if (args[0] == "inspect") {
     bool json = args.size() == 3 && args[2] == "--json";
