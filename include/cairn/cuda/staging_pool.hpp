@@ -225,7 +225,9 @@ struct stager_options {
 /// - `unstage(items)`: the reverse; device destinations are complete after `wait()`.
 ///
 /// One stage/unstage at a time per stager (calls are serialized); several stagers may share
-/// one pool. After the first call with the largest item list, calls allocate nothing.
+/// one pool (reserve it first: `stage` grows only a pool with nothing acquired, and `reserve`
+/// must not race with other stagers' `acquire`). After the first call with the largest item
+/// list, calls allocate nothing.
 class stager {
  public:
   /// A stager over `pool` (which must outlive it).
@@ -275,26 +277,30 @@ class stager {
     for (const auto& it : items) need += detail::align_up(it.bytes, opt_.alignment);
     if (pool_->used() == 0) CAIRN_TRY(pool_->reserve(need));
     bool ordered = false;
-    for (const auto& it : items) {
-      auto span = pool_->acquire(it.bytes, opt_.alignment);
-      if (!span) return std::move(span).err().with_key(std::string(it.key));
-      std::byte* dst = span->data();
-      staged_.emplace_back(dst, it.bytes);
-      if (it.bytes == 0) continue;
-      if (!it.src)
-        return std::move(make_error(errc::invalid_argument, "stage: null source pointer"))
-            .with_key(std::string(it.key));
-      if (classify(it.src) == memory_kind::device) {
-        if (!ordered) {
-          CAIRN_TRY(prepare_stream(after));
-          ordered = true;
+    auto enqueue = [&]() -> result<void> {
+      for (const auto& it : items) {
+        auto span = pool_->acquire(it.bytes, opt_.alignment);
+        if (!span) return std::move(span).err().with_key(std::string(it.key));
+        std::byte* dst = span->data();
+        staged_.emplace_back(dst, it.bytes);
+        if (it.bytes == 0) continue;
+        if (!it.src)
+          return std::move(make_error(errc::invalid_argument, "stage: null source pointer"))
+              .with_key(std::string(it.key));
+        if (classify(it.src) == memory_kind::device) {
+          if (!ordered) {
+            CAIRN_TRY(prepare_stream(after));
+            ordered = true;
+          }
+          CAIRN_TRY(device_copy(dst, it.src, it.bytes, copy_kind::device_to_host, it.key));
+        } else {
+          add_pieces(dst, it.src, it.bytes);
         }
-        CAIRN_TRY(device_copy(dst, it.src, it.bytes, copy_kind::device_to_host, it.key));
-      } else {
-        add_pieces(dst, it.src, it.bytes);
       }
-    }
-    if (ordered) CAIRN_TRY(record_done());
+      return ok();
+    };
+    result<void> enqueued = enqueue();  // sets `ordered`: call it before finish_enqueue
+    CAIRN_TRY(finish_enqueue(std::move(enqueued), ordered));
     CAIRN_TRY(host_copies());
     return std::span<const std::span<std::byte>>(staged_);
   }
@@ -306,22 +312,26 @@ class stager {
     std::lock_guard lock(mu_);
     pieces_.clear();
     bool ordered = false;
-    for (const auto& it : items) {
-      if (it.bytes == 0) continue;
-      if (!it.src || !it.dst)
-        return std::move(make_error(errc::invalid_argument, "unstage: null pointer"))
-            .with_key(std::string(it.key));
-      if (classify(it.dst) == memory_kind::device) {
-        if (!ordered) {
-          CAIRN_TRY(prepare_stream(after));
-          ordered = true;
+    auto enqueue = [&]() -> result<void> {
+      for (const auto& it : items) {
+        if (it.bytes == 0) continue;
+        if (!it.src || !it.dst)
+          return std::move(make_error(errc::invalid_argument, "unstage: null pointer"))
+              .with_key(std::string(it.key));
+        if (classify(it.dst) == memory_kind::device) {
+          if (!ordered) {
+            CAIRN_TRY(prepare_stream(after));
+            ordered = true;
+          }
+          CAIRN_TRY(device_copy(it.dst, it.src, it.bytes, copy_kind::host_to_device, it.key));
+        } else {
+          add_pieces(it.dst, it.src, it.bytes);
         }
-        CAIRN_TRY(device_copy(it.dst, it.src, it.bytes, copy_kind::host_to_device, it.key));
-      } else {
-        add_pieces(it.dst, it.src, it.bytes);
       }
-    }
-    if (ordered) CAIRN_TRY(record_done());
+      return ok();
+    };
+    result<void> enqueued = enqueue();  // sets `ordered`: call it before finish_enqueue
+    CAIRN_TRY(finish_enqueue(std::move(enqueued), ordered));
     return host_copies();
   }
 
@@ -385,12 +395,21 @@ class stager {
       void* dst, const void* src, std::size_t bytes, copy_kind kind, std::string_view key) {
     status s = rt_->memcpy_async(rt_->self, dst, src, bytes, kind, stream_);
     if (s == 0) return ok();
-    // Copies already enqueued must not land in memory the caller reuses after this error.
-    (void)rt_->stream_synchronize(rt_->self, stream_);
     std::string what = describe_status(*rt_, "cudaMemcpyAsync", s);
     what += kind == copy_kind::device_to_host ? " (device to host, " : " (host to device, ";
     what += std::to_string(bytes) + " bytes)";
     return std::move(make_error(errc::io, std::move(what))).with_key(std::string(key));
+  }
+
+  // After enqueueing: on success record the completion event; on failure make sure no copy
+  // enqueued so far lands after the error is returned.
+  result<void> finish_enqueue(result<void> r, bool ordered) {
+    if (!ordered) return r;
+    if (!r) {
+      (void)rt_->stream_synchronize(rt_->self, stream_);
+      return r;
+    }
+    return record_done();
   }
 
   result<void> record_done() {
