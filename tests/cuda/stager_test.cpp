@@ -65,7 +65,7 @@ std::vector<std::byte> pattern(std::size_t n, int seed) {
   return v;
 }
 bool equal(std::span<const std::byte> a, const std::vector<std::byte>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size()) == 0;
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size()) == 0);
 }
 
 }  // namespace
@@ -248,6 +248,18 @@ TEST_SUITE("cuda stager") {
     CHECK(fake.stats().pointer_queries == 0);
     CHECK(fake.stats().streams_created == 0);
     CHECK(fake.stats().host_allocs == 0);
+  }
+
+  TEST_CASE("empty items stage as empty spans, even into a pool never allocated") {
+    cc::aligned_host_resource mr;
+    cc::staging_pool pool(mr);
+    cc::stager st(pool, {.use_device = false});
+    std::vector<cc::stage_item> items{{nullptr, 0, "a"}, {nullptr, 0, "b"}};
+    auto staged = st.stage(items);
+    REQUIRE(staged);
+    CHECK(staged->size() == 2);
+    CHECK((*staged)[0].empty());
+    CHECK(pool.capacity() == 0);
   }
 
   TEST_CASE("a pool already in use that is too small is an error, not a reallocation") {

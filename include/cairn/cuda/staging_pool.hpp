@@ -279,11 +279,14 @@ class stager {
     bool ordered = false;
     auto enqueue = [&]() -> result<void> {
       for (const auto& it : items) {
+        if (it.bytes == 0) {  // nothing to copy; needs no pool space (the pool may be empty)
+          staged_.emplace_back();
+          continue;
+        }
         auto span = pool_->acquire(it.bytes, opt_.alignment);
         if (!span) return std::move(span).err().with_key(std::string(it.key));
         std::byte* dst = span->data();
         staged_.emplace_back(dst, it.bytes);
-        if (it.bytes == 0) continue;
         if (!it.src)
           return std::move(make_error(errc::invalid_argument, "stage: null source pointer"))
               .with_key(std::string(it.key));
