@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -144,14 +145,52 @@ struct write_item {
   std::size_t elem_size = 1;
 };
 
+/// Buffers that tiled writes gather into, reused across writes (and across saves when the
+/// owner keeps it: fresh memory costs a page fault per 4 KiB, and async saves must not
+/// allocate). Thread-safe.
+class gather_buffers {
+ public:
+  /// Buffers of `bytes` each.
+  explicit gather_buffers(std::size_t bytes = std::size_t{8} << 20) : bytes_(bytes) {}
+  /// Size of each buffer.
+  std::size_t size() const noexcept { return bytes_; }
+  /// A buffer of `size()` bytes, reused when one is free.
+  std::unique_ptr<std::byte[]> take() {
+    {
+      std::lock_guard lock(mu_);
+      if (!free_.empty()) {
+        auto b = std::move(free_.back());
+        free_.pop_back();
+        return b;
+      }
+    }
+    return std::unique_ptr<std::byte[]>(new std::byte[bytes_]);
+  }
+  /// Returns a buffer taken with `take()`.
+  void give(std::unique_ptr<std::byte[]> b) {
+    std::lock_guard lock(mu_);
+    free_.push_back(std::move(b));
+  }
+
+ private:
+  std::size_t bytes_;
+  std::mutex mu_;
+  std::vector<std::unique_ptr<std::byte[]>> free_;
+};
+
 /// Writes items into one object with `threads` threads, checksumming every block (or tile)
-/// first. Tiles are gathered into reused buffers of about `gather_bytes`, several tiles per write.
+/// first. Tiles are gathered into buffers from `buffers` (a private set when null), several
+/// tiles per write.
 inline result<void> write_items(storage_ref st,
                                 const std::string& name,
                                 std::vector<write_item>& items,
                                 std::uint64_t block_size,
                                 int threads,
-                                std::uint64_t gather_bytes = std::uint64_t{8} << 20) {
+                                gather_buffers* buffers = nullptr) {
+  std::optional<gather_buffers> own;
+  if (!buffers || buffers->size() < block_size)
+    buffers = &own.emplace(std::max<std::size_t>(std::size_t{8} << 20, block_size));
+  const std::uint64_t gather_bytes = buffers->size();
   CAIRN_TRY_ASSIGN(auto writer, st.open_writer(name));
   struct task {
     std::size_t item;
@@ -185,10 +224,6 @@ inline result<void> write_items(storage_ref st,
     }
     if (cur.last_tile > cur.first_tile) tasks.push_back(cur);
   }
-  // Gather buffers, reused by the tasks (fresh memory costs a page fault per 4 KiB).
-  std::mutex pool_mu;
-  std::vector<std::unique_ptr<std::byte[]>> pool;
-  std::uint64_t buffer_bytes = std::max(gather_bytes, block_size);
   auto r = run_parallel(tasks.size(), threads, [&](std::size_t k) -> result<void> {
     const task& t = tasks[k];
     write_item& it = items[t.item];
@@ -201,15 +236,7 @@ inline result<void> write_items(storage_ref st,
       if (!w) return std::move(w).err().with_key(it.key);
       return ok();
     }
-    std::unique_ptr<std::byte[]> buf;
-    {
-      std::lock_guard lock(pool_mu);
-      if (!pool.empty()) {
-        buf = std::move(pool.back());
-        pool.pop_back();
-      }
-    }
-    if (!buf) buf.reset(new std::byte[buffer_bytes]);
+    std::unique_ptr<std::byte[]> buf = buffers->take();
     std::uint64_t off = 0;
     const std::size_t es = it.elem_size;
     for (std::size_t j = t.first_tile; j < t.last_tile; ++j) {
@@ -224,10 +251,7 @@ inline result<void> write_items(storage_ref st,
       off += n;
     }
     auto w = writer->write_at(it.file_offset + t.begin, {buf.get(), static_cast<std::size_t>(off)});
-    {
-      std::lock_guard lock(pool_mu);
-      pool.push_back(std::move(buf));
-    }
+    buffers->give(std::move(buf));
     if (!w) return std::move(w).err().with_key(it.key);
     return ok();
   });
@@ -300,21 +324,49 @@ struct plan_cache_access {
   }
 };
 
-/// The non-template body of `save`: plan across ranks, write, commit.
-inline result<save_stats> save_leaves(const leaf_list& leaves,
-                                      storage_ref st,
-                                      comm_ref comm,
-                                      const save_options& opt) {
-  auto t0 = std::chrono::steady_clock::now();
-  const int rank = comm.rank();
+/// A save after planning: the layout, and what this rank writes where. Tensor items point into
+/// the user's memory (or, for an async save, into the staging pool); objects and common values
+/// are owned copies.
+struct planned_save {
+  save_layout layout;
+  std::string save_id;
+  int rank = 0;
+  std::vector<write_item> items;    ///< this rank's data file, in file order
+  std::vector<bytes> object_bytes;  ///< encoded main-replica objects, in leaf order
+  std::vector<std::pair<std::string, common_value>> commons;
   save_stats stats;
+  std::chrono::steady_clock::time_point start;
+};
+
+/// What the write phase of one rank leaves for the commit.
+struct written_save {
+  std::optional<error> failure;
+  std::string common_name;
+  extent common_extent;
+  std::map<std::string, common_record> common_records;
+};
+
+/// Phase 1 of a save (collective): describe this rank's leaves, agree on the plan (or reuse
+/// the cached one), and list this rank's write items. Fails on every rank alike.
+inline result<void> plan_phase(const leaf_list& leaves,
+                               storage_ref st,
+                               comm_ref comm,
+                               const save_options& opt,
+                               planned_save& out) {
+  out.start = std::chrono::steady_clock::now();
+  const int rank = comm.rank();
+  out.rank = rank;
+  save_stats& stats = out.stats;
+  stats = save_stats{};
   if (opt.block_size == 0) return make_error(errc::invalid_argument, "block_size must be > 0");
 
   // 1. Describe this rank's leaves.
   rank_desc me;
-  std::vector<bytes> object_bytes;  // encoded main-replica objects, in leaf order
+  std::vector<bytes>& object_bytes = out.object_bytes;
+  object_bytes.clear();
   std::vector<std::vector<piece>> pieces(leaves.tensors.size());
-  std::vector<std::pair<std::string, common_value>> commons;
+  std::vector<std::pair<std::string, common_value>>& commons = out.commons;
+  commons.clear();
   try {
     auto check_utf8 = [](const std::string& s, const char* what) {
       if (!simdjson::validate_utf8(s.data(), s.size()))
@@ -434,7 +486,7 @@ inline result<save_stats> save_leaves(const leaf_list& leaves,
                 .with_key(o.key);
   }
   stats.save_id = save_id;
-  save_layout layout;
+  save_layout& layout = out.layout;
   if (cached) {
     layout = std::move(*cached);
     rename_save(layout, save_id);
@@ -448,10 +500,11 @@ inline result<save_stats> save_leaves(const leaf_list& leaves,
     }
   }
   stats.bytes_per_rank = layout.bytes_of_rank;
+  out.save_id = save_id;
 
-  // 3. Write this rank's data file (and rank 0's common state).
-  std::optional<error> failure;
-  std::vector<write_item> items;
+  // 3. This rank's items, in file order.
+  std::vector<write_item>& items = out.items;
+  items.clear();
   for (const write_slot& slot : layout.slots[rank]) {
     const extent& e = layout.where(slot);
     if (slot.is_object) {
@@ -475,13 +528,28 @@ inline result<save_stats> save_leaves(const leaf_list& leaves,
                        es});
     }
   }
-  std::string common_name;
-  extent common_extent;
-  std::map<std::string, common_record> common_records;
+  return ok();
+}
+
+/// Phase 2 of a save (local, no communication): write this rank's data file, and rank 0's
+/// common state. Failures are returned for the commit to share; this rank's files are removed.
+inline written_save write_phase(planned_save& plan,
+                                storage_ref st,
+                                const save_options& opt,
+                                gather_buffers* buffers = nullptr) {
+  written_save out;
+  const int rank = plan.rank;
+  const save_layout& layout = plan.layout;
+  std::vector<write_item>& items = plan.items;
+  save_stats& stats = plan.stats;
+  std::optional<error>& failure = out.failure;
+  std::string& common_name = out.common_name;
+  extent& common_extent = out.common_extent;
+  const auto& commons = plan.commons;
   try {
     if (layout.file_of_rank[rank] >= 0) {
       const std::string& name = layout.metadata.files[layout.file_of_rank[rank]].name;
-      if (auto w = write_items(st, name, items, opt.block_size, opt.io_threads); !w)
+      if (auto w = write_items(st, name, items, opt.block_size, opt.io_threads, buffers); !w)
         failure = std::move(w).err();
       for (const auto& it : items) stats.bytes_written += it.nbytes;
       stats.chunks_written = items.size();
@@ -489,10 +557,10 @@ inline result<save_stats> save_leaves(const leaf_list& leaves,
     if (rank == 0 && !failure && !commons.empty()) {
       bytes buf;
       for (const auto& [path, v] : commons) {
-        common_records[path] = common_record{v.kind, v.type, buf.size(), v.data.size()};
+        out.common_records[path] = common_record{v.kind, v.type, buf.size(), v.data.size()};
         buf.insert(buf.end(), v.data.begin(), v.data.end());
       }
-      common_name = common_file_name(save_id);
+      common_name = common_file_name(plan.save_id);
       common_extent.nbytes = buf.size();
       common_extent.checksums = block_checksums(buf, opt.block_size);
       if (auto w = st.put(common_name, buf); !w)
@@ -507,8 +575,22 @@ inline result<save_stats> save_leaves(const leaf_list& leaves,
       (void)st.remove(layout.metadata.files[layout.file_of_rank[rank]].name);
     if (!common_name.empty()) (void)st.remove(common_name);
   }
+  return out;
+}
 
-  // 4. Gather statuses and checksums; rank 0 commits the metadata last.
+/// Phase 3 of a save (collective): share every rank's status and checksums; when all wrote,
+/// rank 0 writes metadata.json last (the commit) and tells everyone how that went.
+inline result<save_stats> commit_phase(
+    planned_save& plan, written_save& w, storage_ref st, comm_ref comm, const save_options& opt) {
+  const int rank = plan.rank;
+  save_layout& layout = plan.layout;
+  const std::vector<write_item>& items = plan.items;
+  std::optional<error>& failure = w.failure;
+  const std::string& common_name = w.common_name;
+  extent& common_extent = w.common_extent;
+  auto& commons = plan.commons;
+  save_stats& stats = plan.stats;
+  // Gather statuses and checksums; rank 0 commits the metadata last.
   binary_writer sums;
   for (const auto& it : items) sums.u64s(it.checksums);
   auto [status, payloads] = exchange_status(comm, failure, sums.data());
@@ -533,7 +615,7 @@ inline result<save_stats> save_leaves(const leaf_list& leaves,
         common_extent.file = static_cast<std::uint32_t>(m.files.size());
         m.files.push_back(file_record{common_name, 0, common_extent.nbytes});
         m.common = common_extent;
-        m.commons = std::move(common_records);
+        m.commons = std::move(w.common_records);
       }
       std::string json = to_json(m);
       // Never commit metadata this reader could not load back.
@@ -553,8 +635,20 @@ inline result<save_stats> save_leaves(const leaf_list& leaves,
   comm.broadcast(commit, 0);
   binary_reader cr(commit);
   if (auto f = get_error(cr)) return std::move(*f).with_rank(0);
-  stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  stats.seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - plan.start).count();
   return stats;
+}
+
+/// The non-template body of `save`: plan across ranks, write, commit.
+inline result<save_stats> save_leaves(const leaf_list& leaves,
+                                      storage_ref st,
+                                      comm_ref comm,
+                                      const save_options& opt) {
+  planned_save plan;
+  CAIRN_TRY(plan_phase(leaves, st, comm, opt, plan));
+  written_save w = write_phase(plan, st, opt);
+  return commit_phase(plan, w, st, comm, opt);
 }
 
 }  // namespace detail
