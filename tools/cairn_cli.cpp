@@ -2,18 +2,25 @@
 //
 //   cairn inspect DIR [--json]   keys, dtypes, shapes, chunks, bytes, world size, metadata
 //   cairn verify DIR             recompute every checksum; exit 0 when all match
-// DIR may be s3://bucket/prefix when built with cairn::s3 (endpoint and credentials from AWS_*).
+//   cairn unshard SRC DST --strategy one_file|per_tensor|chunks [--chunk-size 5GB] [--dtype f32]
+//   cairn convert SRC DST --strategy torch_dist|one_file|per_tensor|chunks [--dtype f32]
+// DIR, SRC and DST may be s3://bucket/prefix when built with cairn::s3 (endpoint and
+// credentials from AWS_*).
 #include <fmt/core.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <unistd.h>
 
+#include <cctype>
 #include <cstdio>
 #include <memory>
 #include <stdexcept>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "cairn/convert/unshard.hpp"
 #include "cairn/format/metadata.hpp"
 #include "cairn/format/native.hpp"
 #include "cairn/storage/file.hpp"
@@ -27,9 +34,17 @@ int usage() {
   std::fputs(
       "usage: cairn inspect DIR [--json]\n"
       "       cairn verify DIR\n"
+      "       cairn unshard SRC DST --strategy one_file|per_tensor|chunks [--chunk-size 5GB]\n"
+      "                     [--dtype f32] [--slab 64MiB]\n"
+      "       cairn convert SRC DST --strategy torch_dist|one_file|per_tensor|chunks [--dtype "
+      "f32]\n"
+      "                     [--chunk-size 5GB] [--slab 64MiB]\n"
       "  inspect  list keys, dtypes, global shapes, chunk counts, bytes, the saved world\n"
       "           size, format version and content metadata (--json: JSON only on stdout)\n"
-      "  verify   recompute every checksum; exit 0 when all match, 1 naming each bad chunk\n",
+      "  verify   recompute every checksum; exit 0 when all match, 1 naming each bad chunk\n"
+      "  unshard  consolidate a cairn or DCP checkpoint into safetensors, streaming\n"
+      "  convert  rewrite a cairn or DCP checkpoint in another layout, streaming\n"
+      "           (the native target is not supported yet)\n",
       stderr);
   return 2;
 }
@@ -169,6 +184,105 @@ int verify(const std::string& dir) {
   return 0;
 }
 
+// "5GB" (decimal units, as Hugging Face writes them), "256MiB" (binary), or plain bytes.
+std::optional<std::uint64_t> parse_size(const std::string& s) {
+  std::size_t end = 0;
+  double v;
+  try {
+    v = std::stod(s, &end);
+  } catch (...) {
+    return std::nullopt;
+  }
+  std::string unit = s.substr(end);
+  for (auto& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  const std::pair<const char*, double> units[] = {{"", 1},
+                                                  {"B", 1},
+                                                  {"KB", 1e3},
+                                                  {"MB", 1e6},
+                                                  {"GB", 1e9},
+                                                  {"TB", 1e12},
+                                                  {"KIB", 1024.0},
+                                                  {"MIB", 1048576.0},
+                                                  {"GIB", 1073741824.0},
+                                                  {"TIB", 1099511627776.0}};
+  for (const auto& [u, f] : units)
+    if (unit == u && v > 0) return static_cast<std::uint64_t>(v * f);
+  return std::nullopt;
+}
+
+// `cairn unshard` and `cairn convert`: args after the subcommand name.
+int convert_cmd(const std::string& cmd, const std::vector<std::string>& args) {
+  namespace cv = cairn::convert;
+  if (args.size() < 2) return usage();
+  cv::convert_options opt;
+  bool have_strategy = false;
+  for (std::size_t i = 2; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (i + 1 >= args.size()) return usage();
+    const std::string& v = args[++i];
+    if (a == "--strategy") {
+      auto s = cv::parse_strategy(v);
+      if (!s) {
+        fmt::print(stderr, "cairn {}: {}\n", cmd, s.err().describe());
+        return 2;
+      }
+      opt.layout = *s;
+      have_strategy = true;
+    } else if (a == "--chunk-size" || a == "--slab") {
+      auto n = parse_size(v);
+      if (!n) {
+        fmt::print(stderr, "cairn {}: bad size '{}' for {}\n", cmd, v, a);
+        return 2;
+      }
+      (a == "--slab" ? opt.slab_bytes : opt.chunk_size) = *n;
+    } else if (a == "--dtype") {
+      std::string up = v;
+      for (auto& c : up) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+      auto t = cairn::dtype_from_name(up);
+      if (!t || !cv::convertible_float(*t)) {
+        fmt::print(stderr, "cairn {}: --dtype must be f16, bf16, f32 or f64, not '{}'\n", cmd, v);
+        return 2;
+      }
+      opt.to_dtype = *t;
+    } else {
+      return usage();
+    }
+  }
+  if (!have_strategy) {
+    fmt::print(stderr, "cairn {}: --strategy is required\n", cmd);
+    return 2;
+  }
+  opened_storage in_holder(args[0]), out_holder(args[1]);
+  cairn::storage_ref in = in_holder.ref(), out = out_holder.ref();
+  auto src = cv::open_source(in);
+  if (!src) {
+    fmt::print(stderr, "cairn {}: {}\n", cmd, src.err().describe());
+    return 2;
+  }
+  const bool tty = ::isatty(STDERR_FILENO) == 1;
+  if (tty)
+    opt.progress = [&](std::uint64_t done, std::uint64_t total) {
+      double f = total ? static_cast<double>(done) / static_cast<double>(total) : 1.0;
+      int w = 40, filled = static_cast<int>(f * w);
+      fmt::print(stderr, "\r[{}{}] {:5.1f}%  {:.2f} / {:.2f} GB", std::string(filled, '#'),
+                 std::string(w - filled, ' '), 100 * f, done / 1e9, total / 1e9);
+      std::fflush(stderr);
+    };
+  auto stats = cmd == "unshard" ? cv::unshard(**src, out, opt) : cv::convert(**src, out, opt);
+  if (tty) fmt::print(stderr, "\n");
+  if (!stats) {
+    fmt::print(stderr, "cairn {}: {}\n", cmd, stats.err().describe());
+    return 1;
+  }
+  fmt::print("{}: {} tensor(s), {} bytes from {} ({}) -> {} file(s) in {} ({})\n", cmd,
+             stats->tensors, stats->bytes_read, args[0], (*src)->kind(), stats->files.size(),
+             args[1], cv::strategy_name(opt.layout));
+  if (!stats->skipped.empty())
+    fmt::print("not carried over (no place in {}): {}\n", cv::strategy_name(opt.layout),
+               fmt::join(stats->skipped, ", "));
+  return 0;
+}
+
 }  // namespace
 
 int run_cli(const std::vector<std::string>& args);
@@ -190,5 +304,7 @@ int run_cli(const std::vector<std::string>& args) {
     return inspect(args[1], json);
   }
   if (args[0] == "verify" && args.size() == 2) return verify(args[1]);
+  if (args[0] == "unshard" || args[0] == "convert")
+    return convert_cmd(args[0], std::vector<std::string>(args.begin() + 1, args.end()));
   return usage();
 }

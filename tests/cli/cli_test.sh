@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# CLI tests: cairn inspect and cairn verify on a good, a corrupted and an incomplete checkpoint.
+# CLI tests: cairn inspect, verify, unshard and convert on a good, a corrupted and an incomplete checkpoint.
 # usage: cli_test.sh CAIRN MAKE_CHECKPOINT
 set -u
 cairn=$1 make=$2
@@ -28,6 +28,36 @@ check "inspect --json has the format version" contains "$dir/json" '"format_vers
 
 "$cairn" verify "$dir/ckpt" >"$dir/out" 2>&1; rc=$?
 check "verify of an intact checkpoint exits 0" test $rc -eq 0
+
+# unshard / convert (stderr is not a terminal here: no progress bar).
+"$cairn" unshard "$dir/ckpt" "$dir/one" --strategy one_file >"$dir/out" 2>"$dir/err"; rc=$?
+check "unshard one_file exits 0" test $rc -eq 0
+check "unshard one_file writes model.safetensors" test -s "$dir/one/model.safetensors"
+check "unshard is quiet on a non-terminal stderr" test ! -s "$dir/err"
+check "unshard reports what it left out" contains "$dir/out" "not carried over.*step"
+"$cairn" unshard "$dir/ckpt" "$dir/chunks" --strategy chunks --chunk-size 1KB --dtype f64 \
+  >"$dir/out" 2>&1; rc=$?
+check "unshard chunks exits 0" test $rc -eq 0
+check "unshard chunks writes the index" contains "$dir/chunks/model.safetensors.index.json" '"model.w": "model-00002-of-00002.safetensors"'
+check "unshard --dtype f64 converts" grep -aq '"F64"' "$dir/chunks/model-00002-of-00002.safetensors"
+"$cairn" unshard "$dir/ckpt" "$dir/x" --strategy torch_dist >"$dir/out" 2>&1; rc=$?
+check "unshard refuses torch_dist" test $rc -ne 0
+"$cairn" convert "$dir/ckpt" "$dir/dist" --strategy torch_dist >"$dir/out" 2>&1; rc=$?
+check "convert torch_dist exits 0" test $rc -eq 0
+check "convert torch_dist writes .metadata" test -s "$dir/dist/.metadata"
+check "convert torch_dist writes Megatron metadata.json" contains "$dir/dist/metadata.json" torch_dist
+"$cairn" unshard "$dir/dist" "$dir/one2" --strategy one_file >"$dir/out" 2>&1; rc=$?
+check "unshard of the DCP output exits 0" test $rc -eq 0
+check "DCP round trip gives identical safetensors" cmp -s "$dir/one/model.safetensors" "$dir/one2/model.safetensors"
+"$cairn" convert "$dir/ckpt" "$dir/nat" --strategy native >"$dir/out" 2>&1; rc=$?
+check "convert native fails" test $rc -ne 0
+check "convert native says not supported yet" contains "$dir/out" "not supported yet"
+"$cairn" unshard "$dir/ckpt" "$dir/y" --strategy one_file --chunk-size 5XB >"$dir/out" 2>&1; rc=$?
+check "unshard rejects a bad size" test $rc -eq 2
+if command -v script >/dev/null; then  # a pseudo-terminal: the progress bar appears
+  script -qec "\"$cairn\" unshard \"$dir/ckpt\" \"$dir/tty\" --strategy one_file" /dev/null >"$dir/out" 2>&1
+  check "unshard shows a progress bar on a terminal" contains "$dir/out" "100.0%"
+fi
 
 # Flip one byte in the middle of rank 1's data file.
 data=$(ls "$dir/ckpt"/data.1.*.cairn)

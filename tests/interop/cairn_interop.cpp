@@ -4,12 +4,15 @@
 //
 //   cairn_interop write-safetensors DIR | write-pt DIR | write-dcp DIR
 //   cairn_interop check-pt FILE | check-dcp DIR
+//   cairn_interop write-multirank DIR | unshard SRC DST | convert-dcp SRC DST
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <string>
 #include <vector>
 
+#include "cairn/cairn.hpp"
+#include "cairn/convert/unshard.hpp"
 #include "cairn/format/dcp_metadata.hpp"
 #include "cairn/format/safetensors.hpp"
 #include "cairn/format/torch_zip.hpp"
@@ -237,9 +240,92 @@ int check_dcp(const std::string& dir) {
               m.class_module.c_str(), m.class_name.c_str());
   return 0;
 }
+// A cairn checkpoint saved on 4 thread ranks: t_<dtype> is (8, 6) holding pattern(48), split by
+// rows (dtypes 0, 3, 6, 9), by uneven columns (1, 4, 7) or as flattened distributed-optimizer
+// slices (2, 5, 8); plus the common value "step" = 12.
+int write_multirank(const std::string& dir) {
+  cairn::file_storage st(dir);
+  const std::int64_t R = 8, C = 6;
+  cairn::run_ranks(4, [&](cairn::thread_communicator& comm) {
+    const int r = comm.rank();
+    std::vector<std::vector<std::byte>> bufs(kTypes.size());
+    cairn::state_dict sd;
+    for (std::size_t i = 0; i < kTypes.size(); ++i) {
+      auto [t, name] = kTypes[i];
+      const std::size_t es = cairn::dtype_size(t);
+      cairn::box b{{0, 0}, {R, C}};
+      if (i % 3 == 0) {
+        b = {{2 * r, 0}, {2, C}};
+      } else if (i % 3 == 1) {
+        const std::int64_t cuts[] = {0, 2, 3, 5, 6};
+        b = {{0, cuts[r]}, {R, cuts[r + 1] - cuts[r]}};
+      }
+      std::vector<std::byte> blk(static_cast<std::size_t>(b.volume()) * es);
+      std::int64_t k = 0;
+      for (std::int64_t y = 0; y < b.size[0]; ++y)
+        for (std::int64_t x = 0; x < b.size[1]; ++x, ++k)
+          element(t, (b.offset[0] + y) * C + b.offset[1] + x, blk.data() + k * es);
+      cairn::sharded_tensor<> st_;
+      st_.key = "t_" + name;
+      st_.type = t;
+      st_.local_shape = b.size;
+      st_.global_shape = {R, C};
+      st_.global_offset = b.offset;
+      if (i % 3 == 2) {
+        std::int64_t lo = R * C * r / 4, hi = R * C * (r + 1) / 4;
+        st_.flattened_range = cairn::flat_range{lo, hi};
+        bufs[i].assign(blk.begin() + lo * static_cast<std::int64_t>(es),
+                       blk.begin() + hi * static_cast<std::int64_t>(es));
+      } else {
+        bufs[i] = std::move(blk);
+      }
+      st_.data = bufs[i];
+      sd.add(st_.key, st_);
+    }
+    sd.add("step", std::int64_t{12});
+    cairn::save(sd, st, comm);
+  });
+  return 0;
+}
+
+// Unshards SRC into DST/model.safetensors (one_file) and DST/chunks (chunks of 200 bytes).
+int unshard(const std::string& src_dir, const std::string& dst) {
+  namespace cv = cairn::convert;
+  cairn::file_storage in(src_dir), one(dst), chunks(dst + "/chunks");
+  auto src = cv::open_source(in).value();
+  cv::convert_options opt;
+  opt.slab_bytes = 40;
+  cv::unshard(*src, one, opt).value();
+  opt.layout = cv::strategy::chunks;
+  opt.chunk_size = 200;
+  cv::unshard(*src, chunks, opt).value();
+  return 0;
+}
+
+// Converts SRC into a torch_dist checkpoint in DST (small slabs: several DCP items per tensor).
+int convert_dcp(const std::string& src_dir, const std::string& dst) {
+  namespace cv = cairn::convert;
+  cairn::file_storage in(src_dir), out(dst);
+  auto src = cv::open_source(in).value();
+  cv::convert_options opt;
+  opt.layout = cv::strategy::torch_dist;
+  opt.slab_bytes = 40;
+  cv::convert(*src, out, opt).value();
+  return 0;
+}
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc == 4) {
+    std::string cmd = argv[1];
+    try {
+      if (cmd == "unshard") return unshard(argv[2], argv[3]);
+      if (cmd == "convert-dcp") return convert_dcp(argv[2], argv[3]);
+    } catch (const cairn::exception& e) {
+      return fail(e.what());
+    }
+    return fail("unknown command " + cmd);
+  }
   if (argc != 3)
     return fail(
         "usage: cairn_interop write-safetensors|write-pt|write-dcp DIR | check-pt FILE | check-dcp "
@@ -251,6 +337,7 @@ int main(int argc, char** argv) {
     if (cmd == "write-dcp") return write_dcp(arg);
     if (cmd == "check-pt") return check_pt(arg);
     if (cmd == "check-dcp") return check_dcp(arg);
+    if (cmd == "write-multirank") return write_multirank(arg);
   } catch (const cairn::exception& e) {
     return fail(e.what());
   }

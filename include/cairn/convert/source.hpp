@@ -1,0 +1,339 @@
+// cairn/convert/source.hpp: a readable checkpoint layout seen as a list of tensors, each of which
+// can be read box by box into caller memory — a cairn native checkpoint (through the public load
+// API) or a PyTorch DCP checkpoint (`.metadata` + `__R_I.distcp`). What `unshard` and `convert`
+// stream from. Notes in docs/unshard.md.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "cairn/comm/single.hpp"
+#include "cairn/core/common_value.hpp"
+#include "cairn/core/dtype.hpp"
+#include "cairn/core/error.hpp"
+#include "cairn/core/sharded_tensor.hpp"
+#include "cairn/format/dcp_metadata.hpp"
+#include "cairn/format/native.hpp"
+#include "cairn/format/torch_zip.hpp"
+#include "cairn/load.hpp"
+#include "cairn/plan/box.hpp"
+#include "cairn/storage/storage.hpp"
+#include "cairn/tree/state_dict.hpp"
+
+namespace cairn::convert {
+
+/// A tensor of a source: its key, dtype and global shape.
+struct tensor_entry {
+  std::string key;
+  dtype type = dtype::f32;
+  shape global_shape;
+  /// Bytes of the whole tensor.
+  std::uint64_t nbytes() const noexcept {
+    return static_cast<std::uint64_t>(numel(global_shape)) * dtype_size(type);
+  }
+};
+
+/// One read: the elements of `region` (global coordinates) of tensor `key`, stored row-major
+/// into `out`, which holds exactly `region.volume() * dtype_size` bytes.
+struct box_read {
+  std::string key;
+  box region;
+  std::span<std::byte> out;
+};
+
+/// A checkpoint layout that `unshard` and `convert` read from. Implementations read only the
+/// bytes a request needs, so memory is bounded by what the caller asks for.
+class source {
+ public:
+  virtual ~source() = default;
+  /// "cairn" or "dcp".
+  virtual std::string_view kind() const noexcept = 0;
+  /// Every tensor, sorted by key.
+  virtual const std::vector<tensor_entry>& tensors() const noexcept = 0;
+  /// Fills every request (one pass over the storage for the whole batch where the layout
+  /// allows). Errors name the key and file.
+  virtual result<void> read(const std::vector<box_read>& reqs) = 0;
+  /// Common (non-tensor) values by path, where the layout has them in a form cairn decodes
+  /// (cairn: the common state; DCP: none).
+  virtual result<std::map<std::string, common_value>> commons() {
+    return std::map<std::string, common_value>{};
+  }
+  /// Non-tensor items cairn leaves behind when converting (sharded objects, DCP bytes items).
+  virtual std::vector<std::string> other_items() const { return {}; }
+
+  /// The tensor called `key`, or nullptr.
+  const tensor_entry* find(std::string_view key) const noexcept {
+    const auto& ts = tensors();
+    auto it = std::lower_bound(ts.begin(), ts.end(), key,
+                               [](const tensor_entry& e, std::string_view k) { return e.key < k; });
+    return it != ts.end() && it->key == key ? &*it : nullptr;
+  }
+  /// Reads one box of tensor `key` into `out` (exactly the box's bytes).
+  result<void> read_box(const std::string& key, const box& region, std::span<std::byte> out) {
+    return read({box_read{key, region, out}});
+  }
+  /// Reads rows [begin, end) of axis 0 of tensor `key` (all other axes whole) into `out`.
+  result<void> read_rows(const std::string& key,
+                         std::int64_t begin,
+                         std::int64_t end,
+                         std::span<std::byte> out) {
+    const tensor_entry* t = find(key);
+    if (!t) return std::move(make_error(errc::not_found, "no such tensor")).with_key(key);
+    if (t->global_shape.empty())
+      return std::move(make_error(errc::invalid_argument, "a rank-0 tensor has no rows"))
+          .with_key(key);
+    box b{shape(t->global_shape.size(), 0), t->global_shape};
+    b.offset[0] = begin;
+    b.size[0] = end - begin;
+    return read_box(key, b, out);
+  }
+};
+
+namespace detail {
+inline result<void> check_request(const tensor_entry* t, const box_read& r) {
+  if (!t) return std::move(make_error(errc::not_found, "no such tensor")).with_key(r.key);
+  if (r.region.offset.size() != t->global_shape.size() ||
+      r.region.size.size() != t->global_shape.size())
+    return std::move(make_error(errc::invalid_argument, "box " + r.region.str() + " has " +
+                                                            std::to_string(r.region.size.size()) +
+                                                            " axes, the tensor " +
+                                                            std::to_string(t->global_shape.size())))
+        .with_key(r.key);
+  for (std::size_t a = 0; a < t->global_shape.size(); ++a)
+    if (r.region.offset[a] < 0 || r.region.size[a] < 0 ||
+        r.region.offset[a] + r.region.size[a] > t->global_shape[a])
+      return std::move(make_error(errc::invalid_argument,
+                                  "box " + r.region.str() + " lies outside the tensor"))
+          .with_key(r.key);
+  if (r.out.size() != static_cast<std::uint64_t>(r.region.volume()) * dtype_size(t->type))
+    return std::move(make_error(errc::invalid_argument,
+                                "buffer of " + std::to_string(r.out.size()) + " bytes for box " +
+                                    r.region.str() + " of " + std::string(dtype_name(t->type))))
+        .with_key(r.key);
+  return ok();
+}
+}  // namespace detail
+
+/// A cairn native checkpoint, read through the public load API: each batch of boxes is one
+/// `try_load` of a state_dict of sharded tensors on a single_communicator, so cairn reads (and
+/// verifies) only the checksum blocks the boxes touch. Flattened distributed-optimizer slices
+/// are boxes in the metadata, so any box reassembles them.
+class native_source final : public source {
+ public:
+  /// Reads the metadata of the checkpoint on `st` (which must outlive the source).
+  static result<std::unique_ptr<native_source>> open(storage_ref st, int io_threads = 2) {
+    CAIRN_TRY_ASSIGN(checkpoint_metadata m, read_metadata(st));
+    std::unique_ptr<native_source> s(new native_source(st, io_threads));
+    for (const auto& [k, t] : m.tensors) s->tensors_.push_back({k, t.type, t.global_shape});
+    for (const auto& [u, o] : m.objects) s->objects_.push_back(u);
+    s->has_commons_ = !m.commons.empty();
+    return s;
+  }
+  std::string_view kind() const noexcept override { return "cairn"; }
+  const std::vector<tensor_entry>& tensors() const noexcept override { return tensors_; }
+  result<void> read(const std::vector<box_read>& reqs) override {
+    state_dict sd;
+    std::size_t n = 0;
+    for (const auto& r : reqs) {
+      const tensor_entry* t = find(r.key);
+      CAIRN_TRY(detail::check_request(t, r));
+      if (r.region.volume() == 0) continue;
+      sharded_tensor<> st;
+      st.key = r.key;
+      st.type = t->type;
+      st.local_shape = r.region.size;
+      st.global_shape = t->global_shape;
+      st.global_offset = r.region.offset;
+      st.data = r.out;
+      // The state_dict is keyed by tree path; two boxes of one tensor need two paths.
+      sd.add(std::to_string(n++), st);
+    }
+    if (n == 0) return ok();
+    load_options opt;
+    opt.io_threads = io_threads_;
+    single_communicator comm;
+    auto r = try_load(sd, st_, comm, opt);
+    if (!r) return std::move(r).err();
+    return ok();
+  }
+  result<std::map<std::string, common_value>> commons() override {
+    if (!has_commons_) return std::map<std::string, common_value>{};
+    return load_common(st_);
+  }
+  std::vector<std::string> other_items() const override { return objects_; }
+
+ private:
+  native_source(storage_ref st, int io_threads) : st_(st), io_threads_(io_threads) {}
+  storage_ref st_;
+  int io_threads_;
+  std::vector<tensor_entry> tensors_;
+  std::vector<std::string> objects_;
+  bool has_commons_ = false;
+};
+
+/// A PyTorch Distributed Checkpoint (`.metadata` + `__R_I.distcp` files of `torch.save` items,
+/// any torch version, Megatron's `torch_dist` backend included). A box is read from the items
+/// whose chunks it overlaps, each item only over the byte span the box needs.
+class dcp_source final : public source {
+ public:
+  /// Reads and parses `.metadata` on `st` (which must outlive the source).
+  static result<std::unique_ptr<dcp_source>> open(storage_ref st) {
+    CAIRN_TRY_ASSIGN(dcp::metadata m, dcp::read(st));
+    std::unique_ptr<dcp_source> s(new dcp_source(st));
+    for (const auto& [fqn, item] : m.state_dict_metadata) {
+      if (const auto* t = std::get_if<dcp::tensor_meta>(&item))
+        s->tensors_.push_back({fqn, t->type, t->size});
+      else
+        s->others_.push_back(fqn);
+    }
+    s->m_ = std::move(m);
+    return s;
+  }
+  std::string_view kind() const noexcept override { return "dcp"; }
+  const std::vector<tensor_entry>& tensors() const noexcept override { return tensors_; }
+  std::vector<std::string> other_items() const override { return others_; }
+  /// The parsed `.metadata`.
+  const dcp::metadata& metadata() const noexcept { return m_; }
+
+  result<void> read(const std::vector<box_read>& reqs) override {
+    for (const auto& r : reqs) {
+      const tensor_entry* t = find(r.key);
+      CAIRN_TRY(detail::check_request(t, r));
+      if (r.region.volume() == 0) continue;
+      const auto& tm = std::get<dcp::tensor_meta>(m_.state_dict_metadata.at(r.key));
+      const std::size_t es = dtype_size(t->type);
+      std::int64_t covered = 0;
+      for (const auto& c : tm.chunks) {
+        box cb{c.offsets, c.sizes};
+        auto x = intersect(cb, r.region);
+        if (!x && !(r.region.size.empty() && cb.size.empty())) continue;
+        box region = x ? *x : r.region;
+        covered += region.volume();
+        CAIRN_TRY(read_chunk(r, tm, c, cb, region, es));
+      }
+      if (covered != r.region.volume())
+        return std::move(make_error(errc::integrity, "the checkpoint's chunks cover " +
+                                                         std::to_string(covered) + " of the " +
+                                                         std::to_string(r.region.volume()) +
+                                                         " elements of " + r.region.str()))
+            .with_key(r.key);
+    }
+    return ok();
+  }
+
+ private:
+  explicit dcp_source(storage_ref st) : st_(st) {}
+
+  result<const torch_zip::archive*> archive_of(const dcp::storage_info& where) {
+    auto k = std::make_pair(where.relative_path, where.offset);
+    auto it = archives_.find(k);
+    if (it != archives_.end()) return &it->second;
+    CAIRN_TRY_ASSIGN(torch_zip::archive a,
+                     torch_zip::open_archive(st_, where.relative_path, where.offset, where.length));
+    if (archives_.size() > 4096) archives_.clear();  // bounded cache of parsed item headers
+    return &archives_.emplace(k, std::move(a)).first->second;
+  }
+
+  result<void> read_chunk(const box_read& r,
+                          const dcp::tensor_meta& tm,
+                          const dcp::chunk& c,
+                          const box& cb,
+                          const box& region,
+                          std::size_t es) {
+    const dcp::storage_info* where = m_.find(r.key, c.offsets);
+    if (!where)
+      return std::move(
+                 make_error(errc::corrupt, "dcp: no storage_data entry for chunk " + cb.str()))
+          .with_key(r.key)
+          .with_file(st_.describe(dcp::metadata_name));
+    CAIRN_TRY_ASSIGN(const torch_zip::archive* a, archive_of(*where));
+    auto ref = torch_zip::as_tensor(a->root);
+    if (!ref || ref->type != tm.type || numel(ref->dims) != cb.volume())
+      return std::move(make_error(errc::corrupt, "dcp: item of chunk " + cb.str() + " is not a " +
+                                                     std::string(dtype_name(tm.type)) +
+                                                     " tensor of its size"))
+          .with_key(r.key)
+          .with_file(st_.describe(where->relative_path));
+    bool contiguous = true;
+    for (std::int64_t d = static_cast<std::int64_t>(ref->dims.size()) - 1, s = 1; d >= 0; --d) {
+      if (ref->dims[d] != 1 && ref->strides[d] != s) contiguous = false;
+      s *= ref->dims[d];
+    }
+    // Element span of `region` inside the chunk (row-major), read in one piece.
+    std::int64_t lo = -1, hi = 0;
+    for_each_run(cb, r.region, region, [&](std::int64_t s, std::int64_t, std::int64_t n) {
+      if (lo < 0) lo = s;
+      hi = s + n;
+    });
+    if (lo < 0) return ok();
+    std::vector<std::byte> buf;
+    std::int64_t base = 0;
+    if (contiguous) {
+      const torch_zip::record* rec = a->zip.find(a->prefix + "/data/" + ref->storage_key);
+      if (!rec)
+        return std::move(make_error(errc::corrupt, "dcp: item has no storage record"))
+            .with_key(r.key)
+            .with_file(st_.describe(where->relative_path));
+      std::uint64_t first = static_cast<std::uint64_t>(ref->storage_offset + lo) * es;
+      buf.resize(static_cast<std::size_t>(hi - lo) * es);
+      if (first + buf.size() > rec->size)
+        return std::move(make_error(errc::corrupt, "dcp: tensor view exceeds its storage"))
+            .with_key(r.key)
+            .with_file(st_.describe(where->relative_path));
+      auto rd = a->zip.read(*rec, first, buf);
+      if (!rd) return std::move(rd).err().with_key(r.key);
+      base = lo;
+    } else {
+      CAIRN_TRY_ASSIGN(buf, torch_zip::read_tensor(*a, *ref));
+    }
+    for_each_run(cb, r.region, region, [&](std::int64_t s, std::int64_t t, std::int64_t n) {
+      std::memcpy(r.out.data() + static_cast<std::size_t>(t) * es,
+                  buf.data() + static_cast<std::size_t>(s - base) * es,
+                  static_cast<std::size_t>(n) * es);
+    });
+    return ok();
+  }
+
+  storage_ref st_;
+  dcp::metadata m_;
+  std::vector<tensor_entry> tensors_;
+  std::vector<std::string> others_;
+  std::map<std::pair<std::string, std::uint64_t>, torch_zip::archive> archives_;
+};
+
+/// Opens whatever readable layout is on `st`: a cairn checkpoint (`metadata.json` saying
+/// `"format":"cairn"`) or a DCP checkpoint (`.metadata`, with or without Megatron's
+/// `metadata.json`). Fails with errc::incomplete_checkpoint when neither is there.
+inline result<std::unique_ptr<source>> open_source(storage_ref st) {
+  CAIRN_TRY_ASSIGN(bool has_json, st.exists(metadata_name));
+  if (has_json) {
+    CAIRN_TRY_ASSIGN(std::uint64_t n, st.size(metadata_name));
+    std::string head(static_cast<std::size_t>(std::min<std::uint64_t>(n, 4096)), '\0');
+    CAIRN_TRY(st.read(metadata_name, 0, std::as_writable_bytes(std::span(head))));
+    if (head.find("\"format\":\"cairn\"") != std::string::npos) {
+      CAIRN_TRY_ASSIGN(auto s, native_source::open(st));
+      return std::unique_ptr<source>(std::move(s));
+    }
+  }
+  CAIRN_TRY_ASSIGN(bool has_dcp, st.exists(dcp::metadata_name));
+  if (has_dcp) {
+    CAIRN_TRY_ASSIGN(auto s, dcp_source::open(st));
+    return std::unique_ptr<source>(std::move(s));
+  }
+  return std::move(make_error(errc::incomplete_checkpoint,
+                              "not a readable checkpoint: no cairn metadata.json and no DCP "
+                              ".metadata"))
+      .with_file(st.describe(""));
+}
+
+}  // namespace cairn::convert

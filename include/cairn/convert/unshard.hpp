@@ -1,0 +1,535 @@
+// cairn/convert/unshard.hpp: `unshard` (any readable checkpoint -> consolidated safetensors,
+// DeepSpeed zero_to_fp32's job), `convert` (-> safetensors or PyTorch DCP / Megatron torch_dist),
+// both streaming with memory bounded by one slab, and `consolidate` (whole tensors in memory,
+// DeepSpeed's get_fp32_state_dict_from_zero_checkpoint). Notes in docs/unshard.md.
+#pragma once
+
+#include <algorithm>
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <optional>
+#include <set>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "cairn/convert/source.hpp"
+#include "cairn/core/dtype.hpp"
+#include "cairn/core/error.hpp"
+#include "cairn/format/dcp_metadata.hpp"
+#include "cairn/format/pickle.hpp"
+#include "cairn/format/safetensors.hpp"
+#include "cairn/format/torch_zip.hpp"
+#include "cairn/load.hpp"
+#include "cairn/storage/storage.hpp"
+
+namespace cairn::convert {
+
+/// Output layouts of `convert` (the safetensors ones are also `unshard`'s).
+enum class strategy {
+  one_file,    ///< one `model.safetensors`
+  per_tensor,  ///< one `<key>.safetensors` per tensor ('/' in keys becomes '-'), plus the index
+  chunks,      ///< `model-NNNNN-of-MMMMM.safetensors` of at most `chunk_size` bytes, plus the index
+  torch_dist,  ///< PyTorch DCP (`.metadata`, `__0_0.distcp`) + Megatron `metadata.json`,
+               ///< `common.pt`
+  native,      ///< cairn's own format: not supported yet (needs a streaming native writer)
+};
+
+/// The strategy's command-line name ("one_file", "torch_dist", ...).
+constexpr std::string_view strategy_name(strategy s) noexcept {
+  switch (s) {
+    case strategy::one_file:
+      return "one_file";
+    case strategy::per_tensor:
+      return "per_tensor";
+    case strategy::chunks:
+      return "chunks";
+    case strategy::torch_dist:
+      return "torch_dist";
+    case strategy::native:
+      return "native";
+  }
+  return "?";
+}
+
+/// Parses a strategy name; errc::invalid_argument for unknown names.
+inline result<strategy> parse_strategy(std::string_view s) {
+  for (strategy x : {strategy::one_file, strategy::per_tensor, strategy::chunks,
+                     strategy::torch_dist, strategy::native})
+    if (strategy_name(x) == s) return x;
+  return make_error(errc::invalid_argument,
+                    "unknown strategy '" + std::string(s) +
+                        "' (one_file, per_tensor, chunks, torch_dist, native)");
+}
+
+/// Options of `convert` and `unshard`.
+struct convert_options {
+  strategy layout = strategy::one_file;
+  /// `chunks`: the most tensor bytes per file (a tensor larger than this gets a file alone).
+  std::uint64_t chunk_size = 5'000'000'000;
+  /// Convert floating-point tensors (F16, BF16, F32, F64) to this floating dtype; other tensors
+  /// (integers, bool, FP8) are written as they are. Exact when widening.
+  std::optional<dtype> to_dtype;
+  /// The most bytes read and converted at once: peak memory is about twice this plus the
+  /// reader's own I/O buffers. Also the size of each DCP item in `torch_dist` output.
+  std::uint64_t slab_bytes = std::uint64_t{64} << 20;
+  /// The safetensors `__metadata__` of every file.
+  std::map<std::string, std::string> metadata = {{"format", "pt"}};
+  /// `torch_dist`: which torch module paths `.metadata` names.
+  dcp::flavor dcp_flavor = dcp::flavor::torch2;
+  /// Called after each slab with source bytes done and the total.
+  std::function<void(std::uint64_t done, std::uint64_t total)> progress;
+};
+
+/// What a conversion wrote.
+struct convert_stats {
+  std::vector<std::string> files;    ///< objects written, in order
+  std::size_t tensors = 0;           ///< tensors written
+  std::uint64_t bytes_read = 0;      ///< tensor bytes read from the source
+  std::uint64_t bytes_written = 0;   ///< tensor bytes written (after dtype conversion)
+  std::vector<std::string> skipped;  ///< non-tensor items not carried over
+};
+
+/// True for the floating dtypes `to_dtype` converts between.
+constexpr bool convertible_float(dtype t) noexcept {
+  return t == dtype::f16 || t == dtype::bf16 || t == dtype::f32 || t == dtype::f64;
+}
+
+/// The dtype tensor `t` is written as under `to`.
+constexpr dtype output_dtype(dtype t, std::optional<dtype> to) noexcept {
+  return to && convertible_float(t) ? *to : t;
+}
+
+/// Converts `in` (elements of `from`) into `out` (the same count of `to`). Widening
+/// (F16/BF16 -> F32/F64, F32 -> F64) is exact; narrowing rounds to nearest even.
+inline void convert_elements(dtype from,
+                             dtype to,
+                             std::span<const std::byte> in,
+                             std::span<std::byte> out) {
+  const std::size_t n = in.size() / dtype_size(from);
+  const std::size_t ei = dtype_size(from), eo = dtype_size(to);
+  // 16- and 32-bit values go through float (bit-exact, NaN payloads kept); only F64 on either
+  // side goes through double.
+  auto load_f = [&](const std::byte* p) -> float {
+    std::uint16_t h;
+    float f;
+    double d;
+    switch (from) {
+      case dtype::f16:
+        std::memcpy(&h, p, 2);
+        return f16::to_float(h);
+      case dtype::bf16:
+        std::memcpy(&h, p, 2);
+        return std::bit_cast<float>(static_cast<std::uint32_t>(h) << 16);
+      case dtype::f32:
+        std::memcpy(&f, p, 4);
+        return f;
+      default:
+        std::memcpy(&d, p, 8);
+        return static_cast<float>(d);
+    }
+  };
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::byte* p = in.data() + i * ei;
+    std::byte* q = out.data() + i * eo;
+    if (to == dtype::f64) {
+      double v;
+      if (from == dtype::f64)
+        std::memcpy(&v, p, 8);
+      else
+        v = static_cast<double>(load_f(p));
+      std::memcpy(q, &v, 8);
+      continue;
+    }
+    float v = load_f(p);
+    if (to == dtype::f32) {
+      std::memcpy(q, &v, 4);
+    } else {
+      std::uint16_t h = to == dtype::f16 ? f16::from_float(v) : bf16(v).bits;
+      std::memcpy(q, &h, 2);
+    }
+  }
+}
+
+/// Cuts a tensor into boxes of at most `max_bytes` (elements of `elem_size` bytes), each
+/// contiguous in the tensor's row-major order and listed in that order: whole rows of the
+/// outermost axis whose inner block fits, single-index prefixes above it. A rank-0 or empty
+/// tensor is one box.
+inline std::vector<box> slabs(const shape& dims, std::size_t elem_size, std::uint64_t max_bytes) {
+  const std::size_t n = dims.size();
+  box whole{shape(n, 0), dims};
+  if (n == 0 || numel(dims) == 0) return {whole};
+  std::size_t k = 0;
+  std::uint64_t inner = elem_size;
+  for (std::size_t a = 1; a < n; ++a) inner *= static_cast<std::uint64_t>(dims[a]);
+  while (k + 1 < n && inner > max_bytes) inner /= static_cast<std::uint64_t>(dims[++k]);
+  std::int64_t step = static_cast<std::int64_t>(std::max<std::uint64_t>(1, max_bytes / inner));
+  std::vector<box> out;
+  shape idx(k, 0);
+  for (;;) {
+    for (std::int64_t j = 0; j < dims[k]; j += step) {
+      box b = whole;
+      for (std::size_t a = 0; a < k; ++a) {
+        b.offset[a] = idx[a];
+        b.size[a] = 1;
+      }
+      b.offset[k] = j;
+      b.size[k] = std::min(step, dims[k] - j);
+      out.push_back(std::move(b));
+    }
+    std::size_t a = k;
+    while (a > 0) {
+      --a;
+      if (++idx[a] < dims[a]) break;
+      idx[a] = 0;
+      if (a == 0) return out;
+    }
+    if (k == 0) return out;
+  }
+}
+
+namespace detail {
+
+/// One slab to move: a box of a tensor and where its output bytes go inside the tensor.
+struct slab_job {
+  const tensor_entry* t;
+  box region;
+  std::uint64_t out_offset;  ///< byte offset of the slab in the output tensor
+  dtype out_type;
+};
+
+/// Reads `jobs` in batches of at most `slab_bytes` into one reused buffer, converts dtypes,
+/// and hands each slab's output bytes to `sink(job, bytes)`.
+template <class Sink>
+result<void> pump(source& src,
+                  const std::vector<slab_job>& jobs,
+                  const convert_options& opt,
+                  convert_stats& stats,
+                  std::uint64_t total,
+                  Sink&& sink) {
+  std::vector<std::byte> buf, conv;
+  std::size_t i = 0;
+  while (i < jobs.size()) {
+    std::size_t j = i;
+    std::uint64_t bytes = 0;
+    std::vector<box_read> reqs;
+    std::vector<std::uint64_t> at;
+    while (j < jobs.size()) {
+      std::uint64_t b =
+          static_cast<std::uint64_t>(jobs[j].region.volume()) * dtype_size(jobs[j].t->type);
+      if (j > i && bytes + b > opt.slab_bytes) break;
+      at.push_back(bytes);
+      bytes += b;
+      ++j;
+    }
+    if (buf.size() < bytes) buf.resize(bytes);
+    for (std::size_t q = i; q < j; ++q) {
+      std::uint64_t b =
+          static_cast<std::uint64_t>(jobs[q].region.volume()) * dtype_size(jobs[q].t->type);
+      reqs.push_back({jobs[q].t->key, jobs[q].region,
+                      std::span(buf).subspan(static_cast<std::size_t>(at[q - i]), b)});
+    }
+    CAIRN_TRY(src.read(reqs));
+    for (std::size_t q = i; q < j; ++q) {
+      const slab_job& job = jobs[q];
+      std::span<const std::byte> in = reqs[q - i].out;
+      if (job.out_type != job.t->type) {
+        std::size_t m = in.size() / dtype_size(job.t->type) * dtype_size(job.out_type);
+        if (conv.size() < m) conv.resize(m);
+        convert_elements(job.t->type, job.out_type, in, std::span(conv).first(m));
+        in = std::span<const std::byte>(conv).first(m);
+      }
+      CAIRN_TRY(sink(job, in));
+      stats.bytes_read += reqs[q - i].out.size();
+      stats.bytes_written += in.size();
+    }
+    if (opt.progress) opt.progress(stats.bytes_read, total);
+    i = j;
+  }
+  return ok();
+}
+
+inline std::vector<slab_job> plan_jobs(const std::vector<const tensor_entry*>& ts,
+                                       const convert_options& opt) {
+  std::vector<slab_job> jobs;
+  for (const tensor_entry* t : ts) {
+    dtype out = output_dtype(t->type, opt.to_dtype);
+    std::size_t es = std::max(dtype_size(t->type), dtype_size(out));
+    for (box& b : slabs(t->global_shape, es, opt.slab_bytes)) {
+      std::int64_t flat = 0;
+      for (std::size_t a = 0; a < b.offset.size(); ++a)
+        flat = flat * t->global_shape[a] + b.offset[a];
+      if (numel(t->global_shape) == 0) flat = 0;
+      jobs.push_back({t, std::move(b), static_cast<std::uint64_t>(flat) * dtype_size(out), out});
+    }
+  }
+  return jobs;
+}
+
+/// The pickle value of a common value (ints, floats, bools, lists of them, strings).
+inline pickle::value common_to_pickle(const common_value& c) {
+  using pickle::value;
+  auto scalar = [&](const std::byte* p) -> value {
+    auto get = [&](auto v) {
+      std::memcpy(&v, p, sizeof v);
+      return v;
+    };
+    switch (c.type) {
+      case dtype::bool_:
+        return value::boolean(get(std::uint8_t{}) != 0);
+      case dtype::u8:
+        return value::integer(get(std::uint8_t{}));
+      case dtype::i8:
+        return value::integer(get(std::int8_t{}));
+      case dtype::i16:
+        return value::integer(get(std::int16_t{}));
+      case dtype::u16:
+        return value::integer(get(std::uint16_t{}));
+      case dtype::i32:
+        return value::integer(get(std::int32_t{}));
+      case dtype::u32:
+        return value::integer(get(std::uint32_t{}));
+      case dtype::i64:
+        return value::integer(get(std::int64_t{}));
+      case dtype::u64:
+        return value::integer(static_cast<std::int64_t>(get(std::uint64_t{})));
+      case dtype::f16:
+        return value::floating(f16::to_float(get(std::uint16_t{})));
+      case dtype::bf16: {
+        bf16 b;
+        b.bits = get(std::uint16_t{});
+        return value::floating(static_cast<float>(b));
+      }
+      case dtype::f32:
+        return value::floating(get(float{}));
+      case dtype::f64:
+        return value::floating(get(double{}));
+      default:
+        return value::integer(get(std::uint8_t{}));
+    }
+  };
+  if (c.kind == common_kind::string)
+    return value::string(std::string(reinterpret_cast<const char*>(c.data.data()), c.data.size()));
+  std::size_t es = dtype_size(c.type);
+  if (c.kind == common_kind::scalar) return c.data.size() == es ? scalar(c.data.data()) : value();
+  std::vector<value> xs;
+  for (std::size_t i = 0; i + es <= c.data.size(); i += es) xs.push_back(scalar(c.data.data() + i));
+  return value::list(std::move(xs));
+}
+
+inline std::string per_tensor_name(const std::string& key) {
+  std::string f = key;
+  std::replace(f.begin(), f.end(), '/', '-');
+  return f + ".safetensors";
+}
+
+inline std::string chunk_name(std::size_t i, std::size_t n) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "model-%05zu-of-%05zu.safetensors", i + 1, n);
+  return buf;
+}
+
+inline result<void> write_safetensors(source& src,
+                                      storage_ref dst,
+                                      const convert_options& opt,
+                                      convert_stats& stats,
+                                      std::uint64_t total) {
+  const auto& all = src.tensors();
+  // Which tensors go to which file.
+  std::vector<std::pair<std::string, std::vector<const tensor_entry*>>> files;
+  if (opt.layout == strategy::one_file) {
+    files.emplace_back("model.safetensors", std::vector<const tensor_entry*>{});
+    for (const auto& t : all) files.back().second.push_back(&t);
+  } else if (opt.layout == strategy::per_tensor) {
+    std::set<std::string> seen;
+    for (const auto& t : all) {
+      std::string f = per_tensor_name(t.key);
+      if (!seen.insert(f).second || f == safetensors::index_name)
+        return std::move(make_error(errc::invalid_argument,
+                                    "per_tensor: two keys map to the file name " + f))
+            .with_key(t.key);
+      files.emplace_back(f, std::vector<const tensor_entry*>{&t});
+    }
+  } else {
+    if (opt.chunk_size == 0) return make_error(errc::invalid_argument, "chunk size is 0");
+    std::uint64_t cur = 0;
+    for (const auto& t : all) {
+      std::uint64_t b = static_cast<std::uint64_t>(numel(t.global_shape)) *
+                        dtype_size(output_dtype(t.type, opt.to_dtype));
+      if (files.empty() || (cur > 0 && cur + b > opt.chunk_size)) {
+        files.emplace_back("", std::vector<const tensor_entry*>{});
+        cur = 0;
+      }
+      files.back().second.push_back(&t);
+      cur += b;
+    }
+    for (std::size_t i = 0; i < files.size(); ++i) files[i].first = chunk_name(i, files.size());
+  }
+  safetensors::index ix;
+  for (const auto& [name, ts] : files) {
+    std::vector<safetensors::tensor_decl> decls;
+    for (const tensor_entry* t : ts)
+      decls.push_back({t->key, output_dtype(t->type, opt.to_dtype), t->global_shape});
+    CAIRN_TRY_ASSIGN(safetensors::writer w,
+                     safetensors::writer::open(dst, name, std::move(decls), opt.metadata));
+    // Write in file order, so the disk sees one sequential stream.
+    std::vector<const tensor_entry*> ordered;
+    for (const auto& info : w.layout().tensors) {
+      ordered.push_back(src.find(info.name));
+      ix.weight_map[info.name] = name;
+      ix.total_size += info.nbytes();
+    }
+    CAIRN_TRY(pump(src, plan_jobs(ordered, opt), opt, stats, total,
+                   [&](const slab_job& job, std::span<const std::byte> bytes) {
+                     return w.write_at(job.t->key, job.out_offset, bytes);
+                   }));
+    CAIRN_TRY(w.finish());
+    stats.files.push_back(name);
+    stats.tensors += ts.size();
+  }
+  if (opt.layout != strategy::one_file) {
+    CAIRN_TRY(safetensors::write_index(dst, safetensors::index_name, ix));
+    stats.files.emplace_back(safetensors::index_name);
+  }
+  return ok();
+}
+
+/// Megatron's `metadata.json` for a torch_dist checkpoint (all four keys: every version reads
+/// it).
+inline constexpr std::string_view megatron_metadata_json =
+    "{\"sharded_backend\": \"torch_dist\", \"sharded_backend_version\": 1, "
+    "\"common_backend\": \"torch\", \"common_backend_version\": 1}";
+
+inline result<void> write_torch_dist(source& src,
+                                     storage_ref dst,
+                                     const convert_options& opt,
+                                     convert_stats& stats,
+                                     std::uint64_t total) {
+  const std::string data_name = "__0_0.distcp";
+  dcp::metadata m;
+  std::vector<const tensor_entry*> ts;
+  for (const auto& t : src.tensors()) ts.push_back(&t);
+  CAIRN_TRY_ASSIGN(auto out, dst.open_writer(data_name));
+  std::uint64_t off = 0;
+  std::map<std::string, std::int64_t> item_index;
+  CAIRN_TRY(pump(src, plan_jobs(ts, opt), opt, stats, total,
+                 [&](const slab_job& job, std::span<const std::byte> bytes) -> result<void> {
+                   const std::string& key = job.t->key;
+                   CAIRN_TRY_ASSIGN(std::uint64_t len,
+                                    torch_zip::write_tensor_item(
+                                        *out, off, {key, job.out_type, job.region.size, bytes},
+                                        dst.describe(data_name)));
+                   auto [it, fresh] = m.state_dict_metadata.try_emplace(
+                       key, dcp::tensor_meta{job.out_type, job.t->global_shape, {}});
+                   std::get<dcp::tensor_meta>(it->second)
+                       .chunks.push_back({job.region.offset, job.region.size});
+                   m.storage_data.push_back(
+                       {{key, job.region.offset, item_index[key]++}, {data_name, off, len}});
+                   off += len;
+                   return ok();
+                 }));
+  {
+    auto f = out->finish();
+    if (!f) return std::move(f).err().with_file(dst.describe(data_name));
+  }
+  stats.files.push_back(data_name);
+  stats.tensors = ts.size();
+  CAIRN_TRY_ASSIGN(auto commons, src.commons());
+  if (!commons.empty()) {
+    std::vector<std::pair<pickle::value, pickle::value>> entries;
+    for (const auto& [path, c] : commons)
+      entries.emplace_back(pickle::value::string(path), common_to_pickle(c));
+    CAIRN_TRY_ASSIGN(auto w, dst.open_writer("common.pt"));
+    CAIRN_TRY(torch_zip::write_archive(*w, 0, "common", pickle::value::dict(std::move(entries)), {},
+                                       dst.describe("common.pt")));
+    CAIRN_TRY(w->finish());
+    stats.files.emplace_back("common.pt");
+  }
+  CAIRN_TRY(dcp::write(dst, m, opt.dcp_flavor));
+  stats.files.emplace_back(dcp::metadata_name);
+  CAIRN_TRY(dst.put(metadata_name, std::as_bytes(std::span(megatron_metadata_json))));
+  stats.files.emplace_back(metadata_name);
+  return ok();
+}
+
+}  // namespace detail
+
+/// Rewrites the checkpoint `src` into `dst` (which should be empty) in `opt.layout`, streaming:
+/// tensors are read and written one slab (`opt.slab_bytes`) at a time, never whole. The same
+/// source and options give byte-identical output. Non-tensor items that have no place in the
+/// target are listed in `convert_stats::skipped`; `native` fails with errc::invalid_argument
+/// (not supported yet).
+///
+///     cairn::file_storage in{"ckpt/step_100"}, out{"hf/step_100"};
+///     auto src = cairn::convert::open_source(in).value();
+///     cairn::convert::convert(*src, out, {.layout = cairn::convert::strategy::chunks}).value();
+inline result<convert_stats> convert(source& src, storage_ref dst, const convert_options& opt) {
+  if (opt.layout == strategy::native)
+    return make_error(errc::invalid_argument,
+                      "convert: the native target strategy is not supported yet (it needs a "
+                      "streaming native writer); use torch_dist, one_file, per_tensor or chunks");
+  if (opt.to_dtype && !convertible_float(*opt.to_dtype))
+    return make_error(errc::invalid_argument,
+                      "convert: --dtype must be F16, BF16, F32 or F64, not " +
+                          std::string(dtype_name(*opt.to_dtype)));
+  if (opt.slab_bytes < 8) return make_error(errc::invalid_argument, "convert: slab below 8 bytes");
+  convert_stats stats;
+  std::uint64_t total = 0;
+  for (const auto& t : src.tensors()) total += t.nbytes();
+  if (opt.layout == strategy::torch_dist) {
+    CAIRN_TRY(detail::write_torch_dist(src, dst, opt, stats, total));
+    stats.skipped = src.other_items();
+  } else {
+    CAIRN_TRY(detail::write_safetensors(src, dst, opt, stats, total));
+    stats.skipped = src.other_items();
+    CAIRN_TRY_ASSIGN(auto commons, src.commons());
+    for (const auto& [k, c] : commons) stats.skipped.push_back(k);
+  }
+  return stats;
+}
+
+/// Consolidates a sharded checkpoint (any readable layout, distributed-optimizer slices
+/// included) into safetensors — what DeepSpeed's `zero_to_fp32.py` does, streaming.
+/// `opt.layout` must be one_file, per_tensor or chunks.
+inline result<convert_stats> unshard(source& src, storage_ref dst, const convert_options& opt) {
+  if (opt.layout != strategy::one_file && opt.layout != strategy::per_tensor &&
+      opt.layout != strategy::chunks)
+    return make_error(errc::invalid_argument,
+                      "unshard writes safetensors: strategy must be one_file, per_tensor or "
+                      "chunks, not " +
+                          std::string(strategy_name(opt.layout)));
+  return convert(src, dst, opt);
+}
+
+/// Every tensor of `src` whole in memory, floating tensors converted to `to` when given — the
+/// equivalent of DeepSpeed's `get_fp32_state_dict_from_zero_checkpoint`. Needs memory for the
+/// whole model; use `unshard` to stream to files instead.
+inline result<std::map<std::string, tensor_data>> consolidate(source& src,
+                                                              std::optional<dtype> to = {}) {
+  std::map<std::string, tensor_data> out;
+  std::vector<std::byte> tmp;
+  for (const auto& t : src.tensors()) {
+    tensor_data d;
+    d.type = output_dtype(t.type, to);
+    d.global_shape = t.global_shape;
+    d.data.resize(static_cast<std::size_t>(numel(t.global_shape)) * dtype_size(d.type));
+    box whole{shape(t.global_shape.size(), 0), t.global_shape};
+    if (d.type == t.type) {
+      CAIRN_TRY(src.read_box(t.key, whole, d.data));
+    } else {
+      tmp.resize(static_cast<std::size_t>(t.nbytes()));
+      CAIRN_TRY(src.read_box(t.key, whole, tmp));
+      convert_elements(t.type, d.type, tmp, d.data);
+    }
+    out.emplace(t.key, std::move(d));
+  }
+  return out;
+}
+
+}  // namespace cairn::convert
