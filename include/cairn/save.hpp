@@ -143,6 +143,7 @@ struct write_item {
   box region;         ///< the chunk's box (tiled items)
   tile_counts tiles;  ///< how the chunk is tiled; empty: written as it is
   std::size_t elem_size = 1;
+  bool is_object = false;  ///< a sharded object's encoded bytes (owned by the save)
 };
 
 /// Buffers that tiled writes gather into, reused across writes (and across saves when the
@@ -512,7 +513,11 @@ inline result<void> plan_phase(const leaf_list& leaves,
                        e.nbytes,
                        e.byte_offset,
                        leaves.objects[slot.leaf].key,
-                       {}});
+                       {},
+                       {},
+                       {},
+                       1,
+                       true});
     } else {
       const tensor_leaf& t = leaves.tensors[slot.leaf];
       std::size_t es = dtype_size(t.layout.type);

@@ -1,0 +1,316 @@
+// cairn/async_save.hpp: save with training stalled only for the copy into a staging pool.
+//
+//   cairn::async_saver saver;                       // owns the staging pool; keep it for the run
+//   for (int step = 0;; ++step) {
+//     train_step();
+//     if (step % 100 == 0) {
+//       auto h = saver.save(state, disk, comm, opt);  // returns once the bytes are staged
+//       if (!h) handle(h.err());                     // planning or staging failed (every rank)
+//     }
+//   }
+//   saver.finalize().value();                        // commit the last save (collective)
+//
+// A save has three phases (see save.hpp): plan (collective), write (local), commit (collective).
+// `async_saver::save` plans, copies every byte this rank writes into the staging pool (device
+// memory through cudaMemcpyAsync, host memory with a few threads of memcpy) and starts the
+// write on a background thread; it returns when the copy is done, so the caller may change its
+// tensors at once. The commit needs every rank, so it happens on the caller's thread, at the
+// next collective cairn call: `handle.wait()`, `saver.finalize()`, or the next `save`. Until
+// then the checkpoint is not committed (metadata.json is written last), and a background
+// write's error is held for that call, where every rank sees it.
+#pragma once
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "cairn/cuda/staging_pool.hpp"
+#include "cairn/save.hpp"
+
+namespace cairn {
+
+/// What `async_saver::save` does when the previous save has not been committed yet.
+enum class on_save_in_flight {
+  wait,  ///< finalize (commit) the previous save first, then start the new one
+  fail,  ///< fail with errc::invalid_argument on every rank; the previous save goes on
+};
+
+/// Options of an `async_saver`.
+struct async_saver_options {
+  /// Threads that copy host memory into the staging pool (the caller's thread is one of them).
+  int staging_threads = 2;
+  /// What a save does while another is in flight.
+  on_save_in_flight in_flight = on_save_in_flight::wait;
+  /// Background writers on this node that may write at the same time (0: no limit). With
+  /// several ranks per node, this keeps them from fighting over the disk or the network; ranks
+  /// wait for a slot (an flock on a file in `writer_lock_dir`) before writing.
+  int max_writers_per_node = 0;
+  /// Where the writer slots' lock files live (node-local; the same for every rank of a node).
+  std::string writer_lock_dir = "/tmp";
+  /// Staging memory: the pool's options and the CUDA runtime (null: the default one; without a
+  /// usable device, plain aligned host memory).
+  cuda::staging_pool_options pool = {};
+  const cuda::runtime_api* runtime = nullptr;
+};
+
+/// Timing of the synchronous part of an async save.
+struct async_save_stats {
+  double plan_ms = 0;   ///< planning (collective)
+  double stage_ms = 0;  ///< copying into the staging pool
+  double stall_ms = 0;  ///< the whole call, what training waited for
+  std::uint64_t staged_bytes = 0;
+  bool plan_reused = false;  ///< the plan cache was hit
+};
+
+class async_saver;
+
+/// A save started by `async_saver::save`. `wait()` commits it (collective: every rank calls it,
+/// or `finalize()`, or starts the next save) and returns its statistics or the error of any rank.
+class save_handle {
+ public:
+  /// The statistics of the synchronous part.
+  const async_save_stats& started() const noexcept { return started_; }
+  /// Commits this save if it is still in flight and returns its result (collective).
+  result<save_stats> wait();
+
+ private:
+  friend class async_saver;
+  save_handle(async_saver* s, std::uint64_t seq, async_save_stats st)
+      : saver_(s), seq_(seq), started_(st) {}
+  async_saver* saver_;
+  std::uint64_t seq_;
+  async_save_stats started_;
+};
+
+namespace detail {
+/// A node-wide cap on concurrent background writers: slot k is an exclusive flock(2) on
+/// `<dir>/cairn-writer-<k>.lock`, so every process (and every thread: each opens its own file
+/// description) on the node that uses the same directory shares the `limit` slots.
+class writer_slot {
+ public:
+  writer_slot(int limit, const std::string& dir) {
+    if (limit <= 0) return;
+    for (int attempt = 0;; ++attempt) {
+      for (int k = 0; k < limit; ++k) {
+        std::string path = dir + "/cairn-writer-" + std::to_string(k) + ".lock";
+        int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+        if (fd < 0) return;  // cannot coordinate: write without a slot rather than never
+        if (::flock(fd, LOCK_EX | LOCK_NB) == 0) {
+          fd_ = fd;
+          return;
+        }
+        ::close(fd);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(attempt < 20 ? 1 : 10));
+    }
+  }
+  ~writer_slot() {
+    if (fd_ >= 0) ::close(fd_);  // releases the lock
+  }
+  writer_slot(const writer_slot&) = delete;
+  writer_slot& operator=(const writer_slot&) = delete;
+
+ private:
+  int fd_ = -1;
+};
+}  // namespace detail
+
+/// Saves asynchronously through a staging pool that it allocates once (sized from the first
+/// save's plan, pre-touched) and reuses for every later save: after the first save, a save of
+/// the same state allocates no staging memory. One saver per rank; keep it for the whole run.
+/// The storage and communicator given to `save` must stay alive until that save is committed.
+class async_saver {
+ public:
+  /// A saver with its own staging pool.
+  explicit async_saver(async_saver_options opt = {})
+      : opt_(opt),
+        pool_(opt.pool, opt.runtime),
+        stager_(pool_,
+                cuda::stager_options{.threads = opt.staging_threads, .runtime = opt.runtime}) {}
+  async_saver(const async_saver&) = delete;
+  async_saver& operator=(const async_saver&) = delete;
+  /// Waits for the background write of a save that was never committed, and drops it: that
+  /// save is not committed (the previous checkpoint, if any, stays the loadable one).
+  ~async_saver() {
+    if (worker_.joinable()) worker_.join();
+  }
+
+  /// Plans the save (collective), stages this rank's bytes, starts writing them in the
+  /// background and returns. The tree's memory may change as soon as it returns. A save still
+  /// in flight is committed first (or, with on_save_in_flight::fail, this call fails).
+  template <class Tree>
+  result<save_handle> save(const Tree& tree,
+                           storage_ref st,
+                           comm_ref comm,
+                           const save_options& opt = {}) {
+    leaf_list leaves = flatten(const_cast<Tree&>(tree));
+    try {
+      return save_leaves(leaves, st, comm, opt);
+    } catch (const exception& e) {
+      return error(e.err()).with_rank(comm.rank());
+    }
+  }
+
+  /// Commits the save in flight, if any (collective), and returns its result; with none in
+  /// flight, the result of the last one committed.
+  result<save_stats> finalize() {
+    if (!flight_) {
+      if (last_) return *last_;
+      return make_error(errc::invalid_argument, "async_saver: no save was started");
+    }
+    flight& f = *flight_;
+    if (worker_.joinable()) worker_.join();
+    result<save_stats> r = [&]() -> result<save_stats> {
+      try {
+        return detail::commit_phase(f.plan, f.written, f.st, f.comm, f.opt);
+      } catch (const exception& e) {
+        return error(e.err()).with_rank(f.comm.rank());
+      }
+    }();
+    pool_.reset();
+    committed_seq_ = f.seq;
+    spare_plan_ = std::move(f.plan);
+    flight_.reset();
+    last_ = r;
+    return r;
+  }
+
+  /// Whether a save was started and not yet committed.
+  bool in_flight() const noexcept { return flight_.has_value(); }
+  /// The staging pool (its capacity and allocation count show the reuse).
+  const cuda::staging_pool& pool() const noexcept { return pool_; }
+  /// Whether staging copies device memory through CUDA (a usable device).
+  bool device_enabled() const noexcept { return stager_.device_enabled(); }
+
+ private:
+  friend class save_handle;
+  struct flight {
+    std::uint64_t seq;
+    detail::planned_save plan;
+    detail::written_save written;
+    storage_ref st;
+    comm_ref comm;
+    save_options opt;
+  };
+
+  result<save_handle> save_leaves(const leaf_list& leaves,
+                                  storage_ref st,
+                                  comm_ref comm,
+                                  const save_options& opt) {
+    using clock = std::chrono::steady_clock;
+    auto ms = [](clock::time_point a, clock::time_point b) {
+      return std::chrono::duration<double, std::milli>(b - a).count();
+    };
+    const auto t0 = clock::now();
+    if (flight_) {
+      if (opt_.in_flight == on_save_in_flight::fail) {
+        // Every rank has a save in flight (they started it together), so every rank fails here.
+        return std::move(make_error(errc::invalid_argument,
+                                    "async_saver: a save is still in flight (finalize() it first, "
+                                    "or use on_save_in_flight::wait)"))
+            .with_rank(comm.rank());
+      }
+      // A failure of the previous save is that save's: report it here, where every rank sees it.
+      if (auto prev = finalize(); !prev) return std::move(prev).err();
+    }
+    // Reuse the last plan's storage (its vectors keep their capacity).
+    detail::planned_save plan = std::move(spare_plan_);
+    CAIRN_TRY(detail::plan_phase(leaves, st, comm, opt, plan));
+    const auto t1 = clock::now();
+
+    // Stage every tensor item (objects and common values are owned copies already).
+    std::vector<cuda::stage_item>& items = stage_items_;
+    std::vector<std::size_t>& which = stage_index_;
+    items.clear();
+    which.clear();
+    for (std::size_t i = 0; i < plan.items.size(); ++i) {
+      const detail::write_item& it = plan.items[i];
+      if (it.is_object || it.nbytes == 0) continue;
+      items.push_back(cuda::stage_item{it.src, static_cast<std::size_t>(it.nbytes), it.key});
+      which.push_back(i);
+    }
+    std::optional<error> stage_failure;
+    pool_.reset();
+    if (auto staged = stager_.stage(items); !staged) {
+      stage_failure = std::move(staged).err();
+    } else {
+      for (std::size_t k = 0; k < which.size(); ++k) plan.items[which[k]].src = (*staged)[k].data();
+      if (auto w = stager_.wait(); !w) stage_failure = std::move(w).err();
+    }
+    // Staging is local; a failure on one rank must stop every rank before anything is written.
+    {
+      detail::binary_writer w;
+      detail::put_error(
+          w, stage_failure ? std::optional<error>(std::move(*stage_failure).with_rank(comm.rank()))
+                           : std::nullopt);
+      std::vector<std::optional<error>> status;
+      for (const auto& m : comm.all_gather(w.data())) {
+        detail::binary_reader r(m);
+        status.push_back(detail::get_error(r));
+      }
+      if (auto f = detail::first_failure(status)) {
+        pool_.reset();
+        return std::move(*f);
+      }
+    }
+    const auto t2 = clock::now();
+    async_save_stats started;
+    started.plan_ms = ms(t0, t1);
+    started.stage_ms = ms(t1, t2);
+    started.staged_bytes = 0;
+    for (const auto& it : items) started.staged_bytes += it.bytes;
+    started.plan_reused = plan.stats.plan_reused;
+
+    const std::uint64_t seq = ++seq_;
+    flight_.emplace(flight{seq, std::move(plan), {}, st, comm, opt});
+    flight* f = &*flight_;
+    worker_ = std::thread([this, f] {
+      detail::writer_slot slot(opt_.max_writers_per_node, opt_.writer_lock_dir);
+      try {
+        f->written = detail::write_phase(f->plan, f->st, f->opt, &buffers_);
+      } catch (const exception& e) {
+        f->written.failure = error(e.err()).with_rank(f->plan.rank);
+      } catch (const std::exception& e) {
+        f->written.failure = make_error(errc::io, e.what()).with_rank(f->plan.rank);
+      }
+    });
+    started.stall_ms = ms(t0, clock::now());
+    return save_handle(this, seq, started);
+  }
+
+  result<save_stats> wait_for(std::uint64_t seq) {
+    if (flight_ && flight_->seq == seq) return finalize();
+    if (seq <= committed_seq_ && last_ && seq == committed_seq_) return *last_;
+    return make_error(errc::invalid_argument,
+                      "save_handle: this save was committed by a later call; its result was "
+                      "returned there");
+  }
+
+  async_saver_options opt_;
+  cuda::staging_pool pool_;
+  cuda::stager stager_;
+  detail::gather_buffers buffers_;
+  std::optional<flight> flight_;
+  std::thread worker_;
+  std::optional<result<save_stats>> last_;
+  std::uint64_t seq_ = 0, committed_seq_ = 0;
+  detail::planned_save spare_plan_;
+  std::vector<cuda::stage_item> stage_items_;
+  std::vector<std::size_t> stage_index_;
+};
+
+inline result<save_stats> save_handle::wait() { return saver_->wait_for(seq_); }
+
+}  // namespace cairn
