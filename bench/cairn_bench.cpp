@@ -40,6 +40,7 @@
 #include <thread>
 #include <vector>
 
+#include "cairn/async_save.hpp"
 #include "cairn/cairn.hpp"
 #include "plan_sweep.hpp"
 
@@ -75,6 +76,10 @@ options:
                      and print ranks, tensors, chunks, plan_ms, peak_rss_mb, metadata_bytes;
                      without --ranks/--tensors, a sweep over R in 8..4096, T in 100..10000
   --tensors T        weights for --plan
+  --async            instead of save/load: async_saver with a warm staging pool; reports
+                     stall_ms (until save returns), memcpy_ms (the same bytes copied by the
+                     same threads into touched memory), and the background persist rate
+                     against raw write
   --json             print one JSON object on stdout instead of a table
   -h, --help         this message
 
@@ -92,7 +97,8 @@ struct options {
   bool prime = true;
   bool tile = true;  ///< save_options::tile
   bool json = false;
-  bool plan = false;  ///< --plan: the planning simulation instead of I/O
+  bool plan = false;   ///< --plan: the planning simulation instead of I/O
+  bool async = false;  ///< --async: async_saver's stall and background persist
   bool ranks_given = false;
   int tensors = 0;  ///< --plan --tensors T
 };
@@ -164,6 +170,8 @@ std::optional<options> parse_args(int argc, char** argv) {
     } else if (a == "--ranks") {
       o.ranks = parse_int(value(), 1, "--ranks", 1 << 20);
       o.ranks_given = true;
+    } else if (a == "--async") {
+      o.async = true;
     } else if (a == "--plan") {
       o.plan = true;
     } else if (a == "--tensors") {
@@ -714,6 +722,140 @@ int run(const options& o) {
 
 }  // namespace
 
+/// `--async`: the stall of `async_saver::save` with a warm pool, against memcpy of the same
+/// bytes on the same threads, and the background persist against raw writes.
+int run_async(const options& o) {
+  const fs::path parent = o.dir.empty() ? fs::temp_directory_path() : fs::path(o.dir);
+  auto specs = make_specs(o.bytes, o.ranks);
+  std::vector<rank_data> ranks(static_cast<std::size_t>(o.ranks));
+  std::uint64_t total = 0;
+  for (int r = 0; r < o.ranks; ++r) {
+    auto& rd = ranks[static_cast<std::size_t>(r)];
+    for (const auto& t : specs) {
+      rd.src.emplace_back(t.bytes_per_rank());
+      rd.dst.emplace_back(t.bytes_per_rank());  // memcpy target, touched
+      rd.bytes += t.bytes_per_rank();
+    }
+    for (std::size_t i = 0; i < rd.src.size(); ++i) fill_random(rd.src[i], r * 1000 + i);
+    total += rd.bytes;
+  }
+  scratch_dir root(parent);
+  const fs::path raw_dir = root.path / "raw";
+  fs::create_directories(raw_dir);
+  const int staging_threads = cairn::async_saver_options{}.staging_threads;
+
+  std::vector<std::unique_ptr<cairn::async_saver>> savers;
+  std::vector<cairn::save_plan_cache> caches(ranks.size());
+  std::vector<cairn::state_dict> trees;
+  for (int r = 0; r < o.ranks; ++r) {
+    savers.push_back(std::make_unique<cairn::async_saver>());
+    trees.push_back(make_tree(specs, ranks[static_cast<std::size_t>(r)].src, r, o.ranks, 1, 0.1));
+  }
+  struct rep_result {
+    double raw_write_s, memcpy_ms, stall_ms, stage_ms, persist_s;
+  };
+  std::vector<rep_result> reps;
+  bool plan_reused = true;
+  for (int rep = 0; rep <= o.reps; ++rep) {  // rep 0 warms the pool and the plan cache
+    rep_result x{};
+    for (int r = 0; r < o.ranks; ++r)
+      ::unlink((raw_dir / ("raw." + std::to_string(r) + ".bin")).c_str());
+    sync_fs(root.path);
+    auto t0 = clock_type::now();
+    raw_io(raw_dir, ranks, o.io_threads, /*write=*/true, /*into_dst=*/false);
+    x.raw_write_s = seconds_since(t0);
+
+    // memcpy of every rank's bytes into touched memory, `staging_threads` threads per rank,
+    // all ranks at once (as the ranks stage at once).
+    t0 = clock_type::now();
+    {
+      std::vector<std::thread> th;
+      for (auto& rd : ranks)
+        for (int k = 0; k < staging_threads; ++k)
+          th.emplace_back([&rd, k, staging_threads] {
+            for (std::size_t i = 0; i < rd.src.size(); ++i) {
+              std::size_t n = rd.src[i].n, per = (n + staging_threads - 1) / staging_threads;
+              std::size_t a = std::min(n, per * k), b = std::min(n, a + per);
+              std::memcpy(rd.dst[i].p + a, rd.src[i].p + a, b - a);
+            }
+          });
+      for (auto& t : th) t.join();
+    }
+    x.memcpy_ms = seconds_since(t0) * 1e3;
+
+    const fs::path ckpt = root.path / ("ckpt-" + std::to_string(rep));
+    fs::remove_all(root.path / ("ckpt-" + std::to_string(rep - 1)));
+    sync_fs(root.path);
+    std::vector<double> stall(ranks.size()), stage(ranks.size()), persist(ranks.size());
+    std::atomic<bool> failed{false};
+    cairn::run_ranks(o.ranks, [&](cairn::thread_communicator& comm) {
+      auto r = static_cast<std::size_t>(comm.rank());
+      cairn::file_storage disk(ckpt);
+      cairn::save_options so;
+      so.io_threads = o.io_threads;
+      so.tile = o.tile;
+      so.plan_cache = &caches[r];
+      auto s0 = clock_type::now();
+      auto h = savers[r]->save(trees[r], disk, comm, so);
+      auto s1 = clock_type::now();
+      if (!h) {
+        failed = true;
+        return;
+      }
+      stall[r] = std::chrono::duration<double, std::milli>(s1 - s0).count();
+      stage[r] = h->started().stage_ms;
+      if (rep > 0 && !h->started().plan_reused) plan_reused = false;
+      auto w = h->wait();
+      if (!w) failed = true;
+      persist[r] = seconds_since(s1);
+    });
+    if (failed) {
+      std::fprintf(stderr, "cairn-bench: async save failed\n");
+      return 1;
+    }
+    x.stall_ms = *std::max_element(stall.begin(), stall.end());
+    x.stage_ms = *std::max_element(stage.begin(), stage.end());
+    x.persist_s = *std::max_element(persist.begin(), persist.end());
+    if (rep > 0) reps.push_back(x);
+  }
+  auto med = [&](double rep_result::*m) {
+    std::vector<double> v;
+    for (const auto& r : reps) v.push_back(r.*m);
+    return median(v);
+  };
+  const double gb = static_cast<double>(total) / 1e9;
+  const double stall = med(&rep_result::stall_ms), memcpy_ms = med(&rep_result::memcpy_ms);
+  const double raw = gb / med(&rep_result::raw_write_s), persist = gb / med(&rep_result::persist_s);
+  std::string per_rep;
+  for (std::size_t i = 0; i < reps.size(); ++i)
+    per_rep += fmt::format(
+        "{}{{\"raw_write_s\":{:.4f},\"memcpy_ms\":{:.2f},\"stall_ms\":{:.2f},"
+        "\"stage_ms\":{:.2f},\"persist_s\":{:.4f}}}",
+        i ? "," : "", reps[i].raw_write_s, reps[i].memcpy_ms, reps[i].stall_ms, reps[i].stage_ms,
+        reps[i].persist_s);
+  if (o.json) {
+    fmt::print(
+        "{{\"bench\":\"cairn-async\",\"bytes\":{},\"ranks\":{},\"io_threads\":{},"
+        "\"staging_threads\":{},\"reps\":{},\"stall_ms\":{:.2f},\"memcpy_ms\":{:.2f},"
+        "\"stall_ratio\":{:.3f},\"persist_gbps\":{:.4f},\"raw_write_gbps\":{:.4f},"
+        "\"persist_ratio\":{:.4f},\"plan_reused\":{},\"pinned\":{},\"per_rep\":[{}]}}\n",
+        total, o.ranks, o.io_threads, staging_threads, o.reps, stall, memcpy_ms, stall / memcpy_ms,
+        persist, raw, persist / raw, plan_reused, savers[0]->pool().pinned(), per_rep);
+  } else {
+    fmt::print("cairn-bench --async: {} bytes x {} ranks, staging threads {}, {} reps\n", total,
+               o.ranks, staging_threads, o.reps);
+    fmt::print(
+        "stall (until save returns)  {:8.2f} ms   memcpy of the same bytes {:8.2f} ms   "
+        "ratio {:.2f}\n",
+        stall, memcpy_ms, stall / memcpy_ms);
+    fmt::print(
+        "background persist          {:8.3f} GB/s raw write                {:8.3f} GB/s  "
+        "ratio {:.2f}\n",
+        persist, raw, persist / raw);
+  }
+  return 0;
+}
+
 /// One planning point in a child process, so that its peak resident memory is its own.
 std::optional<std::string> plan_point_in_child(int ranks, int tensors) {
   int fd[2];
@@ -795,6 +937,7 @@ int main(int argc, char** argv) {
     auto o = parse_args(argc, argv);
     if (!o) return 0;
     if (o->plan) return run_plan(*o);
+    if (o->async) return run_async(*o);
     if (o->tensors) throw usage_error("--tensors goes with --plan");
     return run(*o);
   } catch (const usage_error& e) {
