@@ -8,88 +8,24 @@
 #include <mutex>
 #include <random>
 
-#include "test_util.hpp"
+#include "property.hpp"
 
 using namespace cairn_test;
 
-namespace {
-
-struct tensor_spec {
-  std::string key;
-  cairn::dtype type;
-  cairn::shape global;
-};
-
-std::vector<tensor_spec> random_specs(std::mt19937& rng, int count) {
-  std::vector<tensor_spec> specs;
-  for (int i = 0; i < count; ++i) {
-    tensor_spec s;
-    s.key = "t" + std::to_string(i);
-    s.type = cairn::all_dtypes[rng() % cairn::all_dtypes.size()];
-    int nd = static_cast<int>(rng() % 4);  // 0..3 axes
-    for (int a = 0; a < nd; ++a) s.global.push_back(1 + static_cast<std::int64_t>(rng() % 13));
-    specs.push_back(std::move(s));
-  }
-  return specs;
-}
-
-/// Each rank's buffers and the state_dict that views them.
-struct rank_state {
-  std::vector<std::vector<std::byte>> buffers;
-  cairn::state_dict sd;
-};
-
-/// Rank `rank`'s shard of every tensor. Cell c of a grid is held by ranks c, c + cells, ...;
-/// with `flatten`, those holders each hold a flat slice of the cell's block (a distributed
-/// optimizer's layout), otherwise the first holder is the main copy and the rest replicas.
-void build_rank(rank_state& rs,
-                const std::vector<tensor_spec>& specs,
-                const std::vector<grid>& grids,
-                int rank,
-                int world,
-                bool fill,
-                bool flatten = false) {
-  rs.buffers.resize(specs.size());
-  for (std::size_t i = 0; i < specs.size(); ++i) {
-    const auto& s = specs[i];
-    std::int64_t cells = grids[i].cells();
-    std::int64_t cell = rank % cells;
-    int replica = rank < cells ? 0 : rank / static_cast<int>(cells);
-    cairn::box b = grids[i].cell(cell);
-    std::int64_t es = static_cast<std::int64_t>(cairn::dtype_size(s.type));
-    std::vector<std::byte> whole(static_cast<std::size_t>(b.volume() * es), std::byte{0x5a});
-    if (fill) fill_block(s.key, s.type, s.global, b, whole.data());
-    cairn::sharded_tensor<> t;
-    t.key = s.key;
-    t.type = s.type;
-    t.local_shape = b.size;
-    t.global_shape = s.global;
-    t.global_offset = b.offset;
-    t.replica_id = replica;
-    if (flatten) {
-      std::int64_t holders = (world - cell + cells - 1) / cells;  // ranks holding this cell
-      std::int64_t v = b.volume();
-      std::int64_t lo = v * replica / holders, hi = v * (replica + 1) / holders;
-      t.flattened_range = cairn::flat_range{lo, hi};
-      t.replica_id = 0;
-      rs.buffers[i].assign(whole.begin() + lo * es, whole.begin() + hi * es);
-    } else {
-      rs.buffers[i] = std::move(whole);
-    }
-    t.data = rs.buffers[i];
-    rs.sd.add(s.key, t);
-  }
-}
-
-}  // namespace
-
-TEST_CASE("random shardings (block, uneven, replicated, flattened) saved on N ranks load on M") {
+TEST_CASE(
+    "random shardings (block, uneven, replicated, flattened, prepended) saved on N load on M") {
   std::mt19937 rng(20261122);
   int combos = 0;
+  const layout_kind kinds[] = {layout_kind::block, layout_kind::flattened, layout_kind::prepended};
   for (int n = 1; n <= 8; ++n) {
     for (int m = 1; m <= 8; ++m) {
-      for (int trial = 0; trial < 3; ++trial) {
-        bool flat_save = trial == 1, flat_load = trial == 2;
+      // Blocks both ways, then each other layout on one side.
+      const std::pair<layout_kind, layout_kind> trials[] = {{kinds[0], kinds[0]},
+                                                            {kinds[1], kinds[0]},
+                                                            {kinds[0], kinds[1]},
+                                                            {kinds[2], kinds[0]},
+                                                            {kinds[0], kinds[2]}};
+      for (auto [save_kind, load_kind] : trials) {
         auto specs = random_specs(rng, 1 + static_cast<int>(rng() % 4));
         std::vector<grid> save_grids, load_grids;
         for (const auto& s : specs) {
@@ -101,41 +37,28 @@ TEST_CASE("random shardings (block, uneven, replicated, flattened) saved on N ra
         so.block_size = 16 + rng() % 64;  // small blocks: partial reads cross many blocks
         cairn::run_ranks(n, [&](cairn::thread_communicator& comm) {
           rank_state rs;
-          build_rank(rs, specs, save_grids, comm.rank(), n, true, flat_save);
+          build_rank(rs, specs, save_grids, comm.rank(), n, true, save_kind);
           cairn::save(rs.sd, mem, comm, so);
         });
         std::mutex mu;
         std::vector<std::string> failures;
         cairn::run_ranks(m, [&](cairn::thread_communicator& comm) {
           rank_state rs;
-          build_rank(rs, specs, load_grids, comm.rank(), m, false, flat_load);
-          auto stats = cairn::load(rs.sd, mem, comm);
-          for (std::size_t i = 0; i < specs.size(); ++i) {
-            std::int64_t cells = load_grids[i].cells();
-            cairn::box b = load_grids[i].cell(comm.rank() % cells);
-            std::int64_t es = static_cast<std::int64_t>(cairn::dtype_size(specs[i].type));
-            std::vector<std::byte> want(static_cast<std::size_t>(b.volume() * es));
-            fill_block(specs[i].key, specs[i].type, specs[i].global, b, want.data());
-            const auto& t = std::get<cairn::sharded_tensor<>>(*rs.sd.find(specs[i].key));
-            if (t.flattened_range)
-              want = std::vector<std::byte>(want.begin() + t.flattened_range->begin * es,
-                                            want.begin() + t.flattened_range->end * es);
-            if (want != rs.buffers[i]) {
-              std::lock_guard lk(mu);
-              failures.push_back(specs[i].key + " on rank " + std::to_string(comm.rank()) +
-                                 " block " + b.str());
-            }
-          }
-          (void)stats;
+          build_rank(rs, specs, load_grids, comm.rank(), m, false, load_kind);
+          cairn::load(rs.sd, mem, comm);
+          auto f = rank_failures(rs, specs, load_grids, comm.rank(), m, load_kind);
+          std::lock_guard lk(mu);
+          failures.insert(failures.end(), f.begin(), f.end());
         });
-        INFO("N=" << n << " M=" << m);
+        INFO("N=" << n << " M=" << m << " save " << kind_name(save_kind) << " load "
+                  << kind_name(load_kind));
         CHECK(failures.empty());
         for (const auto& f : failures) MESSAGE(f);
         ++combos;
       }
     }
   }
-  CHECK(combos == 192);
+  CHECK(combos == 320);
 }
 
 TEST_CASE("each rank reads only the checksum blocks it needs") {

@@ -1,21 +1,15 @@
-// Save on N processes and load on M processes (N, M in 1..world size) with random block
-// shardings over a shared directory; element-exact.
+// Save on N processes and load on M processes (N, M in 1..world size) with random shardings
+// (block, uneven, replicated, flattened, prepended) over a shared directory; element-exact.
 #include <doctest/doctest.h>
 
 #include <random>
 
 #include "cairn/comm/mpi.hpp"
-#include "tests/api/test_util.hpp"
+#include "tests/api/property.hpp"
 
 using namespace cairn_test;
 
 namespace {
-
-struct spec {
-  std::string key;
-  cairn::dtype type;
-  cairn::shape global;
-};
 
 /// A sub-communicator of the first `n` processes (nullopt on the others).
 struct first_n {
@@ -30,35 +24,9 @@ struct first_n {
   }
 };
 
-/// Rank `rank`'s state_dict over its own buffers for the given grids.
-void build(cairn::state_dict& sd,
-           std::vector<std::vector<std::byte>>& bufs,
-           const std::vector<spec>& specs,
-           const std::vector<grid>& grids,
-           int rank,
-           bool fill) {
-  bufs.resize(specs.size());
-  for (std::size_t i = 0; i < specs.size(); ++i) {
-    std::int64_t cells = grids[i].cells();
-    cairn::box b = grids[i].cell(rank % cells);
-    bufs[i].assign(static_cast<std::size_t>(b.volume()) * cairn::dtype_size(specs[i].type),
-                   std::byte{0});
-    if (fill) fill_block(specs[i].key, specs[i].type, specs[i].global, b, bufs[i].data());
-    cairn::sharded_tensor<> t;
-    t.key = specs[i].key;
-    t.type = specs[i].type;
-    t.local_shape = b.size;
-    t.global_shape = specs[i].global;
-    t.global_offset = b.offset;
-    t.replica_id = rank < cells ? 0 : 1;
-    t.data = bufs[i];
-    sd.add(specs[i].key, t);
-  }
-}
-
 }  // namespace
 
-TEST_CASE("random block shardings saved on N processes load on M processes") {
+TEST_CASE("random shardings (block, uneven, replicated, flattened, prepended) on N processes load on M") {
   int world = 0, me = 0;
   MPI_Comm_size(MPI_COMM_WORLD, &world);
   MPI_Comm_rank(MPI_COMM_WORLD, &me);
@@ -74,61 +42,55 @@ TEST_CASE("random block shardings saved on N processes load on M processes") {
   }
   std::mt19937 rng(99);  // same sequence on every process
   int failures = 0, combos = 0;
+  const std::pair<layout_kind, layout_kind> trials[] = {
+      {layout_kind::block, layout_kind::block},
+      {layout_kind::flattened, layout_kind::block},
+      {layout_kind::block, layout_kind::flattened},
+      {layout_kind::prepended, layout_kind::block},
+      {layout_kind::block, layout_kind::prepended}};
   for (int n = 1; n <= world; ++n) {
     for (int m = 1; m <= world; ++m) {
-      std::vector<spec> specs;
-      int count = 1 + static_cast<int>(rng() % 3);
-      for (int i = 0; i < count; ++i) {
-        spec s{"t" + std::to_string(i), cairn::all_dtypes[rng() % cairn::all_dtypes.size()], {}};
-        int nd = static_cast<int>(rng() % 4);
-        for (int a = 0; a < nd; ++a) s.global.push_back(1 + static_cast<std::int64_t>(rng() % 11));
-        specs.push_back(s);
-      }
-      std::vector<grid> save_grids, load_grids;
-      for (const auto& s : specs) {
-        save_grids.push_back(random_grid(rng, s.global, n));
-        load_grids.push_back(random_grid(rng, s.global, m));
-      }
-      std::string dir = root + "/ckpt_" + std::to_string(n) + "_" + std::to_string(m);
-      cairn::save_options so;
-      so.block_size = 32 + rng() % 64;
-      {
-        first_n sub(n);
-        if (sub.comm != MPI_COMM_NULL) {
-          cairn::mpi_communicator comm(sub.comm);
-          cairn::state_dict sd;
-          std::vector<std::vector<std::byte>> bufs;
-          build(sd, bufs, specs, save_grids, comm.rank(), true);
-          cairn::file_storage disk(dir);
-          cairn::save(sd, disk, comm, so);
+      for (auto [save_kind, load_kind] : trials) {
+        std::vector<tensor_spec> specs = random_specs(rng, 1 + static_cast<int>(rng() % 3));
+        std::vector<grid> save_grids, load_grids;
+        for (const auto& s : specs) {
+          save_grids.push_back(random_grid(rng, s.global, n));
+          load_grids.push_back(random_grid(rng, s.global, m));
         }
-      }
-      MPI_Barrier(MPI_COMM_WORLD);
-      {
-        first_n sub(m);
-        if (sub.comm != MPI_COMM_NULL) {
-          cairn::mpi_communicator comm(sub.comm);
-          cairn::state_dict sd;
-          std::vector<std::vector<std::byte>> bufs;
-          build(sd, bufs, specs, load_grids, comm.rank(), false);
-          cairn::file_storage disk(dir);
-          cairn::load(sd, disk, comm);
-          for (std::size_t i = 0; i < specs.size(); ++i) {
-            cairn::box blk = load_grids[i].cell(comm.rank() % load_grids[i].cells());
-            std::vector<std::byte> want(bufs[i].size());
-            fill_block(specs[i].key, specs[i].type, specs[i].global, blk, want.data());
-            if (want != bufs[i]) {
+        std::string dir = root + "/ckpt_" + std::to_string(combos);
+        cairn::save_options so;
+        so.block_size = 32 + rng() % 64;
+        {
+          first_n sub(n);
+          if (sub.comm != MPI_COMM_NULL) {
+            cairn::mpi_communicator comm(sub.comm);
+            rank_state rs;
+            build_rank(rs, specs, save_grids, comm.rank(), n, true, save_kind);
+            cairn::file_storage disk(dir);
+            cairn::save(rs.sd, disk, comm, so);
+          }
+        }
+        MPI_Barrier(MPI_COMM_WORLD);
+        {
+          first_n sub(m);
+          if (sub.comm != MPI_COMM_NULL) {
+            cairn::mpi_communicator comm(sub.comm);
+            rank_state rs;
+            build_rank(rs, specs, load_grids, comm.rank(), m, false, load_kind);
+            cairn::file_storage disk(dir);
+            cairn::load(rs.sd, disk, comm);
+            for (const auto& f : rank_failures(rs, specs, load_grids, comm.rank(), m, load_kind)) {
               ++failures;
-              MESSAGE("N=" << n << " M=" << m << " " << specs[i].key << " rank " << comm.rank());
+              MESSAGE("N=" << n << " M=" << m << " " << f);
             }
           }
         }
+        ++combos;
       }
-      ++combos;
     }
   }
   CHECK(failures == 0);
-  CHECK(combos == world * world);
+  CHECK(combos == world * world * 5);
   MPI_Barrier(MPI_COMM_WORLD);
   if (me == 0) std::filesystem::remove_all(root);
 }
