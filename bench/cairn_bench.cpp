@@ -76,6 +76,9 @@ options:
                      and print ranks, tensors, chunks, plan_ms, peak_rss_mb, metadata_bytes;
                      without --ranks/--tensors, a sweep over R in 8..4096, T in 100..10000
   --tensors T        weights for --plan
+  --reshard          instead of I/O: save tensor-parallel weights (and data-parallel
+                     replicas) in memory, load them on 1..8 ranks along both axes, and report
+                     bytes read / bytes needed per load and max/mean bytes written per rank
   --async            instead of save/load: async_saver with a warm staging pool; reports
                      stall_ms (until save returns), memcpy_ms (the same bytes copied by the
                      same threads into touched memory), and the background persist rate
@@ -97,8 +100,9 @@ struct options {
   bool prime = true;
   bool tile = true;  ///< save_options::tile
   bool json = false;
-  bool plan = false;   ///< --plan: the planning simulation instead of I/O
-  bool async = false;  ///< --async: async_saver's stall and background persist
+  bool plan = false;     ///< --plan: the planning simulation instead of I/O
+  bool async = false;    ///< --async: async_saver's stall and background persist
+  bool reshard = false;  ///< --reshard: read amplification and write balance
   bool ranks_given = false;
   int tensors = 0;  ///< --plan --tensors T
 };
@@ -170,6 +174,8 @@ std::optional<options> parse_args(int argc, char** argv) {
     } else if (a == "--ranks") {
       o.ranks = parse_int(value(), 1, "--ranks", 1 << 20);
       o.ranks_given = true;
+    } else if (a == "--reshard") {
+      o.reshard = true;
     } else if (a == "--async") {
       o.async = true;
     } else if (a == "--plan") {
@@ -722,6 +728,124 @@ int run(const options& o) {
 
 }  // namespace
 
+/// `--reshard`: read amplification of loads on other topologies, and the write balance of
+/// replicated state. In memory (memory_storage): only the byte counters matter here.
+int run_reshard(const options& o) {
+  using cairn::shape;
+  struct weight {
+    const char* key;
+    int axis;  // the tensor-parallel axis (0: column-parallel, 1: row-parallel)
+  };
+  const weight weights[] = {{"w_qkv", 0}, {"w_out", 1}};
+  const std::int64_t n = 2048;  // [2048, 2048] bf16 = 8 MiB each
+  auto make = [&](cairn::state_dict& sd, std::vector<std::vector<cairn::bf16>>& bufs, int tp,
+                  int tp_rank, int replica) {
+    bufs.resize(std::size(weights));
+    for (std::size_t i = 0; i < std::size(weights); ++i) {
+      shape local{n, n};
+      local[static_cast<std::size_t>(weights[i].axis)] = n / tp;
+      bufs[i].assign(static_cast<std::size_t>(local[0] * local[1]), cairn::bf16{});
+      for (std::size_t k = 0; k < bufs[i].size(); ++k)
+        bufs[i][k].bits = static_cast<std::uint16_t>(k * 2654435761u >> 7);
+      sd.add(weights[i].key, cairn::from_rank_offsets(weights[i].key, std::span(bufs[i]), local,
+                                                      {{weights[i].axis, tp_rank, tp}}, replica));
+    }
+  };
+  auto max_over_mean = [](const std::vector<std::uint64_t>& v) {
+    double sum = 0, mx = 0;
+    for (auto x : v) sum += static_cast<double>(x), mx = std::max(mx, static_cast<double>(x));
+    return sum > 0 ? mx / (sum / static_cast<double>(v.size())) : 0.0;
+  };
+  cairn::save_options so;
+  so.tile = o.tile;
+  // 1. Balance: TP=2 x DP=2 and TP=1 x DP=4 (every rank holds every byte).
+  struct balance_point {
+    int tp, dp;
+    double ratio;
+  };
+  std::vector<balance_point> balance;
+  cairn::memory_storage saved;  // the TP=4 checkpoint the loads below read
+  for (auto [tp, dp] : {std::pair{4, 1}, std::pair{2, 2}, std::pair{1, 4}}) {
+    cairn::memory_storage mem;
+    std::vector<std::uint64_t> per_rank;
+    cairn::run_ranks(tp * dp, [&](cairn::thread_communicator& comm) {
+      cairn::state_dict sd;
+      std::vector<std::vector<cairn::bf16>> bufs;
+      make(sd, bufs, tp, comm.rank() % tp, comm.rank() / tp);
+      auto st = cairn::save(sd, tp == 4 ? static_cast<cairn::storage_ref>(saved) : mem, comm, so);
+      if (comm.rank() == 0) per_rank = st.bytes_per_rank;
+    });
+    balance.push_back({tp, dp, max_over_mean(per_rank)});
+  }
+  // 2. Read amplification: the TP=4 checkpoint loaded with TP = M along the same axes.
+  struct amp_point {
+    int ranks;
+    double worst;
+    std::uint64_t read, needed;
+  };
+  std::vector<amp_point> amp;
+  for (int m : {1, 2, 3, 4, 6, 8}) {
+    std::vector<cairn::load_stats> ls(static_cast<std::size_t>(m));
+    bool ok = true;
+    cairn::run_ranks(m, [&](cairn::thread_communicator& comm) {
+      cairn::state_dict sd;
+      std::vector<std::vector<cairn::bf16>> bufs;
+      // Uneven splits (3, 6) get the remainder on the last rank.
+      bufs.resize(std::size(weights));
+      for (std::size_t i = 0; i < std::size(weights); ++i) {
+        std::int64_t lo = n * comm.rank() / m, hi = n * (comm.rank() + 1) / m;
+        shape local{n, n}, off{0, 0};
+        local[static_cast<std::size_t>(weights[i].axis)] = hi - lo;
+        off[static_cast<std::size_t>(weights[i].axis)] = lo;
+        bufs[i].assign(static_cast<std::size_t>(local[0] * local[1]), cairn::bf16{});
+        sd.add(weights[i].key,
+               cairn::block(weights[i].key, std::span(bufs[i]), local, {n, n}, off));
+      }
+      auto r = cairn::try_load(sd, saved, comm);
+      if (!r)
+        ok = false;
+      else
+        ls[static_cast<std::size_t>(comm.rank())] = *r;
+    });
+    if (!ok) {
+      std::fprintf(stderr, "cairn-bench: reshard load on %d ranks failed\n", m);
+      return 1;
+    }
+    amp_point p{m, 0, 0, 0};
+    for (const auto& s : ls) {
+      p.worst = std::max(p.worst,
+                         static_cast<double>(s.bytes_read) / static_cast<double>(s.bytes_needed));
+      p.read += s.bytes_read;
+      p.needed += s.bytes_needed;
+    }
+    amp.push_back(p);
+  }
+  if (o.json) {
+    std::string b, a;
+    for (std::size_t i = 0; i < balance.size(); ++i)
+      b += fmt::format("{}{{\"tp\":{},\"dp\":{},\"max_over_mean\":{:.4f}}}", i ? "," : "",
+                       balance[i].tp, balance[i].dp, balance[i].ratio);
+    for (std::size_t i = 0; i < amp.size(); ++i)
+      a += fmt::format(
+          "{}{{\"from_tp\":4,\"to_tp\":{},\"worst_read_over_needed\":{:.4f},"
+          "\"total_read_over_needed\":{:.4f}}}",
+          i ? "," : "", amp[i].ranks, amp[i].worst,
+          static_cast<double>(amp[i].read) / static_cast<double>(amp[i].needed));
+    fmt::print(
+        "{{\"bench\":\"cairn-reshard\",\"tiled\":{},\"balance\":[{}],\"read_amplification\":[{}]}}"
+        "\n",
+        o.tile, b, a);
+  } else {
+    fmt::print("write balance (max / mean bytes per rank):\n");
+    for (const auto& p : balance) fmt::print("  TP={} x DP={}: {:.3f}\n", p.tp, p.dp, p.ratio);
+    fmt::print("read amplification, TP=4 checkpoint loaded with TP=M (worst rank, all ranks):\n");
+    for (const auto& p : amp)
+      fmt::print("  M={}: {:.3f}  {:.3f}\n", p.ranks, p.worst,
+                 static_cast<double>(p.read) / static_cast<double>(p.needed));
+  }
+  return 0;
+}
+
 /// `--async`: the stall of `async_saver::save` with a warm pool, against memcpy of the same
 /// bytes on the same threads, and the background persist against raw writes.
 int run_async(const options& o) {
@@ -938,6 +1062,7 @@ int main(int argc, char** argv) {
     if (!o) return 0;
     if (o->plan) return run_plan(*o);
     if (o->async) return run_async(*o);
+    if (o->reshard) return run_reshard(*o);
     if (o->tensors) throw usage_error("--tensors goes with --plan");
     return run(*o);
   } catch (const usage_error& e) {

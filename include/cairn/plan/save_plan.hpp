@@ -461,7 +461,9 @@ inline save_layout plan_save(const std::vector<rank_desc>& ranks,
     auto& rec = L.metadata.tensors.at(*g.key);
     int r = pt.who.rank;
     std::uint64_t n = static_cast<std::uint64_t>(pt.sub.region.volume()) * g.elem_size;
-    tile_counts tiles = tile ? choose_tiles(pt.sub.region, g.elem_size, block_size) : tile_counts{};
+    tile_counts tiles = tile
+                            ? choose_tiles(pt.sub.region, g.elem_size, block_size, rec.global_shape)
+                            : tile_counts{};
     if (!tiles.empty()) L.metadata.version = 2;
     rec.chunks.push_back(
         chunk_record{pt.sub.region, extent{file_index(r), offset[r], n, {}}, std::move(tiles)});
