@@ -18,6 +18,7 @@
 
 #include "cairn/comm/communicator.hpp"
 #include "cairn/core/error.hpp"
+#include "cairn/cuda/device_leaves.hpp"
 #include "cairn/detail/parallel.hpp"
 #include "cairn/format/metadata.hpp"
 #include "cairn/format/native.hpp"
@@ -68,6 +69,10 @@ struct load_options {
   std::function<std::optional<shape>(
       const std::string& key, const shape& saved_grid, const shape& offset, const shape& grid)>
       object_mapping;
+  /// The CUDA runtime used to copy loaded bytes into tensors that live in device memory, through
+  /// pinned host memory (null: the default runtime). Without a usable device every tensor is
+  /// host memory.
+  const cuda::runtime_api* cuda_runtime = nullptr;
 };
 
 /// An `object_mapping` that loads, on a changed grid, the saved object at this rank's position
@@ -549,11 +554,17 @@ inline result<load_stats> load_leaves(const leaf_list& tree_leaves,
   std::optional<error> failure;
   if (auto s = apply_strict(leaves, *m, comm, opt, stats); !s)
     failure = std::move(s).err().with_rank(comm.rank());
+  device_leaf_staging device;  // device-memory tensors load through pinned host memory
+  if (!failure && !opt.common_only)
+    if (auto r = device.redirect(leaves, opt.cuda_runtime); !r)
+      failure = std::move(r).err().with_rank(comm.rank());
   try {
     if (failure) {
       // reported below, after every rank has had its say
     } else if (auto r = load_leaves_local(leaves, st, *m, opt, stats); !r) {
       failure = std::move(r).err().with_rank(comm.rank());
+    } else if (auto d = device.to_device(); !d) {
+      failure = std::move(d).err().with_rank(comm.rank());
     } else if (!opt.common_only) {
       for (const auto& merge : leaves.after_load)
         if (auto mr = merge(); !mr) {

@@ -15,6 +15,7 @@
 
 #include "cairn/comm/communicator.hpp"
 #include "cairn/core/error.hpp"
+#include "cairn/cuda/device_leaves.hpp"
 #include "cairn/detail/binary.hpp"
 #include "cairn/detail/parallel.hpp"
 #include "cairn/format/checksum.hpp"
@@ -85,6 +86,10 @@ struct save_options {
   save_plan_cache* plan_cache = nullptr;
   /// A string map saved with the checkpoint, readable alone with `read_content_metadata`.
   std::map<std::string, std::string> content_metadata;
+  /// The CUDA runtime used to copy tensors that live in device memory into pinned host memory
+  /// before writing (null: the default runtime, the real one in `cairn::cuda` builds). Without
+  /// a usable device every tensor is host memory.
+  const cuda::runtime_api* cuda_runtime = nullptr;
 };
 
 /// What one rank did during a save.
@@ -353,7 +358,8 @@ inline result<void> plan_phase(const leaf_list& leaves,
                                storage_ref st,
                                comm_ref comm,
                                const save_options& opt,
-                               planned_save& out) {
+                               planned_save& out,
+                               const std::optional<error>& local_failure = std::nullopt) {
   out.start = std::chrono::steady_clock::now();
   const int rank = comm.rank();
   out.rank = rank;
@@ -369,6 +375,7 @@ inline result<void> plan_phase(const leaf_list& leaves,
   std::vector<std::pair<std::string, common_value>>& commons = out.commons;
   commons.clear();
   try {
+    if (local_failure) throw exception(*local_failure);  // shared with every rank below
     auto check_utf8 = [](const std::string& s, const char* what) {
       if (!simdjson::validate_utf8(s.data(), s.size()))
         throw exception(
@@ -650,8 +657,14 @@ inline result<save_stats> save_leaves(const leaf_list& leaves,
                                       storage_ref st,
                                       comm_ref comm,
                                       const save_options& opt) {
+  // Tensors in device memory are copied to pinned host memory first (a no-op without a device).
+  leaf_list host_leaves = leaves;
+  device_leaf_staging device;
+  std::optional<error> staging_failure;
+  if (auto r = device.to_host(host_leaves, opt.cuda_runtime); !r)
+    staging_failure = std::move(r).err();
   planned_save plan;
-  CAIRN_TRY(plan_phase(leaves, st, comm, opt, plan));
+  CAIRN_TRY(plan_phase(host_leaves, st, comm, opt, plan, staging_failure));
   written_save w = write_phase(plan, st, opt);
   return commit_phase(plan, w, st, comm, opt);
 }

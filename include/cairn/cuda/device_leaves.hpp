@@ -1,0 +1,80 @@
+// cairn/cuda/device_leaves.hpp: host staging for tensor leaves that live in device memory, for
+// the synchronous save and load (async_saver stages device memory itself, through its pool).
+#pragma once
+
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "cairn/cuda/staging_pool.hpp"
+#include "cairn/tree/leaves.hpp"
+
+namespace cairn::detail {
+
+/// Host copies of device-memory tensor leaves. Save: `to_host` copies each device leaf into a
+/// pinned staging pool and points the leaf there. Load: `redirect` points each device leaf at
+/// staging memory, and `to_device` copies the loaded bytes back. Without a usable device (no
+/// runtime, or every call fails as on a machine with no GPU) both are no-ops: every leaf is
+/// host memory.
+class device_leaf_staging {
+ public:
+  /// Save side: stages every device leaf (waits for the copies).
+  result<void> to_host(leaf_list& leaves, const cuda::runtime_api* runtime) {
+    if (!start(runtime)) return ok();
+    std::vector<cuda::stage_item> items;
+    std::vector<std::size_t> which;
+    for (std::size_t i = 0; i < leaves.tensors.size(); ++i) {
+      const tensor_leaf& t = leaves.tensors[i];
+      if (t.nbytes == 0 || stager_->classify(t.data) != cuda::memory_kind::device) continue;
+      items.push_back({t.data, t.nbytes, t.layout.key});
+      which.push_back(i);
+    }
+    if (items.empty()) return ok();
+    CAIRN_TRY_ASSIGN(auto spans, stager_->stage(items));
+    for (std::size_t k = 0; k < which.size(); ++k) leaves.tensors[which[k]].data = spans[k].data();
+    return stager_->wait();
+  }
+
+  /// Load side: points every device leaf at host staging memory.
+  result<void> redirect(leaf_list& leaves, const cuda::runtime_api* runtime) {
+    if (!start(runtime)) return ok();
+    std::vector<std::size_t> which;
+    std::vector<std::size_t> sizes;
+    for (std::size_t i = 0; i < leaves.tensors.size(); ++i) {
+      const tensor_leaf& t = leaves.tensors[i];
+      if (t.nbytes == 0 || stager_->classify(t.data) != cuda::memory_kind::device) continue;
+      which.push_back(i);
+      sizes.push_back(t.nbytes);
+    }
+    if (which.empty()) return ok();
+    CAIRN_TRY(pool_->reserve(cuda::staging_pool::bytes_for(sizes)));
+    for (std::size_t k = 0; k < which.size(); ++k) {
+      tensor_leaf& t = leaves.tensors[which[k]];
+      CAIRN_TRY_ASSIGN(auto span, pool_->acquire(t.nbytes));
+      back_.push_back({t.data, span.data(), t.nbytes, t.layout.key});
+      t.data = span.data();
+    }
+    return ok();
+  }
+
+  /// Load side: copies the staged bytes to the device leaves (waits for the copies).
+  result<void> to_device() {
+    if (back_.empty()) return ok();
+    CAIRN_TRY(stager_->unstage(back_));
+    return stager_->wait();
+  }
+
+ private:
+  bool start(const cuda::runtime_api* runtime) {
+    const cuda::runtime_api* rt = cuda::usable_runtime(runtime);
+    if (!rt) return false;
+    pool_.emplace(cuda::staging_pool_options{}, rt);
+    stager_.emplace(*pool_, cuda::stager_options{.runtime = rt});
+    return true;
+  }
+  std::optional<cuda::staging_pool> pool_;
+  std::optional<cuda::stager> stager_;
+  std::vector<cuda::unstage_item> back_;
+};
+
+}  // namespace cairn::detail
