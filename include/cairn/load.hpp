@@ -73,6 +73,13 @@ struct load_options {
   /// pinned host memory (null: the default runtime). Without a usable device every tensor is
   /// host memory.
   const cuda::runtime_api* cuda_runtime = nullptr;
+  /// A tensor piece that every rank asks for whole and alike (a replicated tensor) is read by
+  /// one rank and broadcast through the communicator, instead of being read by every rank:
+  /// storage serves it once (it matters most for object stores and shared filesystems).
+  /// Pieces smaller than `broadcast_min_bytes` are read by every rank (one broadcast each
+  /// would cost more). Costs one all-gather of the pieces each rank asks for.
+  bool read_once_broadcast = true;
+  std::uint64_t broadcast_min_bytes = std::uint64_t{64} << 10;
 };
 
 /// An `object_mapping` that loads, on a changed grid, the saved object at this rank's position
@@ -314,11 +321,16 @@ inline result<std::map<std::string, common_value>> read_commons(storage_ref st,
 }
 
 /// Loads every leaf of this rank from an already-read metadata.
+/// A tensor piece of this rank's tree: (tensor leaf, piece index).
+using piece_ref = std::pair<std::size_t, std::size_t>;
+
+/// Loads this rank's leaves. Pieces in `skip` are left for a broadcast from another rank.
 inline result<void> load_leaves_local(const leaf_list& leaves,
                                       storage_ref st,
                                       const checkpoint_metadata& m,
                                       const load_options& opt,
-                                      load_stats& stats) {
+                                      load_stats& stats,
+                                      const std::set<piece_ref>& skip = {}) {
   if (!leaves.commons.empty()) {
     CAIRN_TRY_ASSIGN(auto commons, read_commons(st, m));
     for (const auto& c : leaves.commons) {
@@ -331,7 +343,8 @@ inline result<void> load_leaves_local(const leaf_list& leaves,
   }
   if (opt.common_only) return ok();
   std::vector<copy_job> jobs;
-  for (const auto& t : leaves.tensors) {
+  for (std::size_t ti = 0; ti < leaves.tensors.size(); ++ti) {
+    const tensor_leaf& t = leaves.tensors[ti];
     const tensor_layout& L = t.layout;
     auto it = m.tensors.find(L.key);
     if (it == m.tensors.end())
@@ -364,8 +377,10 @@ inline result<void> load_leaves_local(const leaf_list& leaves,
             .with_key(L.key);
       std::memset(t.data, 0, t.nbytes);
     }
-    for (const piece& p : pieces_of(L))
-      CAIRN_TRY(plan_copies(rec, L.key, p.region, t.data + p.data_offset * es, jobs));
+    auto ps = pieces_of(L);
+    for (std::size_t pi = 0; pi < ps.size(); ++pi)
+      if (!skip.count({ti, pi}))
+        CAIRN_TRY(plan_copies(rec, L.key, ps[pi].region, t.data + ps[pi].data_offset * es, jobs));
   }
   CAIRN_TRY(run_copies(st, m, jobs, opt.io_threads, stats));
   for (const auto& o : leaves.objects) {
@@ -542,6 +557,83 @@ inline result<void> apply_strict(leaf_list& leaves,
   return ok();
 }
 
+/// One piece that every rank asks for alike: read by `reader`, broadcast to the rest.
+struct shared_piece {
+  piece_ref local;  ///< this rank's (leaf, piece)
+  int reader = 0;
+  std::uint64_t nbytes = 0;
+};
+
+/// Finds the pieces every rank asks for whole and alike, and picks a reader for each (the
+/// least-loaded rank so far, in key order, so every rank computes the same). Collective.
+inline std::vector<shared_piece> plan_shared_pieces(const leaf_list& leaves,
+                                                    comm_ref comm,
+                                                    const load_options& opt) {
+  std::vector<shared_piece> out;
+  if (!opt.read_once_broadcast || comm.size() < 2 || opt.common_only) return out;
+  // (key, box) -> this rank's (leaf, piece) and bytes
+  std::map<std::pair<std::string, std::pair<shape, shape>>, std::pair<piece_ref, std::uint64_t>>
+      mine;
+  for (std::size_t ti = 0; ti < leaves.tensors.size(); ++ti) {
+    const tensor_layout& L = leaves.tensors[ti].layout;
+    auto ps = pieces_of(L);
+    for (std::size_t pi = 0; pi < ps.size(); ++pi) {
+      std::uint64_t n = static_cast<std::uint64_t>(ps[pi].region.volume()) * dtype_size(L.type);
+      if (n < std::max<std::uint64_t>(opt.broadcast_min_bytes, 1)) continue;
+      mine.emplace(std::make_pair(L.key, std::make_pair(ps[pi].region.offset, ps[pi].region.size)),
+                   std::make_pair(piece_ref{ti, pi}, n));
+    }
+  }
+  binary_writer w;
+  w.u64(mine.size());
+  for (const auto& [k, v] : mine) {
+    w.str(k.first);
+    w.u64(k.second.first.size());
+    for (auto x : k.second.first) w.u64(static_cast<std::uint64_t>(x));
+    for (auto x : k.second.second) w.u64(static_cast<std::uint64_t>(x));
+  }
+  auto all = comm.all_gather(w.data());
+  std::map<std::pair<std::string, std::pair<shape, shape>>, int> count;
+  for (const auto& msg : all) {
+    binary_reader r(msg);
+    std::uint64_t n = r.u64();
+    for (std::uint64_t i = 0; i < n; ++i) {
+      std::string key = r.str();
+      std::uint64_t nd = r.u64();
+      shape off(nd), size(nd);
+      for (auto& x : off) x = static_cast<std::int64_t>(r.u64());
+      for (auto& x : size) x = static_cast<std::int64_t>(r.u64());
+      ++count[{std::move(key), {std::move(off), std::move(size)}}];
+    }
+  }
+  std::vector<std::uint64_t> load(static_cast<std::size_t>(comm.size()), 0);
+  for (const auto& [k, v] : mine) {  // same order on every rank (std::map)
+    if (count[k] != comm.size()) continue;
+    std::size_t best = 0;
+    for (std::size_t r = 1; r < load.size(); ++r)
+      if (load[r] < load[best]) best = r;
+    load[best] += v.second;
+    out.push_back(shared_piece{v.first, static_cast<int>(best), v.second});
+  }
+  return out;
+}
+
+/// Broadcasts every shared piece from its reader into the other ranks' targets. Collective.
+inline void broadcast_shared_pieces(const leaf_list& leaves,
+                                    const std::vector<shared_piece>& shared,
+                                    comm_ref comm) {
+  for (const auto& sp : shared) {
+    const tensor_leaf& t = leaves.tensors[sp.local.first];
+    piece p = pieces_of(t.layout)[sp.local.second];
+    std::byte* at = t.data + p.data_offset * dtype_size(t.layout.type);
+    bytes buf;
+    if (comm.rank() == sp.reader) buf.assign(at, at + sp.nbytes);
+    comm.broadcast(buf, sp.reader);
+    if (comm.rank() != sp.reader && buf.size() == sp.nbytes)
+      std::memcpy(at, buf.data(), buf.size());
+  }
+}
+
 inline result<load_stats> load_leaves(const leaf_list& tree_leaves,
                                       storage_ref st,
                                       comm_ref comm,
@@ -558,11 +650,32 @@ inline result<load_stats> load_leaves(const leaf_list& tree_leaves,
   if (!failure && !opt.common_only)
     if (auto r = device.redirect(leaves, opt.cuda_runtime); !r)
       failure = std::move(r).err().with_rank(comm.rank());
+  // Pieces every rank asks for alike are read once and broadcast (collective: every rank plans).
+  std::vector<shared_piece> shared = plan_shared_pieces(leaves, comm, opt);
+  std::set<piece_ref> skip;
+  for (const auto& sp : shared)
+    if (sp.reader != comm.rank()) skip.insert(sp.local);
   try {
     if (failure) {
       // reported below, after every rank has had its say
-    } else if (auto r = load_leaves_local(leaves, st, *m, opt, stats); !r) {
+    } else if (auto r = load_leaves_local(leaves, st, *m, opt, stats, skip); !r) {
       failure = std::move(r).err().with_rank(comm.rank());
+    }
+  } catch (const exception& e) {
+    failure = error(e.err()).with_rank(comm.rank());
+  }
+  if (!shared.empty()) {
+    // Every reader must have its pieces before they are broadcast.
+    auto [status, payloads] = exchange_status(comm, failure);
+    if (failure) return std::move(*failure);
+    if (auto f = first_failure(status))
+      return make_error(errc::comm,
+                        "load failed on rank " + std::to_string(f->rank) + ": " + f->describe());
+    broadcast_shared_pieces(leaves, shared, comm);
+  }
+  try {
+    if (failure) {
+      // reported below
     } else if (auto d = device.to_device(); !d) {
       failure = std::move(d).err().with_rank(comm.rank());
     } else if (!opt.common_only) {

@@ -1,6 +1,8 @@
 // Load options: strict handling modes, key mapping, ignore globs and the key callback.
 #include <doctest/doctest.h>
 
+#include <atomic>
+
 #include "test_util.hpp"
 
 namespace {
@@ -190,4 +192,33 @@ TEST_CASE("per-rank objects on a changed world size: an error naming the key, or
   };
   cairn::load(sd, mem, one, lo);
   CHECK(value_of(sd) == 7);
+}
+
+TEST_CASE("a tensor every rank needs whole is read once and broadcast") {
+  cairn::memory_storage mem;
+  std::vector<float> w(512 * 256);  // 512 KiB
+  for (std::size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>(i) * 0.5f;
+  {
+    cairn::single_communicator one;
+    cairn::state_dict sd;
+    sd.add("w", cairn::replicated("w", std::span(w), {512, 256}, 0));
+    cairn::save(sd, mem, one);
+  }
+  for (bool once : {true, false}) {
+    CAPTURE(once);
+    std::vector<std::uint64_t> read(4);
+    std::atomic<int> bad{0};
+    cairn::run_ranks(4, [&](cairn::thread_communicator& comm) {
+      std::vector<float> got(w.size(), -1.0f);
+      cairn::state_dict sd;
+      sd.add("w", cairn::replicated("w", std::span(got), {512, 256}, comm.rank()));
+      cairn::load_options lo;
+      lo.read_once_broadcast = once;
+      read[comm.rank()] = cairn::load(sd, mem, comm, lo).bytes_read;
+      if (got != w) ++bad;
+    });
+    CHECK(bad == 0);
+    std::uint64_t total = read[0] + read[1] + read[2] + read[3];
+    CHECK(total == (once ? 1u : 4u) * w.size() * sizeof(float));
+  }
 }

@@ -2,6 +2,7 @@
 // (block, uneven, replicated, flattened, prepended) over a shared directory; element-exact.
 #include <doctest/doctest.h>
 
+#include <filesystem>
 #include <random>
 
 #include "cairn/comm/mpi.hpp"
@@ -26,7 +27,8 @@ struct first_n {
 
 }  // namespace
 
-TEST_CASE("random shardings (block, uneven, replicated, flattened, prepended) on N processes load on M") {
+TEST_CASE(
+    "random shardings (block, uneven, replicated, flattened, prepended) on N processes load on M") {
   int world = 0, me = 0;
   MPI_Comm_size(MPI_COMM_WORLD, &world);
   MPI_Comm_rank(MPI_COMM_WORLD, &me);
@@ -93,4 +95,32 @@ TEST_CASE("random shardings (block, uneven, replicated, flattened, prepended) on
   CHECK(combos == world * world * 5);
   MPI_Barrier(MPI_COMM_WORLD);
   if (me == 0) std::filesystem::remove_all(root);
+}
+
+TEST_CASE("a replicated tensor is read by one process and broadcast to the others") {
+  cairn::mpi_communicator comm(MPI_COMM_WORLD);
+  std::string root;
+  if (comm.rank() == 0) root = make_temp_dir();
+  cairn::bytes msg(reinterpret_cast<const std::byte*>(root.data()),
+                   reinterpret_cast<const std::byte*>(root.data()) + root.size());
+  comm.broadcast(msg, 0);
+  root.assign(reinterpret_cast<const char*>(msg.data()), msg.size());
+  std::vector<double> w(256 * 128);
+  for (std::size_t i = 0; i < w.size(); ++i) w[i] = 1.0 / static_cast<double>(i + 1);
+  cairn::file_storage disk(root);
+  {
+    cairn::state_dict sd;
+    sd.add("w", cairn::replicated("w", std::span(w), {256, 128}, comm.rank()));
+    cairn::save(sd, disk, comm);
+  }
+  std::vector<double> got(w.size(), 0.0);
+  cairn::state_dict sd;
+  sd.add("w", cairn::replicated("w", std::span(got), {256, 128}, comm.rank()));
+  auto stats = cairn::load(sd, disk, comm);
+  CHECK(got == w);
+  long long mine = static_cast<long long>(stats.bytes_read), total = 0;
+  MPI_Allreduce(&mine, &total, 1, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
+  CHECK(total == static_cast<long long>(w.size() * sizeof(double)));
+  comm.barrier();
+  if (comm.rank() == 0) std::filesystem::remove_all(root);
 }
