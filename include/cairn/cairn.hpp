@@ -17,6 +17,7 @@
 #include "cairn/format/native.hpp"
 #include "cairn/load.hpp"
 #include "cairn/save.hpp"
+#include "cairn/strategies.hpp"
 #include "cairn/storage/file.hpp"
 #include "cairn/storage/memory.hpp"
 #include "cairn/storage/storage.hpp"

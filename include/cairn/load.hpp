@@ -20,6 +20,7 @@
 #include "cairn/core/error.hpp"
 #include "cairn/cuda/device_leaves.hpp"
 #include "cairn/detail/parallel.hpp"
+#include "cairn/format/foreign.hpp"
 #include "cairn/format/metadata.hpp"
 #include "cairn/format/native.hpp"
 #include "cairn/plan/box.hpp"
@@ -261,49 +262,29 @@ inline result<void> run_copies(storage_ref st,
   return r;
 }
 
-/// Rank 0 reads the metadata and broadcasts it; every rank decodes the same bytes.
+/// Rank 0 reads the metadata of whatever layout is on `st` (native, torch_dist, safetensors)
+/// and broadcasts it; every rank decodes the same bytes.
 inline result<checkpoint_metadata> read_metadata_collective(storage_ref st, comm_ref comm) {
   bytes msg;
   if (comm.rank() == 0) {
     binary_writer w;
+    auto m = read_any_metadata(st);
     std::optional<error> failure;
-    std::string json;
-    auto ex = st.exists(metadata_name);
-    if (!ex) {
-      failure = std::move(ex).err();
-    } else if (*ex) {
-      auto n = st.size(metadata_name);
-      if (!n) {
-        failure = std::move(n).err();
-      } else {
-        json.resize(*n);
-        if (auto rd = st.read(metadata_name, 0, std::as_writable_bytes(std::span(json))); !rd)
-          failure = std::move(rd).err();
-      }
-    }
+    if (!m) failure = std::move(m).err();
     put_error(w, failure);
-    w.u8(ex && *ex);
-    w.str(json);
+    w.str(m ? to_json(*m) : std::string());
     msg = std::move(w.data());
   }
   comm.broadcast(msg, 0);
   binary_reader r(msg);
   if (auto f = get_error(r)) return std::move(*f).with_rank(0);
-  bool present = r.u8();
-  std::string json = r.str();
-  if (!present)
-    return std::move(make_error(errc::incomplete_checkpoint,
-                                "incomplete checkpoint: no " + std::string(metadata_name) +
-                                    " (the save never committed, or this is not a cairn "
-                                    "checkpoint)"))
-        .with_file(st.describe(metadata_name));
-  return metadata_from_json(json, st.describe(metadata_name));
+  return metadata_from_json(r.str(), st.describe(metadata_name), /*allow_unverified=*/true);
 }
 
 /// The common values of a checkpoint, decoded (reads and verifies the common-state file).
 inline result<std::map<std::string, common_value>> read_commons(storage_ref st,
                                                                 const checkpoint_metadata& m) {
-  std::map<std::string, common_value> out;
+  std::map<std::string, common_value> out = m.inline_commons;
   if (!m.common) return out;
   CAIRN_TRY_ASSIGN(auto buf, read_extent(st, m, *m.common, "", "common state"));
   for (const auto& [path, rec] : m.commons) {
@@ -338,7 +319,16 @@ inline result<void> load_leaves_local(const leaf_list& leaves,
       if (it == commons.end())
         return std::move(make_error(errc::not_found, "common value is not in the checkpoint"))
             .with_key(c.path);
-      if (auto d = c.decode(it->second, c.value); !d) return std::move(d).err().with_key(c.path);
+      const common_value* stored = &it->second;
+      std::optional<common_value> coerced;
+      if (m.inline_commons.count(c.path)) {
+        // A foreign layout stores Python values (int, float, bool): take them as the target's
+        // dtype when they fit exactly.
+        common_value want = c.encode(c.value);
+        if (want.kind == stored->kind && (coerced = coerce_common(*stored, want.type)))
+          stored = &*coerced;
+      }
+      if (auto d = c.decode(*stored, c.value); !d) return std::move(d).err().with_key(c.path);
     }
   }
   if (opt.common_only) return ok();

@@ -1,6 +1,7 @@
 // cairn/save.hpp: saving a state tree from every rank into the native format.
 #pragma once
 
+#include <any>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
@@ -19,6 +20,7 @@
 #include "cairn/detail/binary.hpp"
 #include "cairn/detail/parallel.hpp"
 #include "cairn/format/checksum.hpp"
+#include "cairn/format/foreign.hpp"
 #include "cairn/format/metadata.hpp"
 #include "cairn/format/native.hpp"
 #include "cairn/plan/box.hpp"
@@ -27,6 +29,8 @@
 #include "cairn/tree/visit.hpp"
 
 namespace cairn {
+
+class save_strategy;
 
 namespace detail {
 struct plan_cache_access;
@@ -52,6 +56,7 @@ class save_plan_cache {
   int world_ = 0;
   std::uint64_t block_size_ = 0, balance_min_bytes_ = 0;
   bool tile_ = true;
+  const void* strategy_ = nullptr;
   bool validated_ = false;
   std::vector<std::uint64_t> structure_;  // per rank
   save_layout layout_;
@@ -90,6 +95,10 @@ struct save_options {
   /// before writing (null: the default runtime, the real one in `cairn::cuda` builds). Without
   /// a usable device every tensor is host memory.
   const cuda::runtime_api* cuda_runtime = nullptr;
+  /// The layout the checkpoint is written in (null: cairn's native format). See
+  /// `cairn/strategies.hpp` for torch_dist (PyTorch DCP) and the safetensors layouts, and
+  /// `save_strategy` to write your own. Every rank must pass the same strategy.
+  const save_strategy* strategy = nullptr;
 };
 
 /// What one rank did during a save.
@@ -304,6 +313,7 @@ struct plan_cache_access {
   static bool usable(const save_plan_cache& c, int world, const save_options& o) {
     return c.valid_ && c.world_ == world && c.block_size_ == o.block_size &&
            c.balance_min_bytes_ == o.balance_min_bytes && c.tile_ == o.tile &&
+           c.strategy_ == static_cast<const void*>(o.strategy) &&
            (c.validated_ || !o.validate_access_integrity);
   }
   static const std::vector<std::uint64_t>& structure(const save_plan_cache& c) {
@@ -324,6 +334,7 @@ struct plan_cache_access {
     c.block_size_ = o.block_size;
     c.balance_min_bytes_ = o.balance_min_bytes;
     c.tile_ = o.tile;
+    c.strategy_ = o.strategy;
     c.validated_ = o.validate_access_integrity;
     c.structure_ = std::move(structure);
     c.layout_ = layout;
@@ -347,10 +358,170 @@ struct planned_save {
 /// What the write phase of one rank leaves for the commit.
 struct written_save {
   std::optional<error> failure;
+  /// Sent to every rank after the write (native: this rank's checksums), then handed to the
+  /// strategy's `assemble` and `commit`.
+  bytes report;
+  /// Sent to every rank after `assemble`.
+  bytes assemble_report;
+  /// Whatever the strategy keeps on this rank between phases.
+  std::any local;
   std::string common_name;
   extent common_extent;
   std::map<std::string, common_record> common_records;
 };
+
+}  // namespace detail
+
+/// A save after planning, as a strategy sees it: the global layout (every tensor's chunks and
+/// which rank writes each), and this rank's write items in `layout.slots[rank]` order.
+using planned_save = detail::planned_save;
+/// What one rank's write left for the commit (its report, strategy state, failure).
+using written_save = detail::written_save;
+
+/// A save strategy: how the chunks a save planned become files, and what metadata says where
+/// they are. Storage stays separate (any backend works). Planning is shared by every strategy:
+/// replicas are deduplicated, writes balanced across ranks, access integrity checked. A
+/// strategy then runs three steps:
+///
+/// 1. `write` (every rank, in parallel, no communication): writes this rank's items and
+///    leaves a `report` that every rank receives;
+/// 2. `assemble` (optional, every rank, after every write succeeded): a second local pass that
+///    may read what other ranks wrote (safetensors builds its files here);
+/// 3. `commit` (rank 0, after every rank succeeded): writes the metadata that makes the
+///    checkpoint visible, last.
+///
+/// A failure anywhere reaches every rank; `abandon` then removes what this rank wrote. The
+/// built-in strategies are `native_strategy` (here) and, in `cairn/strategies.hpp`,
+/// `torch_dist_strategy` and `safetensors_strategy`. Write your own by deriving from this
+/// class; an instance must outlive the saves that use it and is shared across threads.
+class save_strategy {
+ public:
+  virtual ~save_strategy() = default;
+  /// The strategy's name ("native", "torch_dist", "one_file", ...).
+  virtual std::string_view name() const noexcept = 0;
+  /// Whether planning cuts chunks larger than `block_size` into tiles (only layouts that
+  /// record tiles can hold them).
+  virtual bool tiles(const save_options& opt) const noexcept {
+    (void)opt;
+    return false;
+  }
+  /// Whether `save_options::overwrite` may replace a committed checkpoint in place.
+  virtual bool can_overwrite() const noexcept { return true; }
+  /// Checks this rank's leaves before planning (a layout that holds tensors only rejects
+  /// objects here). Called on every rank; a failure reaches every rank.
+  virtual result<void> check(const leaf_list& leaves) const {
+    (void)leaves;
+    return ok();
+  }
+  /// Step 1: writes this rank's items (`plan.items`, in `plan.layout.slots[plan.rank]` order)
+  /// and sets `out.report`.
+  virtual result<void> write(planned_save& plan,
+                             storage_ref st,
+                             const save_options& opt,
+                             detail::gather_buffers* buffers,
+                             written_save& out) const = 0;
+  /// Whether step 2 runs.
+  virtual bool assembles() const noexcept { return false; }
+  /// Step 2, with every rank's write report (indexed by rank); sets `out.assemble_report`.
+  virtual result<void> assemble(planned_save& plan,
+                                const std::vector<bytes>& reports,
+                                storage_ref st,
+                                const save_options& opt,
+                                written_save& out) const {
+    (void)plan, (void)reports, (void)st, (void)opt, (void)out;
+    return ok();
+  }
+  /// Step 3 on rank 0: writes the metadata, last, from every rank's reports.
+  virtual result<void> commit(planned_save& plan,
+                              written_save& w,
+                              const std::vector<bytes>& reports,
+                              const std::vector<bytes>& assemble_reports,
+                              storage_ref st,
+                              const save_options& opt) const = 0;
+  /// Removes what this rank wrote for a save that failed (best effort).
+  virtual void abandon(const planned_save& plan, const written_save& w, storage_ref st) const {
+    (void)plan, (void)w, (void)st;
+  }
+};
+
+/// cairn's own format (docs/format.md): one data file per writing rank, chunks tiled into
+/// checksum blocks, `metadata.json` written last by rank 0. The default strategy.
+class native_strategy final : public save_strategy {
+ public:
+  std::string_view name() const noexcept override { return "native"; }
+  bool tiles(const save_options& opt) const noexcept override { return opt.tile; }
+  result<void> write(planned_save& plan,
+                     storage_ref st,
+                     const save_options& opt,
+                     detail::gather_buffers* buffers,
+                     written_save& out) const override {
+    const int rank = plan.rank;
+    const save_layout& layout = plan.layout;
+    if (layout.file_of_rank[rank] >= 0) {
+      const std::string& name = layout.metadata.files[layout.file_of_rank[rank]].name;
+      CAIRN_TRY(detail::write_items(st, name, plan.items, opt.block_size, opt.io_threads, buffers));
+      for (const auto& it : plan.items) plan.stats.bytes_written += it.nbytes;
+      plan.stats.chunks_written = plan.items.size();
+    }
+    detail::binary_writer sums;
+    for (const auto& it : plan.items) sums.u64s(it.checksums);
+    out.report = std::move(sums.data());
+    if (rank == 0 && !plan.commons.empty()) {
+      bytes buf;
+      for (const auto& [path, v] : plan.commons) {
+        out.common_records[path] = common_record{v.kind, v.type, buf.size(), v.data.size()};
+        buf.insert(buf.end(), v.data.begin(), v.data.end());
+      }
+      out.common_name = common_file_name(plan.save_id);
+      out.common_extent.nbytes = buf.size();
+      out.common_extent.checksums = block_checksums(buf, opt.block_size);
+      if (auto w = st.put(out.common_name, buf); !w)
+        return std::move(w).err().with_file(st.describe(out.common_name));
+    }
+    return ok();
+  }
+  result<void> commit(planned_save& plan,
+                      written_save& w,
+                      const std::vector<bytes>& reports,
+                      const std::vector<bytes>&,
+                      storage_ref st,
+                      const save_options& opt) const override {
+    save_layout& layout = plan.layout;
+    for (std::size_t r = 0; r < reports.size(); ++r) {
+      detail::binary_reader rd(reports[r]);
+      for (const auto& s : layout.slots[r]) layout.where(s).checksums = rd.u64s();
+    }
+    checkpoint_metadata& m = layout.metadata;
+    m.content_metadata = opt.content_metadata;
+    if (!plan.commons.empty()) {
+      w.common_extent.file = static_cast<std::uint32_t>(m.files.size());
+      m.files.push_back(file_record{w.common_name, 0, w.common_extent.nbytes});
+      m.common = w.common_extent;
+      m.commons = std::move(w.common_records);
+    }
+    std::string json = to_json(m);
+    // Never commit metadata this reader could not load back.
+    CAIRN_TRY(metadata_from_json(json, st.describe(metadata_name)));
+    if (auto p = st.put(metadata_name, std::as_bytes(std::span(json))); !p)
+      return std::move(p).err().with_file(st.describe(metadata_name));
+    detail::remove_unreferenced(st, m);
+    return ok();
+  }
+  void abandon(const planned_save& plan, const written_save& w, storage_ref st) const override {
+    const save_layout& layout = plan.layout;
+    if (layout.file_of_rank[plan.rank] >= 0)
+      (void)st.remove(layout.metadata.files[layout.file_of_rank[plan.rank]].name);
+    if (!w.common_name.empty()) (void)st.remove(w.common_name);
+  }
+};
+
+namespace detail {
+
+/// The strategy of a save (the native one when none is set).
+inline const save_strategy& strategy_of(const save_options& opt) {
+  static const native_strategy native;
+  return opt.strategy ? *opt.strategy : native;
+}
 
 /// Phase 1 of a save (collective): describe this rank's leaves, agree on the plan (or reuse
 /// the cached one), and list this rank's write items. Fails on every rank alike.
@@ -417,10 +588,12 @@ inline result<void> plan_phase(const leaf_list& leaves,
     } else {
       for (const auto& [path, v] : commons) me.commons.push_back(common_desc{path, common_hash(v)});
     }
+    if (auto c = strategy_of(opt).check(leaves); !c) throw exception(std::move(c).err());
     if (rank == 0) {
-      auto ex = st.exists(metadata_name);
-      if (!ex) throw exception(std::move(ex).err());
-      me.checkpoint_exists = *ex;
+      // Any committed layout counts: a save never writes over a checkpoint of another kind.
+      auto layout = detect_layout(st);
+      if (!layout) throw exception(std::move(layout).err());
+      me.checkpoint_exists = !layout->empty();
       me.save_id = new_save_id();
     }
   } catch (const exception& e) {
@@ -474,6 +647,13 @@ inline result<void> plan_phase(const leaf_list& leaves,
                                 "a committed checkpoint already exists here; pass "
                                 "save_options{.overwrite = true} to replace it"))
         .with_file(st.describe(metadata_name));
+  if (exists_at_root && !strategy_of(opt).can_overwrite())
+    return std::move(make_error(errc::already_exists,
+                                "a committed checkpoint already exists here and the " +
+                                    std::string(strategy_of(opt).name()) +
+                                    " strategy cannot replace one in place (its file names are "
+                                    "fixed); save to a new place"))
+        .with_file(st.describe(""));
   if (cached) {
     // validated when it was planned; common values were compared through their digests
   } else if (opt.validate_access_integrity) {
@@ -500,7 +680,8 @@ inline result<void> plan_phase(const leaf_list& leaves,
     rename_save(layout, save_id);
     stats.plan_reused = true;
   } else {
-    layout = plan_save(all, save_id, opt.block_size, opt.balance_min_bytes, opt.tile);
+    layout =
+        plan_save(all, save_id, opt.block_size, opt.balance_min_bytes, strategy_of(opt).tiles(opt));
     if (cache) {
       std::vector<std::uint64_t> per_rank;
       for (const auto& d : all) per_rank.push_back(structure_hash(d));
@@ -543,100 +724,63 @@ inline result<void> plan_phase(const leaf_list& leaves,
   return ok();
 }
 
-/// Phase 2 of a save (local, no communication): write this rank's data file, and rank 0's
-/// common state. Failures are returned for the commit to share; this rank's files are removed.
+/// Phase 2 of a save (local, no communication): the strategy writes this rank's part.
+/// Failures are returned for the commit to share; this rank's files are removed.
 inline written_save write_phase(planned_save& plan,
                                 storage_ref st,
                                 const save_options& opt,
                                 gather_buffers* buffers = nullptr) {
   written_save out;
-  const int rank = plan.rank;
-  const save_layout& layout = plan.layout;
-  std::vector<write_item>& items = plan.items;
-  save_stats& stats = plan.stats;
-  std::optional<error>& failure = out.failure;
-  std::string& common_name = out.common_name;
-  extent& common_extent = out.common_extent;
-  const auto& commons = plan.commons;
+  const save_strategy& strategy = strategy_of(opt);
   try {
-    if (layout.file_of_rank[rank] >= 0) {
-      const std::string& name = layout.metadata.files[layout.file_of_rank[rank]].name;
-      if (auto w = write_items(st, name, items, opt.block_size, opt.io_threads, buffers); !w)
-        failure = std::move(w).err();
-      for (const auto& it : items) stats.bytes_written += it.nbytes;
-      stats.chunks_written = items.size();
-    }
-    if (rank == 0 && !failure && !commons.empty()) {
-      bytes buf;
-      for (const auto& [path, v] : commons) {
-        out.common_records[path] = common_record{v.kind, v.type, buf.size(), v.data.size()};
-        buf.insert(buf.end(), v.data.begin(), v.data.end());
-      }
-      common_name = common_file_name(plan.save_id);
-      common_extent.nbytes = buf.size();
-      common_extent.checksums = block_checksums(buf, opt.block_size);
-      if (auto w = st.put(common_name, buf); !w)
-        failure = std::move(w).err().with_file(st.describe(common_name));
-    }
+    if (auto w = strategy.write(plan, st, opt, buffers, out); !w) out.failure = std::move(w).err();
   } catch (const exception& e) {
-    failure = e.err();
+    out.failure = e.err();
+  } catch (const std::exception& e) {
+    out.failure = make_error(errc::io, std::string("save strategy failed: ") + e.what());
   }
-  if (failure) {
-    if (failure->rank < 0) failure->rank = rank;
-    if (layout.file_of_rank[rank] >= 0)
-      (void)st.remove(layout.metadata.files[layout.file_of_rank[rank]].name);
-    if (!common_name.empty()) (void)st.remove(common_name);
+  if (out.failure) {
+    if (out.failure->rank < 0) out.failure->rank = plan.rank;
+    strategy.abandon(plan, out, st);
   }
   return out;
 }
 
-/// Phase 3 of a save (collective): share every rank's status and checksums; when all wrote,
-/// rank 0 writes metadata.json last (the commit) and tells everyone how that went.
+/// Phase 3 of a save (collective): share every rank's status and report; let the strategy
+/// assemble (when it does) and share again; when all succeeded, rank 0 commits (metadata
+/// last) and tells everyone how that went.
 inline result<save_stats> commit_phase(
     planned_save& plan, written_save& w, storage_ref st, comm_ref comm, const save_options& opt) {
   const int rank = plan.rank;
-  save_layout& layout = plan.layout;
-  const std::vector<write_item>& items = plan.items;
-  std::optional<error>& failure = w.failure;
-  const std::string& common_name = w.common_name;
-  extent& common_extent = w.common_extent;
-  auto& commons = plan.commons;
-  save_stats& stats = plan.stats;
-  // Gather statuses and checksums; rank 0 commits the metadata last.
-  binary_writer sums;
-  for (const auto& it : items) sums.u64s(it.checksums);
-  auto [status, payloads] = exchange_status(comm, failure, sums.data());
+  const save_strategy& strategy = strategy_of(opt);
+  auto [status, reports] = exchange_status(comm, w.failure, w.report);
   if (auto f = first_failure(status)) {
     // The save failed somewhere: this save's files are garbage; the previous checkpoint (if
-    // any) is untouched because metadata.json was not replaced.
-    if (!failure && layout.file_of_rank[rank] >= 0)
-      (void)st.remove(layout.metadata.files[layout.file_of_rank[rank]].name);
-    if (rank == 0 && !common_name.empty()) (void)st.remove(common_name);
+    // any) is untouched because its metadata was not replaced.
+    if (!w.failure) strategy.abandon(plan, w, st);
     return std::move(*f);
+  }
+  std::vector<bytes> assembled;
+  if (strategy.assembles()) {
+    std::optional<error> failure;
+    try {
+      if (auto a = strategy.assemble(plan, reports, st, opt, w); !a) failure = std::move(a).err();
+    } catch (const exception& e) {
+      failure = e.err();
+    }
+    if (failure && failure->rank < 0) failure->rank = rank;
+    auto [status2, payloads2] = exchange_status(comm, failure, w.assemble_report);
+    if (auto f = first_failure(status2)) {
+      strategy.abandon(plan, w, st);
+      return std::move(*f);
+    }
+    assembled = std::move(payloads2);
   }
   std::optional<error> commit_failure;
   if (rank == 0) {
     try {
-      for (std::size_t r = 0; r < payloads.size(); ++r) {
-        binary_reader rd(payloads[r]);
-        for (const auto& s : layout.slots[r]) layout.where(s).checksums = rd.u64s();
-      }
-      checkpoint_metadata& m = layout.metadata;
-      m.content_metadata = opt.content_metadata;
-      if (!commons.empty()) {
-        common_extent.file = static_cast<std::uint32_t>(m.files.size());
-        m.files.push_back(file_record{common_name, 0, common_extent.nbytes});
-        m.common = common_extent;
-        m.commons = std::move(w.common_records);
-      }
-      std::string json = to_json(m);
-      // Never commit metadata this reader could not load back.
-      if (auto back = metadata_from_json(json, st.describe(metadata_name)); !back)
-        throw exception(std::move(back).err());
-      if (auto w = st.put(metadata_name, std::as_bytes(std::span(json))); !w)
-        commit_failure = std::move(w).err().with_file(st.describe(metadata_name));
-      else
-        remove_unreferenced(st, m);
+      if (auto c = strategy.commit(plan, w, reports, assembled, st, opt); !c)
+        commit_failure = std::move(c).err();
     } catch (const exception& e) {
       commit_failure = e.err();
     }
@@ -646,7 +790,11 @@ inline result<save_stats> commit_phase(
   bytes commit = std::move(cw.data());
   comm.broadcast(commit, 0);
   binary_reader cr(commit);
-  if (auto f = get_error(cr)) return std::move(*f).with_rank(0);
+  if (auto f = get_error(cr)) {
+    strategy.abandon(plan, w, st);
+    return std::move(*f).with_rank(0);
+  }
+  save_stats& stats = plan.stats;
   stats.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - plan.start).count();
   return stats;

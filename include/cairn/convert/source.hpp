@@ -124,22 +124,29 @@ inline result<void> check_request(const tensor_entry* t, const box_read& r) {
 }
 }  // namespace detail
 
-/// A cairn native checkpoint, read through the public load API: each batch of boxes is one
-/// `try_load` of a state_dict of sharded tensors on a single_communicator, so cairn reads (and
-/// verifies) only the checksum blocks the boxes touch. Flattened distributed-optimizer slices
-/// are boxes in the metadata, so any box reassembles them.
+/// A checkpoint read through cairn's load planner: a native checkpoint (or a safetensors one,
+/// described by `read_any_metadata`). Each batch of boxes is loaded like a state_dict of
+/// sharded tensors on one rank, so cairn reads (and, for the native format, verifies) only the
+/// checksum blocks the boxes touch. Flattened distributed-optimizer slices are boxes in the
+/// metadata, so any box reassembles them.
 class native_source final : public source {
  public:
   /// Reads the metadata of the checkpoint on `st` (which must outlive the source).
   static result<std::unique_ptr<native_source>> open(storage_ref st, int io_threads = 2) {
-    CAIRN_TRY_ASSIGN(checkpoint_metadata m, read_metadata(st));
+    CAIRN_TRY_ASSIGN(checkpoint_metadata m, read_any_metadata(st));
+    return over(st, std::move(m), io_threads);
+  }
+  /// A source over metadata already in memory (a save that has not committed yet, say).
+  static result<std::unique_ptr<native_source>> over(storage_ref st,
+                                                     checkpoint_metadata m,
+                                                     int io_threads = 2) {
     std::unique_ptr<native_source> s(new native_source(st, io_threads));
     for (const auto& [k, t] : m.tensors) s->tensors_.push_back({k, t.type, t.global_shape});
     for (const auto& [u, o] : m.objects) s->objects_.push_back(u);
-    s->has_commons_ = !m.commons.empty();
+    s->m_ = std::move(m);
     return s;
   }
-  std::string_view kind() const noexcept override { return "cairn"; }
+  std::string_view kind() const noexcept override { return m_.layout; }
   const std::vector<tensor_entry>& tensors() const noexcept override { return tensors_; }
   result<void> read(const std::vector<box_read>& reqs) override {
     state_dict sd;
@@ -161,24 +168,28 @@ class native_source final : public source {
     if (n == 0) return ok();
     load_options opt;
     opt.io_threads = io_threads_;
-    single_communicator comm;
-    auto r = try_load(sd, st_, comm, opt);
-    if (!r) return std::move(r).err();
-    return ok();
+    load_stats stats;
+    leaf_list leaves = flatten(sd);
+    try {
+      return cairn::detail::load_leaves_local(leaves, st_, m_, opt, stats);
+    } catch (const exception& e) {
+      return e.err();
+    }
   }
   result<std::map<std::string, common_value>> commons() override {
-    if (!has_commons_) return std::map<std::string, common_value>{};
-    return load_common(st_);
+    return cairn::detail::read_commons(st_, m_);
   }
   std::vector<std::string> other_items() const override { return objects_; }
+  /// The metadata read.
+  const checkpoint_metadata& metadata() const noexcept { return m_; }
 
  private:
   native_source(storage_ref st, int io_threads) : st_(st), io_threads_(io_threads) {}
   storage_ref st_;
   int io_threads_;
+  checkpoint_metadata m_;
   std::vector<tensor_entry> tensors_;
   std::vector<std::string> objects_;
-  bool has_commons_ = false;
 };
 
 /// A PyTorch Distributed Checkpoint (`.metadata` + `__R_I.distcp` files of `torch.save` items,
@@ -312,28 +323,22 @@ class dcp_source final : public source {
 };
 
 /// Opens whatever readable layout is on `st`: a cairn checkpoint (`metadata.json` saying
-/// `"format":"cairn"`) or a DCP checkpoint (`.metadata`, with or without Megatron's
-/// `metadata.json`). Fails with errc::incomplete_checkpoint when neither is there.
+/// `"format":"cairn"`), a DCP checkpoint (`.metadata`, with or without Megatron's
+/// `metadata.json`), or safetensors (an index, or `model.safetensors`). Fails with
+/// errc::incomplete_checkpoint when none is there.
 inline result<std::unique_ptr<source>> open_source(storage_ref st) {
-  CAIRN_TRY_ASSIGN(bool has_json, st.exists(metadata_name));
-  if (has_json) {
-    CAIRN_TRY_ASSIGN(std::uint64_t n, st.size(metadata_name));
-    std::string head(static_cast<std::size_t>(std::min<std::uint64_t>(n, 4096)), '\0');
-    CAIRN_TRY(st.read(metadata_name, 0, std::as_writable_bytes(std::span(head))));
-    if (head.find("\"format\":\"cairn\"") != std::string::npos) {
-      CAIRN_TRY_ASSIGN(auto s, native_source::open(st));
-      return std::unique_ptr<source>(std::move(s));
-    }
-  }
-  CAIRN_TRY_ASSIGN(bool has_dcp, st.exists(dcp::metadata_name));
-  if (has_dcp) {
+  CAIRN_TRY_ASSIGN(std::string layout, detect_layout(st));
+  if (layout == "torch_dist") {
     CAIRN_TRY_ASSIGN(auto s, dcp_source::open(st));
     return std::unique_ptr<source>(std::move(s));
   }
-  return std::move(make_error(errc::incomplete_checkpoint,
-                              "not a readable checkpoint: no cairn metadata.json and no DCP "
-                              ".metadata"))
-      .with_file(st.describe(""));
+  if (layout.empty())
+    return std::move(make_error(errc::incomplete_checkpoint,
+                                "not a readable checkpoint: no cairn metadata.json, no DCP "
+                                ".metadata and no safetensors"))
+        .with_file(st.describe(""));
+  CAIRN_TRY_ASSIGN(auto s, native_source::open(st));
+  return std::unique_ptr<source>(std::move(s));
 }
 
 }  // namespace cairn::convert

@@ -335,13 +335,11 @@ inline std::string chunk_name(std::size_t i, std::size_t n) {
   return buf;
 }
 
-inline result<void> write_safetensors(source& src,
-                                      storage_ref dst,
-                                      const convert_options& opt,
-                                      convert_stats& stats,
-                                      std::uint64_t total) {
-  const auto& all = src.tensors();
-  // Which tensors go to which file.
+/// The files of a safetensors output and the tensors of each, in the order `opt.layout` gives:
+/// one `model.safetensors`; one file per tensor; or `model-NNNNN-of-MMMMM.safetensors` of at
+/// most `opt.chunk_size` tensor bytes each. Deterministic for a tensor list.
+inline result<std::vector<std::pair<std::string, std::vector<const tensor_entry*>>>>
+safetensors_files(const std::vector<tensor_entry>& all, const convert_options& opt) {
   std::vector<std::pair<std::string, std::vector<const tensor_entry*>>> files;
   if (opt.layout == strategy::one_file) {
     files.emplace_back("model.safetensors", std::vector<const tensor_entry*>{});
@@ -371,29 +369,66 @@ inline result<void> write_safetensors(source& src,
     }
     for (std::size_t i = 0; i < files.size(); ++i) files[i].first = chunk_name(i, files.size());
   }
+  return files;
+}
+
+/// The safetensors declarations of `ts` under `opt` (output dtypes).
+inline std::vector<safetensors::tensor_decl> safetensors_decls(
+    const std::vector<const tensor_entry*>& ts, const convert_options& opt) {
+  std::vector<safetensors::tensor_decl> decls;
+  for (const tensor_entry* t : ts)
+    decls.push_back({t->key, output_dtype(t->type, opt.to_dtype), t->global_shape});
+  return decls;
+}
+
+/// Writes one safetensors file `name` holding `ts`, read from `src` one slab at a time in file
+/// order (the disk sees one sequential stream).
+inline result<void> write_safetensors_file(source& src,
+                                           storage_ref dst,
+                                           const std::string& name,
+                                           const std::vector<const tensor_entry*>& ts,
+                                           const convert_options& opt,
+                                           convert_stats& stats,
+                                           std::uint64_t total) {
+  CAIRN_TRY_ASSIGN(safetensors::writer w,
+                   safetensors::writer::open(dst, name, safetensors_decls(ts, opt), opt.metadata));
+  std::vector<const tensor_entry*> ordered;
+  for (const auto& info : w.layout().tensors) ordered.push_back(src.find(info.name));
+  CAIRN_TRY(pump(src, plan_jobs(ordered, opt), opt, stats, total,
+                 [&](const slab_job& job, std::span<const std::byte> bytes) {
+                   return w.write_at(job.t->key, job.out_offset, bytes);
+                 }));
+  CAIRN_TRY(w.finish());
+  stats.files.push_back(name);
+  stats.tensors += ts.size();
+  return ok();
+}
+
+/// The Hugging Face index of a safetensors output (computed from the plan, not the files).
+inline result<safetensors::index> safetensors_index(
+    const std::vector<std::pair<std::string, std::vector<const tensor_entry*>>>& files,
+    const convert_options& opt) {
   safetensors::index ix;
   for (const auto& [name, ts] : files) {
-    std::vector<safetensors::tensor_decl> decls;
-    for (const tensor_entry* t : ts)
-      decls.push_back({t->key, output_dtype(t->type, opt.to_dtype), t->global_shape});
-    CAIRN_TRY_ASSIGN(safetensors::writer w,
-                     safetensors::writer::open(dst, name, std::move(decls), opt.metadata));
-    // Write in file order, so the disk sees one sequential stream.
-    std::vector<const tensor_entry*> ordered;
-    for (const auto& info : w.layout().tensors) {
-      ordered.push_back(src.find(info.name));
+    CAIRN_TRY_ASSIGN(safetensors::header h, safetensors::plan(safetensors_decls(ts, opt)));
+    for (const auto& info : h.tensors) {
       ix.weight_map[info.name] = name;
       ix.total_size += info.nbytes();
     }
-    CAIRN_TRY(pump(src, plan_jobs(ordered, opt), opt, stats, total,
-                   [&](const slab_job& job, std::span<const std::byte> bytes) {
-                     return w.write_at(job.t->key, job.out_offset, bytes);
-                   }));
-    CAIRN_TRY(w.finish());
-    stats.files.push_back(name);
-    stats.tensors += ts.size();
   }
+  return ix;
+}
+
+inline result<void> write_safetensors(source& src,
+                                      storage_ref dst,
+                                      const convert_options& opt,
+                                      convert_stats& stats,
+                                      std::uint64_t total) {
+  CAIRN_TRY_ASSIGN(auto files, safetensors_files(src.tensors(), opt));
+  for (const auto& [name, ts] : files)
+    CAIRN_TRY(write_safetensors_file(src, dst, name, ts, opt, stats, total));
   if (opt.layout != strategy::one_file) {
+    CAIRN_TRY_ASSIGN(safetensors::index ix, safetensors_index(files, opt));
     CAIRN_TRY(safetensors::write_index(dst, safetensors::index_name, ix));
     stats.files.emplace_back(safetensors::index_name);
   }

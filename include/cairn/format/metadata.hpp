@@ -91,6 +91,14 @@ struct checkpoint_metadata {
   std::map<std::string, object_record> objects;  ///< by unique key
   std::optional<extent> common;                  ///< the common-state bytes, if any
   std::map<std::string, common_record> commons;  ///< by tree path
+  /// The layout the checkpoint was read from: "cairn", or a foreign one ("torch_dist",
+  /// "safetensors") that `read_any_metadata` described in these terms.
+  std::string layout = "cairn";
+  /// False for a foreign layout: extents carry no checksums and reads are not verified
+  /// (`block_size` is then only the read granularity).
+  bool verified = true;
+  /// Common values a foreign layout holds outside any extent (Megatron's `common.pt`).
+  std::map<std::string, common_value> inline_commons;
 };
 
 namespace detail {
@@ -161,7 +169,28 @@ inline std::string to_json(const checkpoint_metadata& m) {
   fmt::format_to(o, "{{\n\"format\":\"cairn\",\n\"version\":{},\n\"world_size\":{},\n\"save_id\":",
                  m.version, m.world_size);
   json_string(out, m.save_id);
-  fmt::format_to(o, ",\n\"block_size\":{},\n\"checksum\":\"xxh3-64\",\n\"files\":[", m.block_size);
+  fmt::format_to(o, ",\n\"block_size\":{},\n\"checksum\":\"{}\",\n", m.block_size,
+                 m.verified ? "xxh3-64" : "none");
+  if (m.layout != "cairn") {
+    fmt::format_to(o, "\"layout\":");
+    json_string(out, m.layout);
+    fmt::format_to(o, ",\n");
+  }
+  if (!m.inline_commons.empty()) {
+    fmt::format_to(o, "\"inline_commons\":{{");
+    bool first_c = true;
+    for (const auto& [path, c] : m.inline_commons) {
+      fmt::format_to(o, "{}\n", first_c ? "" : ",");
+      first_c = false;
+      json_string(out, path);
+      fmt::format_to(o, ":{{\"kind\":\"{}\",\"dtype\":\"{}\",\"hex\":\"",
+                     detail::common_kind_name(c.kind), dtype_name(c.type));
+      for (std::byte b : c.data) fmt::format_to(o, "{:02x}", static_cast<unsigned>(b));
+      fmt::format_to(o, "\"}}");
+    }
+    fmt::format_to(o, "}},\n");
+  }
+  fmt::format_to(o, "\"files\":[");
   for (std::size_t i = 0; i < m.files.size(); ++i) {
     fmt::format_to(o, "{}\n{{\"name\":", i ? "," : "");
     json_string(out, m.files[i].name);
@@ -241,7 +270,8 @@ inline std::string to_json(const checkpoint_metadata& m) {
 /// Decodes `metadata.json`. `where` names the file in errors. Rejects a newer format version
 /// with errc::unsupported_version and malformed content with errc::corrupt.
 inline result<checkpoint_metadata> metadata_from_json(std::string_view json,
-                                                      const std::string& where) {
+                                                      const std::string& where,
+                                                      bool allow_unverified = false) {
   using namespace simdjson;
   auto corrupt = [&](const std::string& msg) {
     return std::move(make_error(errc::corrupt, "malformed metadata: " + msg)).with_file(where);
@@ -264,7 +294,31 @@ inline result<checkpoint_metadata> metadata_from_json(std::string_view json,
     m.world_size = static_cast<int>(std::int64_t(doc["world_size"]));
     m.save_id = std::string(std::string_view(doc["save_id"]));
     m.block_size = std::uint64_t(doc["block_size"]);
-    if (std::string_view(doc["checksum"]) != "xxh3-64")
+    std::string_view checksum_name = doc["checksum"];
+    if (checksum_name == "none" && allow_unverified) {
+      m.verified = false;
+      std::string_view layout;
+      if (doc["layout"].get(layout) == SUCCESS) m.layout = std::string(layout);
+      dom::object ic;
+      if (doc["inline_commons"].get(ic) == SUCCESS)
+        for (auto [k, v] : ic) {
+          common_value c;
+          std::string_view kind = v["kind"];
+          c.kind = kind == "string"   ? common_kind::string
+                   : kind == "vector" ? common_kind::vector
+                                      : common_kind::scalar;
+          auto dt = dtype_from_name(std::string_view(v["dtype"]));
+          if (!dt) return corrupt("unknown dtype for common value '" + std::string(k) + "'");
+          c.type = *dt;
+          std::string_view hex = v["hex"];
+          auto nibble = [](char h) {
+            return h >= 'a' ? h - 'a' + 10 : h >= 'A' ? h - 'A' + 10 : h - '0';
+          };
+          for (std::size_t i = 0; i + 1 < hex.size(); i += 2)
+            c.data.push_back(static_cast<std::byte>(nibble(hex[i]) * 16 + nibble(hex[i + 1])));
+          m.inline_commons.emplace(std::string(k), std::move(c));
+        }
+    } else if (checksum_name != "xxh3-64")
       return std::move(make_error(errc::unsupported_version,
                                   "checksum algorithm '" +
                                       std::string(std::string_view(doc["checksum"])) +
@@ -290,6 +344,7 @@ inline result<checkpoint_metadata> metadata_from_json(std::string_view json,
       }
       if (blocks < 0)
         blocks = static_cast<std::int64_t>((x.nbytes + m.block_size - 1) / m.block_size);
+      if (!m.verified) blocks = 0;
       if (x.checksums.size() != static_cast<std::uint64_t>(blocks))
         bad = "checksum count does not match the byte count";
       return x;
@@ -318,6 +373,7 @@ inline result<checkpoint_metadata> metadata_from_json(std::string_view json,
           return corrupt("chunk rank differs from tensor rank for '" + std::string(k) + "'");
         dom::element tiles;
         if (c["tiles"].get(tiles) == SUCCESS) {
+          if (!m.verified) return corrupt("an unverified layout has tiled chunks");
           cr.tiles = ints(tiles);
           if (cr.tiles.size() != cr.region.size.size())
             return corrupt("tile counts of a chunk of '" + std::string(k) +

@@ -1,0 +1,392 @@
+// cairn/format/foreign.hpp: PyTorch DCP (torch_dist) and safetensors checkpoints described as
+// `checkpoint_metadata`, so that `load` reads them as it reads its own format: each rank plans
+// against the same chunk list and reads only the byte ranges its shards need.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "cairn/core/common_value.hpp"
+#include "cairn/core/error.hpp"
+#include "cairn/format/dcp_metadata.hpp"
+#include "cairn/format/metadata.hpp"
+#include "cairn/format/native.hpp"
+#include "cairn/format/pickle.hpp"
+#include "cairn/format/safetensors.hpp"
+#include "cairn/format/torch_zip.hpp"
+#include "cairn/storage/storage.hpp"
+
+namespace cairn {
+
+/// Read granularity for layouts without checksum blocks: a partial read of a chunk reads whole
+/// pieces of this size around the bytes it needs.
+inline constexpr std::uint64_t foreign_read_block = std::uint64_t{256} << 10;
+
+/// Name of Megatron's common-state file in a torch_dist checkpoint.
+inline constexpr std::string_view megatron_common_name = "common.pt";
+
+namespace detail {
+
+/// Splits a sharded object's unique key `key/shard_<offset>_<grid>` (Megatron's spelling, which
+/// cairn shares) into key, offset and grid.
+inline std::optional<std::tuple<std::string, shape, shape>> parse_object_unique_key(
+    const std::string& u) {
+  auto at = u.rfind("/shard_");
+  if (at == std::string::npos) return std::nullopt;
+  std::string rest = u.substr(at + 7);
+  auto us = rest.find('_');
+  if (us == std::string::npos) return std::nullopt;
+  auto ints = [](const std::string& s) -> std::optional<shape> {
+    shape out;
+    std::size_t i = 0;
+    while (i <= s.size()) {
+      std::size_t j = s.find('.', i);
+      if (j == std::string::npos) j = s.size();
+      if (j == i) return s.empty() ? std::optional<shape>(out) : std::nullopt;
+      std::int64_t v = 0;
+      for (std::size_t k = i; k < j; ++k) {
+        if (s[k] < '0' || s[k] > '9') return std::nullopt;
+        v = v * 10 + (s[k] - '0');
+      }
+      out.push_back(v);
+      i = j + 1;
+    }
+    return out;
+  };
+  auto off = ints(rest.substr(0, us)), grid = ints(rest.substr(us + 1));
+  if (!off || !grid || off->size() != grid->size()) return std::nullopt;
+  return std::make_tuple(u.substr(0, at), *off, *grid);
+}
+
+/// A Python value from Megatron's `common.pt` as a common value: int as I64, float as F64,
+/// bool as BOOL, str as a string, a list or tuple of one of those as a vector. nullopt for
+/// anything else (nested dicts, None, tensors).
+inline std::optional<common_value> common_from_pickle(const pickle::value& v) {
+  using K = pickle::value::kind;
+  auto put = [](common_value& c, auto x) {
+    auto b = std::as_bytes(std::span(&x, 1));
+    c.data.insert(c.data.end(), b.begin(), b.end());
+  };
+  auto scalar = [&](const pickle::value& x, common_value& c) -> bool {
+    switch (x.type) {
+      case K::boolean:
+        if (c.data.empty() || c.type == dtype::bool_) {
+          c.type = dtype::bool_;
+          put(c, static_cast<std::uint8_t>(x.i != 0));
+          return true;
+        }
+        return false;
+      case K::integer:
+        if (c.data.empty() || c.type == dtype::i64) {
+          c.type = dtype::i64;
+          put(c, x.i);
+          return true;
+        }
+        return false;
+      case K::floating:
+        if (c.data.empty() || c.type == dtype::f64) {
+          c.type = dtype::f64;
+          put(c, x.f);
+          return true;
+        }
+        return false;
+      default:
+        return false;
+    }
+  };
+  common_value c;
+  if (v.type == K::string) {
+    c.kind = common_kind::string;
+    c.data.assign(reinterpret_cast<const std::byte*>(v.str.data()),
+                  reinterpret_cast<const std::byte*>(v.str.data()) + v.str.size());
+    return c;
+  }
+  if (v.type == K::list || v.type == K::tuple) {
+    c.kind = common_kind::vector;
+    c.type = dtype::i64;
+    if (v.items)
+      for (const auto& x : *v.items)
+        if (!scalar(x, c)) return std::nullopt;
+    return c;
+  }
+  c.kind = common_kind::scalar;
+  if (!scalar(v, c)) return std::nullopt;
+  return c;
+}
+
+/// Converts a value read from a foreign layout (Python's int, float and bool) to the dtype the
+/// target asks for, when every element is exactly representable in it; nullopt otherwise.
+inline std::optional<common_value> coerce_common(const common_value& from, dtype to) {
+  if (from.kind == common_kind::string || from.type == to) return from;
+  common_value out{from.kind, to, {}};
+  std::size_t n = from.data.size() / dtype_size(from.type);
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::byte* p = from.data.data() + i * dtype_size(from.type);
+    double d = 0;
+    std::int64_t k = 0;
+    bool is_int = from.type != dtype::f64;
+    if (from.type == dtype::f64)
+      std::memcpy(&d, p, 8);
+    else if (from.type == dtype::i64)
+      std::memcpy(&k, p, 8);
+    else
+      k = static_cast<std::int64_t>(std::to_integer<std::uint8_t>(*p));
+    auto emit = [&](auto x) {
+      auto b = std::as_bytes(std::span(&x, 1));
+      out.data.insert(out.data.end(), b.begin(), b.end());
+    };
+    auto as_int = [&](auto type_tag) -> bool {
+      using T = decltype(type_tag);
+      if (!is_int) return false;
+      if (k < static_cast<std::int64_t>(std::numeric_limits<T>::min()) ||
+          (k > 0 && static_cast<std::uint64_t>(k) > std::numeric_limits<T>::max()))
+        return false;
+      emit(static_cast<T>(k));
+      return true;
+    };
+    bool good = false;
+    switch (to) {
+      case dtype::bool_:
+        good = is_int && (k == 0 || k == 1) && (emit(static_cast<std::uint8_t>(k)), true);
+        break;
+      case dtype::i8:
+        good = as_int(std::int8_t{});
+        break;
+      case dtype::u8:
+        good = as_int(std::uint8_t{});
+        break;
+      case dtype::i16:
+        good = as_int(std::int16_t{});
+        break;
+      case dtype::u16:
+        good = as_int(std::uint16_t{});
+        break;
+      case dtype::i32:
+        good = as_int(std::int32_t{});
+        break;
+      case dtype::u32:
+        good = as_int(std::uint32_t{});
+        break;
+      case dtype::i64:
+        good = as_int(std::int64_t{});
+        break;
+      case dtype::u64:
+        good = as_int(std::uint64_t{});
+        break;
+      case dtype::f32: {
+        double x = is_int ? static_cast<double>(k) : d;
+        float f = static_cast<float>(x);
+        good = (static_cast<double>(f) == x || std::isnan(x)) && (emit(f), true);
+        break;
+      }
+      case dtype::f64:
+        good = (emit(is_int ? static_cast<double>(k) : d), true);
+        break;
+      default:
+        good = false;
+    }
+    if (!good) return std::nullopt;
+  }
+  return out;
+}
+
+inline result<std::uint32_t> file_index_of(storage_ref st,
+                                           checkpoint_metadata& m,
+                                           std::map<std::string, std::uint32_t>& index,
+                                           const std::string& name) {
+  auto it = index.find(name);
+  if (it != index.end()) return it->second;
+  CAIRN_TRY_ASSIGN(std::uint64_t n, st.size(name));
+  auto i = static_cast<std::uint32_t>(m.files.size());
+  m.files.push_back(file_record{name, 0, n});
+  index.emplace(name, i);
+  return i;
+}
+
+}  // namespace detail
+
+/// A PyTorch Distributed Checkpoint (`.metadata` and `.distcp` files; Megatron's torch_dist
+/// backend included) described as checkpoint metadata: every tensor item becomes a chunk at the
+/// byte offset of its `torch.save` storage record; bytes items named like sharded objects
+/// (`key/shard_<offset>_<grid>`) that hold a uint8 tensor (what cairn's torch_dist strategy
+/// writes) become objects; Megatron's `common.pt` values become common values. Reads each
+/// item's ZIP directory (a few small reads per item). Items stored with a storage offset are
+/// supported; non-contiguous ones fail naming the key (convert those with `cairn convert`).
+inline result<checkpoint_metadata> dcp_as_metadata(storage_ref st) {
+  CAIRN_TRY_ASSIGN(dcp::metadata d, dcp::read(st));
+  checkpoint_metadata m;
+  m.layout = "torch_dist";
+  m.verified = false;
+  m.block_size = foreign_read_block;
+  m.save_id = "dcp";
+  std::map<std::string, std::uint32_t> files;
+  // (fqn, offsets) -> storage info, built once (dcp::metadata::find is linear).
+  std::map<std::pair<std::string, shape>, const dcp::storage_info*> where;
+  std::map<std::string, const dcp::storage_info*> bytes_where;
+  for (const auto& [idx, info] : d.storage_data) {
+    if (idx.offset)
+      where[{idx.fqn, *idx.offset}] = &info;
+    else
+      bytes_where[idx.fqn] = &info;
+  }
+  auto item_tensor = [&](const dcp::storage_info& info, const std::string& key, dtype type,
+                         std::int64_t volume)
+      -> result<std::pair<std::uint32_t, std::uint64_t>> {  // (file, byte offset)
+    CAIRN_TRY_ASSIGN(torch_zip::archive a,
+                     torch_zip::open_archive(st, info.relative_path, info.offset, info.length));
+    auto ref = torch_zip::as_tensor(a.root);
+    std::string file = st.describe(info.relative_path);
+    if (!ref || ref->type != type || numel(ref->dims) != volume)
+      return std::move(make_error(errc::corrupt, "dcp: item is not a " +
+                                                     std::string(dtype_name(type)) + " tensor of " +
+                                                     std::to_string(volume) + " elements"))
+          .with_key(key)
+          .with_file(file);
+    for (std::int64_t ax = static_cast<std::int64_t>(ref->dims.size()) - 1, s = 1; ax >= 0; --ax) {
+      if (ref->dims[ax] != 1 && ref->strides[ax] != s)
+        return std::move(make_error(errc::unsupported_version,
+                                    "dcp: item is a non-contiguous view; load cannot read it in "
+                                    "place (rewrite the checkpoint with `cairn convert`)"))
+            .with_key(key)
+            .with_file(file);
+      s *= ref->dims[ax];
+    }
+    const torch_zip::record* rec = a.zip.find(a.prefix + "/data/" + ref->storage_key);
+    std::uint64_t es = dtype_size(type);
+    std::uint64_t first = static_cast<std::uint64_t>(ref->storage_offset) * es;
+    std::uint64_t n = static_cast<std::uint64_t>(volume) * es;
+    if (!rec || first > rec->size || n > rec->size - first)
+      return std::move(make_error(errc::corrupt,
+                                  "dcp: tensor storage record is missing or "
+                                  "shorter than the tensor"))
+          .with_key(key)
+          .with_file(file);
+    CAIRN_TRY_ASSIGN(std::uint32_t fi, detail::file_index_of(st, m, files, info.relative_path));
+    return std::make_pair(fi, info.offset + rec->data_offset + first);
+  };
+  for (const auto& [fqn, item] : d.state_dict_metadata) {
+    if (const auto* t = std::get_if<dcp::tensor_meta>(&item)) {
+      tensor_record rec;
+      rec.type = t->type;
+      rec.global_shape = t->size;
+      for (const auto& c : t->chunks) {
+        auto w = where.find({fqn, c.offsets});
+        if (w == where.end())
+          return std::move(make_error(errc::corrupt, "dcp: no storage_data entry for chunk " +
+                                                         box{c.offsets, c.sizes}.str()))
+              .with_key(fqn)
+              .with_file(st.describe(dcp::metadata_name));
+        box b{c.offsets, c.sizes};
+        CAIRN_TRY_ASSIGN(auto at, item_tensor(*w->second, fqn, t->type, b.volume()));
+        rec.chunks.push_back(
+            chunk_record{b,
+                         extent{at.first,
+                                at.second,
+                                static_cast<std::uint64_t>(b.volume()) * dtype_size(t->type),
+                                {}},
+                         {}});
+      }
+      m.tensors.emplace(fqn, std::move(rec));
+    } else if (auto parsed = detail::parse_object_unique_key(fqn)) {
+      auto w = bytes_where.find(fqn);
+      if (w == bytes_where.end()) continue;
+      CAIRN_TRY_ASSIGN(torch_zip::archive a,
+                       torch_zip::open_archive(st, w->second->relative_path, w->second->offset,
+                                               w->second->length));
+      auto ref = torch_zip::as_tensor(a.root);
+      if (!ref || ref->type != dtype::u8 || ref->dims.size() != 1) continue;  // not cairn's
+      CAIRN_TRY_ASSIGN(auto at, item_tensor(*w->second, fqn, dtype::u8, ref->dims[0]));
+      auto& [key, offset, grid] = *parsed;
+      m.objects.emplace(
+          fqn,
+          object_record{key, grid, offset,
+                        extent{at.first, at.second, static_cast<std::uint64_t>(ref->dims[0]), {}}});
+    }
+  }
+  CAIRN_TRY_ASSIGN(bool has_common, st.exists(megatron_common_name));
+  if (has_common) {
+    CAIRN_TRY_ASSIGN(torch_zip::archive a, torch_zip::open_archive(st, megatron_common_name));
+    if (a.root.type == pickle::value::kind::dict && a.root.entries)
+      for (const auto& [k, v] : *a.root.entries)
+        if (k.type == pickle::value::kind::string)
+          if (auto c = detail::common_from_pickle(v)) m.inline_commons.emplace(k.str, *c);
+  }
+  m.world_size = 0;
+  for (const auto& f : m.files) m.world_size = std::max(m.world_size, f.rank + 1);
+  return m;
+}
+
+/// Safetensors checkpoints described as checkpoint metadata: a Hugging Face index
+/// (`model.safetensors.index.json`) and the files it names, or one `model.safetensors`. Each
+/// tensor is one chunk covering the whole tensor; the header's `__metadata__` becomes the
+/// content metadata.
+inline result<checkpoint_metadata> safetensors_as_metadata(storage_ref st) {
+  checkpoint_metadata m;
+  m.layout = "safetensors";
+  m.verified = false;
+  m.block_size = foreign_read_block;
+  m.save_id = "safetensors";
+  std::vector<std::string> names;
+  CAIRN_TRY_ASSIGN(bool has_index, st.exists(safetensors::index_name));
+  if (has_index) {
+    CAIRN_TRY_ASSIGN(safetensors::index ix, safetensors::read_index(st, safetensors::index_name));
+    std::set<std::string> seen;
+    for (const auto& [k, f] : ix.weight_map)
+      if (seen.insert(f).second) names.push_back(f);
+  } else {
+    names.emplace_back("model.safetensors");
+  }
+  for (const auto& name : names) {
+    CAIRN_TRY_ASSIGN(safetensors::header h, safetensors::read_header(st, name));
+    auto fi = static_cast<std::uint32_t>(m.files.size());
+    m.files.push_back(file_record{name, 0, h.file_size});
+    for (const auto& [k, v] : h.metadata) m.content_metadata.emplace(k, v);
+    for (const auto& t : h.tensors) {
+      tensor_record rec;
+      rec.type = t.type;
+      rec.global_shape = t.dims;
+      rec.chunks.push_back(chunk_record{
+          box{shape(t.dims.size(), 0), t.dims}, extent{fi, t.file_offset(), t.nbytes(), {}}, {}});
+      if (!m.tensors.emplace(t.name, std::move(rec)).second)
+        return std::move(make_error(errc::corrupt, "safetensors: tensor is in two files"))
+            .with_key(t.name)
+            .with_file(st.describe(name));
+    }
+  }
+  return m;
+}
+
+/// Which layout is on `st`: "cairn" (`metadata.json` of the native format), "torch_dist"
+/// (`.metadata`), "safetensors" (an index or `model.safetensors`), or "" when none.
+inline result<std::string> detect_layout(storage_ref st) {
+  CAIRN_TRY_ASSIGN(bool has_json, st.exists(metadata_name));
+  if (has_json) {
+    CAIRN_TRY_ASSIGN(std::uint64_t n, st.size(metadata_name));
+    std::string head(static_cast<std::size_t>(std::min<std::uint64_t>(n, 4096)), '\0');
+    CAIRN_TRY(st.read(metadata_name, 0, std::as_writable_bytes(std::span(head))));
+    if (head.find("\"format\":\"cairn\"") != std::string::npos) return std::string("cairn");
+  }
+  CAIRN_TRY_ASSIGN(bool has_dcp, st.exists(dcp::metadata_name));
+  if (has_dcp) return std::string("torch_dist");
+  CAIRN_TRY_ASSIGN(bool has_index, st.exists(safetensors::index_name));
+  if (has_index) return std::string("safetensors");
+  CAIRN_TRY_ASSIGN(bool has_one, st.exists("model.safetensors"));
+  if (has_one) return std::string("safetensors");
+  return std::string();
+}
+
+/// Reads the metadata of whatever checkpoint layout is on `st` (native, torch_dist, safetensors)
+/// in cairn's terms. Fails with errc::incomplete_checkpoint when there is none.
+inline result<checkpoint_metadata> read_any_metadata(storage_ref st) {
+  CAIRN_TRY_ASSIGN(std::string layout, detect_layout(st));
+  if (layout == "torch_dist") return dcp_as_metadata(st);
+  if (layout == "safetensors") return safetensors_as_metadata(st);
+  return read_metadata(st);  // native, or the incomplete-checkpoint error
+}
+
+}  // namespace cairn

@@ -1,0 +1,293 @@
+// Save strategies (native, torch_dist, one_file, per_tensor, chunks): each saves on N ranks and
+// loads back on M ranks element-exactly; what each layout can and cannot hold; safety.
+#include <doctest/doctest.h>
+
+#include <mutex>
+#include <random>
+
+#include "../api/property.hpp"
+#include "cairn/cairn.hpp"
+#include "cairn/storage/fault_injection.hpp"
+#include "cairn/strategies.hpp"
+
+using namespace cairn_test;
+
+namespace {
+
+struct named_strategy {
+  std::string name;
+  const cairn::save_strategy* s;  // null: native
+};
+
+std::vector<named_strategy> all_strategies() {
+  static const cairn::native_strategy native;
+  static const cairn::torch_dist_strategy torch_dist;
+  static const cairn::safetensors_strategy one_file(cairn::convert::strategy::one_file);
+  static const cairn::safetensors_strategy per_tensor(cairn::convert::strategy::per_tensor);
+  // Small chunks and slabs: several files, several slabs per tensor.
+  static const cairn::safetensors_strategy chunks(cairn::convert::strategy::chunks, 600, 256);
+  return {{"native", &native},
+          {"torch_dist", &torch_dist},
+          {"one_file", &one_file},
+          {"per_tensor", &per_tensor},
+          {"chunks", &chunks}};
+}
+
+std::vector<std::string> sorted_names(cairn::memory_storage& mem) {
+  auto names = mem.list("").value();
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+}  // namespace
+
+TEST_CASE("every strategy saved on N ranks loads on M ranks element-exactly") {
+  std::mt19937 rng(20261123);
+  const layout_kind kinds[] = {layout_kind::block, layout_kind::flattened, layout_kind::prepended};
+  const std::pair<int, int> topologies[] = {{1, 3}, {4, 2}, {3, 5}, {2, 1}, {4, 4}};
+  for (const auto& [name, strategy] : all_strategies()) {
+    int combos = 0;
+    for (auto [n, m] : topologies) {
+      for (auto [save_kind, load_kind] :
+           {std::pair{kinds[0], kinds[0]}, std::pair{kinds[1], kinds[0]},
+            std::pair{kinds[0], kinds[1]}, std::pair{kinds[2], kinds[2]}}) {
+        auto specs = random_specs(rng, 1 + static_cast<int>(rng() % 4));
+        std::vector<grid> save_grids, load_grids;
+        for (const auto& s : specs) {
+          save_grids.push_back(random_grid(rng, s.global, n));
+          load_grids.push_back(random_grid(rng, s.global, m));
+        }
+        cairn::memory_storage mem;
+        cairn::save_options so;
+        so.block_size = 64 + rng() % 64;
+        so.strategy = strategy;
+        cairn::run_ranks(n, [&](cairn::thread_communicator& comm) {
+          rank_state rs;
+          build_rank(rs, specs, save_grids, comm.rank(), n, true, save_kind);
+          cairn::save(rs.sd, mem, comm, so);
+        });
+        // Only the layout's own files are left (safetensors removes its shards).
+        for (const auto& f : sorted_names(mem)) {
+          INFO(name << " left " << f);
+          if (name == "native")
+            CHECK((f == "metadata.json" || f.ends_with(".cairn")));
+          else if (name == "torch_dist")
+            CHECK((f == ".metadata" || f == "metadata.json" || f.ends_with(".distcp")));
+          else
+            CHECK((f.ends_with(".safetensors") || f == "model.safetensors.index.json"));
+        }
+        std::mutex mu;
+        std::vector<std::string> failures;
+        cairn::run_ranks(m, [&](cairn::thread_communicator& comm) {
+          rank_state rs;
+          build_rank(rs, specs, load_grids, comm.rank(), m, false, load_kind);
+          cairn::load(rs.sd, mem, comm);
+          auto f = rank_failures(rs, specs, load_grids, comm.rank(), m, load_kind);
+          std::lock_guard lk(mu);
+          failures.insert(failures.end(), f.begin(), f.end());
+        });
+        INFO(name << " N=" << n << " M=" << m << " save " << kind_name(save_kind) << " load "
+                  << kind_name(load_kind));
+        CHECK(failures.empty());
+        for (const auto& f : failures) MESSAGE(f);
+        ++combos;
+      }
+    }
+    CHECK(combos == 20);
+  }
+}
+
+namespace {
+
+struct rng_state {
+  std::uint64_t s[2];
+};
+
+struct train_state {
+  std::vector<float> w_data;
+  cairn::sharded_tensor<float> w;
+  std::int32_t step = 0;
+  float lr = 0;
+  bool warm = false;
+  std::string run;
+  std::vector<std::int64_t> sched;
+  cairn::sharded_object<rng_state> rng;
+  static constexpr auto fields =
+      cairn::field_names("", "w", "step", "lr", "warm", "run", "sched", "rng");
+};
+
+void make_state(train_state& s, int rank, int world, float seed) {
+  s.w_data.resize(12 / world * 5);
+  for (std::size_t i = 0; i < s.w_data.size(); ++i)
+    s.w_data[i] = seed + static_cast<float>(rank * 100 + static_cast<int>(i));
+  s.w = cairn::from_rank_offsets("w", std::span(s.w_data), {12 / world, 5}, {{0, rank, world}});
+  s.rng = cairn::per_rank("rng", rng_state{{7u + rank, 9}}, rank, world);
+}
+
+}  // namespace
+
+TEST_CASE("torch_dist keeps common values and sharded objects; a DCP item holds each") {
+  cairn::memory_storage mem;
+  cairn::torch_dist_strategy td;
+  cairn::save_options so;
+  so.strategy = &td;
+  cairn::run_ranks(4, [&](cairn::thread_communicator& comm) {
+    train_state s;
+    make_state(s, comm.rank(), 4, 1.0f);
+    s.step = 123;
+    s.lr = 0.25f;
+    s.warm = true;
+    s.run = "run-β";
+    s.sched = {3, -4};
+    cairn::save(s, mem, comm, so);
+  });
+  CHECK(mem.exists("common.pt").value());
+  CHECK(mem.exists(".metadata").value());
+  auto m = cairn::read_any_metadata(mem).value();
+  CHECK(m.layout == "torch_dist");
+  CHECK(m.objects.size() == 4);
+  CHECK(m.inline_commons.at("step").type == cairn::dtype::i64);  // Python int in common.pt
+  cairn::run_ranks(2, [&](cairn::thread_communicator& comm) {
+    train_state s;
+    make_state(s, comm.rank(), 2, 0.0f);
+    s.rng = cairn::per_rank("rng", rng_state{}, comm.rank(), 4);  // the saved grid
+    cairn::load(s, mem, comm);
+    CHECK(s.step == 123);
+    CHECK(s.lr == 0.25f);
+    CHECK(s.warm);
+    CHECK(s.run == "run-β");
+    CHECK(s.sched == std::vector<std::int64_t>{3, -4});
+    CHECK(s.rng.value.s[0] == 7u + static_cast<std::uint64_t>(comm.rank()));
+    for (int row = 0; row < 6; ++row)
+      for (int col = 0; col < 5; ++col) {
+        int grow = comm.rank() * 6 + row;
+        int saved_rank = grow / 3, local = (grow % 3) * 5 + col;
+        CHECK(s.w_data[row * 5 + col] == 1.0f + static_cast<float>(saved_rank * 100 + local));
+      }
+  });
+}
+
+namespace {
+struct wide_state {
+  std::int64_t step = 0;
+  static constexpr auto fields = cairn::field_names("step");
+};
+struct narrow_state {
+  std::int32_t step = 0;
+  static constexpr auto fields = cairn::field_names("step");
+};
+}  // namespace
+
+TEST_CASE("a Python value that does not fit the target's dtype fails naming the key") {
+  cairn::memory_storage mem;
+  cairn::torch_dist_strategy td;
+  cairn::save_options so;
+  so.strategy = &td;
+  cairn::single_communicator one;
+  wide_state w;
+  w.step = std::int64_t{1} << 40;
+  cairn::save(w, mem, one, so);
+  narrow_state n;
+  auto r = cairn::try_load(n, mem, one);
+  REQUIRE(!r);
+  CHECK(r.err().key == "step");
+  CHECK(r.err().code == cairn::errc::mismatch);
+  w.step = 77;  // fits: loaded as int32
+  so.overwrite = true;
+  cairn::save(w, mem, one, so);
+  cairn::load(n, mem, one);
+  CHECK(n.step == 77);
+}
+
+TEST_CASE("safetensors strategies hold tensors only and never replace a checkpoint in place") {
+  cairn::memory_storage mem;
+  cairn::safetensors_strategy one(cairn::convert::strategy::one_file);
+  cairn::save_options so;
+  so.strategy = &one;
+  cairn::single_communicator comm;
+  {
+    train_state s;
+    make_state(s, 0, 1, 0.0f);
+    auto r = cairn::try_save(s, mem, comm, so);
+    REQUIRE(!r);
+    CHECK(r.err().code == cairn::errc::invalid_argument);
+    CHECK(r.err().key == "rng");
+    CHECK(mem.list("").value().empty());
+  }
+  std::vector<float> w(6, 1.5f);
+  cairn::state_dict sd;
+  sd.add("w", cairn::from_rank_offsets("w", std::span(w), {2, 3}, {}));
+  cairn::save(sd, mem, comm, so);
+  auto first = mem.list("").value();
+  CHECK(first == std::vector<std::string>{"model.safetensors"});
+  so.overwrite = true;
+  auto r = cairn::try_save(sd, mem, comm, so);
+  REQUIRE(!r);
+  CHECK(r.err().code == cairn::errc::already_exists);
+  // A different layout never writes over it either.
+  cairn::save_options native;
+  auto n = cairn::try_save(sd, mem, comm, native);
+  REQUIRE(!n);
+  CHECK(n.err().code == cairn::errc::already_exists);
+}
+
+TEST_CASE("safetensors output is byte-identical for the same state on any number of ranks") {
+  std::vector<std::vector<std::byte>> outputs;
+  for (int n : {1, 3}) {
+    cairn::memory_storage mem;
+    cairn::safetensors_strategy chunks(cairn::convert::strategy::chunks, 2000);
+    cairn::save_options so;
+    so.strategy = &chunks;
+    std::vector<tensor_spec> specs{{"a", cairn::dtype::f32, {12, 9}},
+                                   {"b/c", cairn::dtype::bf16, {7}},
+                                   {"d", cairn::dtype::i64, {6, 5}}};
+    std::mt19937 rng(5);
+    std::vector<grid> grids;
+    for (const auto& s : specs) grids.push_back(random_grid(rng, s.global, n));
+    cairn::run_ranks(n, [&](cairn::thread_communicator& comm) {
+      rank_state rs;
+      build_rank(rs, specs, grids, comm.rank(), n, true);
+      cairn::save(rs.sd, mem, comm, so);
+    });
+    std::vector<std::byte> all;
+    for (const auto& f : sorted_names(mem)) {
+      auto size = mem.size(f).value();
+      std::vector<std::byte> b(size);
+      REQUIRE(mem.read(f, 0, b));
+      all.insert(all.end(), b.begin(), b.end());
+    }
+    outputs.push_back(std::move(all));
+  }
+  CHECK(outputs[0] == outputs[1]);
+}
+
+TEST_CASE("a torch_dist save that fails on one rank keeps the previous checkpoint loadable") {
+  cairn::memory_storage mem;
+  cairn::torch_dist_strategy td;
+  cairn::save_options so;
+  so.strategy = &td;
+  cairn::run_ranks(2, [&](cairn::thread_communicator& comm) {
+    train_state s;
+    make_state(s, comm.rank(), 2, 1.0f);
+    cairn::save(s, mem, comm, so);
+  });
+  auto before = sorted_names(mem);
+  cairn::faulty_storage faulty(mem);
+  faulty.fail_after_writes(1);
+  so.overwrite = true;
+  cairn::run_ranks(2, [&](cairn::thread_communicator& comm) {
+    train_state s;
+    make_state(s, comm.rank(), 2, 5.0f);
+    auto r = cairn::try_save(s, faulty, comm, so);
+    CHECK(!r);
+  });
+  CHECK(sorted_names(mem) == before);
+  cairn::run_ranks(3, [&](cairn::thread_communicator& comm) {
+    std::vector<float> w(4 * 5);
+    cairn::state_dict sd;
+    sd.add("w", cairn::from_rank_offsets("w", std::span(w), {4, 5}, {{0, comm.rank(), 3}}));
+    cairn::load(sd, mem, comm);
+    CHECK(w[0] ==
+          1.0f + static_cast<float>((comm.rank() * 4 / 6) * 100 + (comm.rank() * 4 % 6) * 5));
+  });
+}
