@@ -14,8 +14,8 @@
 #include <cctype>
 #include <cstdio>
 #include <memory>
-#include <stdexcept>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -42,9 +42,10 @@ int usage() {
       "  inspect  list keys, dtypes, global shapes, chunk counts, bytes, the saved world\n"
       "           size, format version and content metadata (--json: JSON only on stdout)\n"
       "  verify   recompute every checksum; exit 0 when all match, 1 naming each bad chunk\n"
-      "  unshard  consolidate a cairn or DCP checkpoint into safetensors, streaming\n"
-      "  convert  rewrite a cairn or DCP checkpoint in another layout, streaming\n"
-      "           (the native target is not supported yet)\n",
+      "  unshard  consolidate a cairn, DCP or safetensors checkpoint into safetensors,\n"
+      "           streaming\n"
+      "  convert  rewrite a cairn, DCP or safetensors checkpoint in another layout\n"
+      "           (native, torch_dist, one_file, per_tensor, chunks), streaming\n",
       stderr);
   return 2;
 }

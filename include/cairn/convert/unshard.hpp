@@ -38,7 +38,7 @@ enum class strategy {
   chunks,      ///< `model-NNNNN-of-MMMMM.safetensors` of at most `chunk_size` bytes, plus the index
   torch_dist,  ///< PyTorch DCP (`.metadata`, `__0_0.distcp`) + Megatron `metadata.json`,
                ///< `common.pt`
-  native,      ///< cairn's own format: not supported yet (needs a streaming native writer)
+  native,      ///< cairn's own format, one data file written streaming
 };
 
 /// The strategy's command-line name ("one_file", "torch_dist", ...).
@@ -493,22 +493,85 @@ inline result<void> write_torch_dist(source& src,
   return ok();
 }
 
+/// Writes `src` as a native cairn checkpoint: every slab becomes a chunk of one data file,
+/// checksummed per block as it streams past; common values go to the common-state file;
+/// `metadata.json` is written last. The save id is derived from the tensor list, so the same
+/// source gives byte-identical output.
+inline result<void> write_native(source& src,
+                                 storage_ref dst,
+                                 const convert_options& opt,
+                                 convert_stats& stats,
+                                 std::uint64_t total) {
+  CAIRN_TRY_ASSIGN(std::string existing, detect_layout(dst));
+  if (!existing.empty())
+    return std::move(make_error(errc::already_exists,
+                                "convert: a " + existing + " checkpoint is already there"))
+        .with_file(dst.describe(""));
+  const std::uint64_t B = default_block_size;
+  checkpoint_metadata m;
+  m.world_size = 1;
+  m.block_size = B;
+  cairn::detail::binary_writer idw;
+  for (const auto& t : src.tensors()) {
+    idw.str(t.key);
+    idw.u64(static_cast<std::uint64_t>(numel(t.global_shape)));
+  }
+  m.save_id = checksum_hex(checksum(idw.data())).substr(0, 12);
+  const std::string data_name = data_file_name(0, m.save_id);
+  std::vector<const tensor_entry*> ts;
+  for (const auto& t : src.tensors()) {
+    ts.push_back(&t);
+    m.tensors[t.key] = tensor_record{output_dtype(t.type, opt.to_dtype), t.global_shape, {}};
+  }
+  CAIRN_TRY_ASSIGN(auto out, dst.open_writer(data_name));
+  std::uint64_t off = 0;
+  CAIRN_TRY(pump(src, plan_jobs(ts, opt), opt, stats, total,
+                 [&](const slab_job& job, std::span<const std::byte> bytes) -> result<void> {
+                   auto w = out->write_at(off, bytes);
+                   if (!w) return std::move(w).err().with_key(job.t->key);
+                   m.tensors[job.t->key].chunks.push_back(chunk_record{
+                       job.region, extent{0, off, bytes.size(), block_checksums(bytes, B)}, {}});
+                   off += bytes.size();
+                   return ok();
+                 }));
+  if (auto f = out->finish(); !f) return std::move(f).err().with_file(dst.describe(data_name));
+  m.files.push_back(file_record{data_name, 0, off});
+  stats.files.push_back(data_name);
+  stats.tensors = ts.size();
+  CAIRN_TRY_ASSIGN(auto commons, src.commons());
+  if (!commons.empty()) {
+    bytes buf;
+    for (const auto& [path, v] : commons) {
+      m.commons[path] = common_record{v.kind, v.type, buf.size(), v.data.size()};
+      buf.insert(buf.end(), v.data.begin(), v.data.end());
+    }
+    std::string name = common_file_name(m.save_id);
+    CAIRN_TRY(dst.put(name, buf));
+    m.common =
+        extent{static_cast<std::uint32_t>(m.files.size()), 0, buf.size(), block_checksums(buf, B)};
+    m.files.push_back(file_record{name, 0, buf.size()});
+    stats.files.push_back(name);
+  }
+  m.version = 1;  // nothing tiled
+  std::string json = to_json(m);
+  CAIRN_TRY(metadata_from_json(json, dst.describe(metadata_name)));
+  if (auto p = dst.put(metadata_name, std::as_bytes(std::span(json))); !p)
+    return std::move(p).err().with_file(dst.describe(metadata_name));
+  stats.files.emplace_back(metadata_name);
+  return ok();
+}
+
 }  // namespace detail
 
 /// Rewrites the checkpoint `src` into `dst` (which should be empty) in `opt.layout`, streaming:
 /// tensors are read and written one slab (`opt.slab_bytes`) at a time, never whole. The same
 /// source and options give byte-identical output. Non-tensor items that have no place in the
-/// target are listed in `convert_stats::skipped`; `native` fails with errc::invalid_argument
-/// (not supported yet).
+/// target are listed in `convert_stats::skipped`.
 ///
 ///     cairn::file_storage in{"ckpt/step_100"}, out{"hf/step_100"};
 ///     auto src = cairn::convert::open_source(in).value();
 ///     cairn::convert::convert(*src, out, {.layout = cairn::convert::strategy::chunks}).value();
 inline result<convert_stats> convert(source& src, storage_ref dst, const convert_options& opt) {
-  if (opt.layout == strategy::native)
-    return make_error(errc::invalid_argument,
-                      "convert: the native target strategy is not supported yet (it needs a "
-                      "streaming native writer); use torch_dist, one_file, per_tensor or chunks");
   if (opt.to_dtype && !convertible_float(*opt.to_dtype))
     return make_error(errc::invalid_argument,
                       "convert: --dtype must be F16, BF16, F32 or F64, not " +
@@ -519,6 +582,9 @@ inline result<convert_stats> convert(source& src, storage_ref dst, const convert
   for (const auto& t : src.tensors()) total += t.nbytes();
   if (opt.layout == strategy::torch_dist) {
     CAIRN_TRY(detail::write_torch_dist(src, dst, opt, stats, total));
+    stats.skipped = src.other_items();
+  } else if (opt.layout == strategy::native) {
+    CAIRN_TRY(detail::write_native(src, dst, opt, stats, total));
     stats.skipped = src.other_items();
   } else {
     CAIRN_TRY(detail::write_safetensors(src, dst, opt, stats, total));
