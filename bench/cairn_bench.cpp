@@ -71,6 +71,10 @@ options:
                      docs/benchmarks.md: on a VM that returns free memory to its host, the
                      phase that runs second then pays for it)
   --no-tile          save with save_options::tile off (boxes stored row-major, untiled)
+  --zstd LEVEL       save with save_options::zstd_level = LEVEL (the data is pseudo-random:
+                     nothing shrinks, so this measures compression's cost, its worst case)
+  --strategy NAME    save with a strategy: native (default) or torch_dist (the tree holds
+                     common values and an object, which the safetensors layouts cannot)
   --plan             instead of I/O: simulate save planning for a TP=8 x PP x DP grid of
                      --ranks R ranks and --tensors T weights (metadata only, in one process)
                      and print ranks, tensors, chunks, plan_ms, peak_rss_mb, metadata_bytes;
@@ -99,6 +103,8 @@ struct options {
   std::string dir;
   bool prime = true;
   bool tile = true;  ///< save_options::tile
+  int zstd = 0;      ///< save_options::zstd_level
+  std::string strategy = "native";
   bool json = false;
   bool plan = false;     ///< --plan: the planning simulation instead of I/O
   bool async = false;    ///< --async: async_saver's stall and background persist
@@ -192,6 +198,12 @@ std::optional<options> parse_args(int argc, char** argv) {
       o.prime = false;
     } else if (a == "--no-tile") {
       o.tile = false;
+    } else if (a == "--zstd") {
+      o.zstd = parse_int(value(), 0, "--zstd", 22);
+    } else if (a == "--strategy") {
+      o.strategy = std::string(value());
+      if (o.strategy != "native" && o.strategy != "torch_dist")
+        throw usage_error("--strategy must be native or torch_dist");
     } else if (a == "--json") {
       o.json = true;
     } else {
@@ -549,6 +561,8 @@ int run(const options& o) {
   std::vector<rep_times> times;
   cairn::load_stats load_total;
   std::uint64_t bytes_written = 0;
+  std::uint64_t stored_bytes = 0;  ///< bytes of every file of the checkpoint
+  const cairn::torch_dist_strategy torch_dist;
   int mismatches = 0;
   bool objects_ok = true, commons_ok = true;
 
@@ -586,12 +600,17 @@ int run(const options& o) {
       cairn::save_options so;
       so.io_threads = o.io_threads;
       so.tile = o.tile;
+      so.zstd_level = o.zstd;
+      so.strategy = o.strategy == "torch_dist" ? &torch_dist : nullptr;
       ss[static_cast<std::size_t>(r)] = cairn::save(sd, disk, comm, so);
     });
     t.save = seconds_since(t0);
     t.save_cpu = cpu_seconds() - c0;
     bytes_written = 0;
     for (const auto& s : ss) bytes_written += s.bytes_written;
+    stored_bytes = 0;
+    for (const auto& e : fs::directory_iterator(ckpt))
+      if (e.is_regular_file()) stored_bytes += e.file_size();
 
     // 3. Raw read, with the raw files dropped from the page cache.
     clear_dst(ranks);
@@ -685,12 +704,13 @@ int run(const options& o) {
         "\"tensors\":{},\"dir\":\"{}\",\"save_gbps\":{:.4f},\"raw_write_gbps\":{:.4f},"
         "\"load_gbps\":{:.4f},\"raw_read_gbps\":{:.4f},\"save_ratio\":{:.4f},"
         "\"load_ratio\":{:.4f},\"best_save_ratio\":{:.4f},\"best_load_ratio\":{:.4f},"
+        "\"strategy\":\"{}\",\"zstd_level\":{},\"stored_bytes\":{},"
         "\"bytes_written\":{},\"bytes_read\":{},\"bytes_needed\":{},"
         "\"valid\":{},\"primed\":{},\"warmup_reps\":1,\"per_rep\":[{}]}}\n",
         total, o.bytes, o.ranks, o.io_threads, o.reps, specs.size(), json_escape(parent.string()),
         save, raw_write, load, raw_read, save / raw_write, load / raw_read, best_save_ratio,
-        best_load_ratio, bytes_written, load_total.bytes_read, load_total.bytes_needed, valid,
-        o.prime, per_rep);
+        best_load_ratio, o.strategy, o.zstd, stored_bytes, bytes_written, load_total.bytes_read,
+        load_total.bytes_needed, valid, o.prime, per_rep);
   } else {
     fmt::print(
         "cairn-bench: {} bytes ({:.3f} GiB) in {} tensors x {} ranks, io_threads {}, {} reps\n",
@@ -713,8 +733,11 @@ int run(const options& o) {
           i + 1, t.raw_write, t.raw_write_cpu, t.save, t.save_cpu, t.raw_read, t.raw_read_cpu,
           t.load, t.load_cpu);
     }
-    fmt::print("\ncairn wrote {} bytes; load read {} bytes for {} needed; data {}\n", bytes_written,
-               load_total.bytes_read, load_total.bytes_needed, valid ? "verified" : "MISMATCH");
+    fmt::print(
+        "\nstrategy {}, zstd level {}: cairn wrote {} bytes of data into {} bytes of files\n",
+        o.strategy, o.zstd, bytes_written, stored_bytes);
+    fmt::print("load read {} bytes for {} needed; data {}\n", load_total.bytes_read,
+               load_total.bytes_needed, valid ? "verified" : "MISMATCH");
   }
   if (!valid) {
     std::fprintf(stderr,

@@ -89,10 +89,20 @@ std::uint64_t total_bytes(const cairn::checkpoint_metadata& m) {
   return n;
 }
 
+// Tensor bytes before and after compression (chunks, replicas written once).
+std::pair<std::uint64_t, std::uint64_t> compression_totals(const cairn::checkpoint_metadata& m) {
+  std::uint64_t data = 0, stored = 0;
+  for (const auto& [k, t] : m.tensors) {
+    data += t.chunk_bytes();
+    stored += t.stored_bytes();
+  }
+  return {data, stored};
+}
+
 int inspect(const std::string& dir, bool json) {
   opened_storage holder(dir);
   cairn::storage_ref st = holder.ref();
-  auto m = cairn::read_metadata(st);
+  auto m = cairn::read_any_metadata(st);
   if (!m) {
     fmt::print(stderr, "cairn inspect: {}\n", m.err().describe());
     return 2;
@@ -100,11 +110,15 @@ int inspect(const std::string& dir, bool json) {
   if (json) {
     fmt::memory_buffer o;
     auto out = std::back_inserter(o);
+    auto [data, stored] = compression_totals(*m);
     fmt::format_to(out,
-                   "{{\"path\":{},\"format_version\":{},\"world_size\":{},\"save_id\":{},"
-                   "\"block_size\":{},\"total_bytes\":{},\"content_metadata\":{{",
-                   json_str(dir), m->version, m->world_size, json_str(m->save_id), m->block_size,
-                   total_bytes(*m));
+                   "{{\"path\":{},\"layout\":{},\"format_version\":{},\"world_size\":{},"
+                   "\"save_id\":{},\"block_size\":{},\"total_bytes\":{},\"tensor_bytes\":{},"
+                   "\"stored_tensor_bytes\":{},\"compression_ratio\":{:.4f},"
+                   "\"content_metadata\":{{",
+                   json_str(dir), json_str(m->layout), m->version, m->world_size,
+                   json_str(m->save_id), m->block_size, total_bytes(*m), data, stored,
+                   stored ? static_cast<double>(data) / static_cast<double>(stored) : 1.0);
     bool first = true;
     for (const auto& [k, v] : m->content_metadata) {
       fmt::format_to(out, "{}{}:{}", first ? "" : ",", json_str(k), json_str(v));
@@ -114,9 +128,10 @@ int inspect(const std::string& dir, bool json) {
     first = true;
     for (const auto& [k, t] : m->tensors) {
       fmt::format_to(out,
-                     "{}{{\"key\":{},\"dtype\":\"{}\",\"shape\":[{}],\"chunks\":{},\"bytes\":{}}}",
+                     "{}{{\"key\":{},\"dtype\":\"{}\",\"shape\":[{}],\"chunks\":{},\"bytes\":{},"
+                     "\"stored_bytes\":{}}}",
                      first ? "" : ",", json_str(k), cairn::dtype_name(t.type),
-                     fmt::join(t.global_shape, ","), t.chunks.size(), t.nbytes());
+                     fmt::join(t.global_shape, ","), t.chunks.size(), t.nbytes(), t.stored_bytes());
       first = false;
     }
     fmt::format_to(out, "],\"objects\":[");
@@ -141,8 +156,12 @@ int inspect(const std::string& dir, bool json) {
   fmt::print("checkpoint     {}\n", dir);
   fmt::print("format version {}\nsaved by       {} rank(s)\nsave id        {}\n", m->version,
              m->world_size, m->save_id);
+  if (m->layout != "cairn") fmt::print("layout         {} (no checksums)\n", m->layout);
   fmt::print("files          {} ({} bytes), checksum blocks of {} bytes\n", m->files.size(),
              total_bytes(*m), m->block_size);
+  if (auto [data, stored] = compression_totals(*m); stored != data)
+    fmt::print("compression    zstd: tensor data {} bytes stored in {} (ratio {:.2f})\n", data,
+               stored, stored ? static_cast<double>(data) / static_cast<double>(stored) : 1.0);
   if (!m->content_metadata.empty()) {
     fmt::print("content metadata\n");
     for (const auto& [k, v] : m->content_metadata) fmt::print("  {} = {}\n", k, v);

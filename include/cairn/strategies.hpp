@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -290,10 +291,7 @@ class safetensors_strategy final : public save_strategy {
   /// The shard files as a native checkpoint (not committed anywhere: metadata in memory).
   static checkpoint_metadata shards(const planned_save& plan, const std::vector<bytes>& reports) {
     save_layout layout = plan.layout;
-    for (std::size_t r = 0; r < reports.size(); ++r) {
-      detail::binary_reader rd(reports[r]);
-      for (const auto& s : layout.slots[r]) layout.where(s).checksums = rd.u64s();
-    }
+    native_strategy::apply_reports(layout, reports);
     return std::move(layout.metadata);
   }
   /// Which rank writes each output file: largest first, onto the rank with the fewest bytes.

@@ -29,6 +29,17 @@ check "inspect --json has the format version" contains "$dir/json" '"format_vers
 "$cairn" verify "$dir/ckpt" >"$dir/out" 2>&1; rc=$?
 check "verify of an intact checkpoint exits 0" test $rc -eq 0
 
+# A zstd-compressed checkpoint: inspect shows the ratio, verify decompresses every block.
+"$make" zstd "$dir/zstd" || { echo "FAIL could not make a compressed checkpoint"; exit 1; }
+"$cairn" inspect "$dir/zstd" >"$dir/out" 2>&1; rc=$?
+check "inspect of a compressed checkpoint exits 0" test $rc -eq 0
+check "inspect shows the compression ratio" contains "$dir/out" "compression *zstd: tensor data 4176 bytes stored in .* (ratio [0-9.]*)"
+check "inspect shows format version 3" contains "$dir/out" "format version 3"
+"$cairn" inspect "$dir/zstd" --json >"$dir/json" 2>&1
+check "inspect --json has the ratio" contains "$dir/json" '"compression_ratio":'
+"$cairn" verify "$dir/zstd" >"$dir/out" 2>&1; rc=$?
+check "verify of a compressed checkpoint exits 0" test $rc -eq 0
+
 # unshard / convert (stderr is not a terminal here: no progress bar).
 "$cairn" unshard "$dir/ckpt" "$dir/one" --strategy one_file >"$dir/out" 2>"$dir/err"; rc=$?
 check "unshard one_file exits 0" test $rc -eq 0
@@ -46,6 +57,8 @@ check "unshard refuses torch_dist" test $rc -ne 0
 check "convert torch_dist exits 0" test $rc -eq 0
 check "convert torch_dist writes .metadata" test -s "$dir/dist/.metadata"
 check "convert torch_dist writes Megatron metadata.json" contains "$dir/dist/metadata.json" torch_dist
+"$cairn" inspect "$dir/dist" >"$dir/out" 2>&1; rc=$?
+check "inspect reads a DCP checkpoint" contains "$dir/out" "layout *torch_dist"
 "$cairn" unshard "$dir/dist" "$dir/one2" --strategy one_file >"$dir/out" 2>&1; rc=$?
 check "unshard of the DCP output exits 0" test $rc -eq 0
 check "DCP round trip gives identical safetensors" cmp -s "$dir/one/model.safetensors" "$dir/one2/model.safetensors"

@@ -19,12 +19,15 @@ int main(int argc, char** argv) {
     }
     return 0;
   }
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: make_checkpoint DIR | make_checkpoint check-json FILE\n");
+  if (argc != 2 && !(argc == 3 && std::string(argv[1]) == "zstd")) {
+    std::fprintf(stderr,
+                 "usage: make_checkpoint DIR | make_checkpoint zstd DIR | make_checkpoint "
+                 "check-json FILE\n");
     return 2;
   }
-  cairn::file_storage disk(argv[1]);
+  cairn::file_storage disk(argv[argc - 1]);
   cairn::save_options opt;
+  if (argc == 3) opt.zstd_level = 3;  // the constant tensors compress well
   opt.content_metadata = {{"purpose", "cli test"}};
   opt.block_size = 256;
   cairn::run_ranks(2, [&](cairn::thread_communicator& comm) {

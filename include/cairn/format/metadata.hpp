@@ -20,8 +20,10 @@
 
 namespace cairn {
 
-/// The native format version this build writes; a reader rejects anything newer.
-inline constexpr int format_version = 2;
+/// The newest native format version this build writes and reads (3: zstd-compressed blocks;
+/// 2: tiled chunks; 1: neither). A save writes the lowest version that holds what it wrote; a
+/// reader rejects anything newer.
+inline constexpr int format_version = 3;
 /// Name of the committed metadata object; a checkpoint without it is incomplete.
 inline constexpr std::string_view metadata_name = "metadata.json";
 /// Default checksum block size (bytes).
@@ -38,8 +40,23 @@ struct file_record {
 struct extent {
   std::uint32_t file = 0;
   std::uint64_t byte_offset = 0;
-  std::uint64_t nbytes = 0;
-  std::vector<std::uint64_t> checksums;  ///< XXH3-64 of each block_size block of the range
+  std::uint64_t nbytes = 0;              ///< bytes of the data (before compression)
+  std::vector<std::uint64_t> checksums;  ///< XXH3-64 of each block_size block of the data
+  /// Compressed extents (format version 3): each block is stored on its own, `block_offsets[b]`
+  /// (absolute, in the file) and `block_stored[b]` bytes long. A block whose stored length
+  /// equals its data length is stored raw; otherwise it is one zstd frame. Checksums are of the
+  /// data, verified after decompressing. Empty for an uncompressed extent (stored as it is at
+  /// `byte_offset`).
+  std::vector<std::uint64_t> block_offsets, block_stored;
+  /// True when the blocks are stored compressed (`block_offsets` / `block_stored` set).
+  bool compressed() const noexcept { return !block_stored.empty(); }
+  /// Bytes the extent occupies in its file.
+  std::uint64_t stored_bytes() const noexcept {
+    if (!compressed()) return nbytes;
+    std::uint64_t n = 0;
+    for (auto b : block_stored) n += b;
+    return n;
+  }
 };
 
 /// One saved box of a tensor. Untiled (`tiles` empty), it is stored row-major with one
@@ -60,6 +77,18 @@ struct tensor_record {
   /// Bytes of the whole tensor.
   std::uint64_t nbytes() const {
     return static_cast<std::uint64_t>(numel(global_shape)) * dtype_size(type);
+  }
+  /// Bytes the tensor's chunks occupy in files (less than the data when compressed).
+  std::uint64_t stored_bytes() const {
+    std::uint64_t n = 0;
+    for (const auto& c : chunks) n += c.where.stored_bytes();
+    return n;
+  }
+  /// Bytes of the tensor's chunks before compression.
+  std::uint64_t chunk_bytes() const {
+    std::uint64_t n = 0;
+    for (const auto& c : chunks) n += c.where.nbytes;
+    return n;
   }
 };
 
@@ -145,6 +174,10 @@ inline void json_extent(fmt::memory_buffer& out, const extent& e) {
     fmt::format_to(std::back_inserter(out), "\"{:016x}\"", e.checksums[i]);
   }
   out.push_back(']');
+  if (e.compressed())
+    fmt::format_to(std::back_inserter(out),
+                   ",\"codec\":\"zstd\",\"block_offsets\":[{}],\"block_stored\":[{}]",
+                   fmt::join(e.block_offsets, ","), fmt::join(e.block_stored, ","));
 }
 
 inline const char* common_kind_name(common_kind k) {
@@ -344,9 +377,24 @@ inline result<checkpoint_metadata> metadata_from_json(std::string_view json,
       }
       if (blocks < 0)
         blocks = static_cast<std::int64_t>((x.nbytes + m.block_size - 1) / m.block_size);
+      std::int64_t data_blocks = blocks;
       if (!m.verified) blocks = 0;
       if (x.checksums.size() != static_cast<std::uint64_t>(blocks))
         bad = "checksum count does not match the byte count";
+      std::string_view codec;
+      if (e["codec"].get(codec) == SUCCESS) {
+        if (codec != "zstd") {
+          bad = "unknown codec '" + std::string(codec) + "'";
+          return x;
+        }
+        for (dom::element v : dom::array(e["block_offsets"]))
+          x.block_offsets.push_back(std::uint64_t(v));
+        for (dom::element v : dom::array(e["block_stored"]))
+          x.block_stored.push_back(std::uint64_t(v));
+        if (x.block_offsets.size() != static_cast<std::uint64_t>(data_blocks) ||
+            x.block_stored.size() != x.block_offsets.size() || x.block_stored.empty())
+          bad = "block_offsets / block_stored do not match the block count";
+      }
       return x;
     };
     for (dom::object f : dom::array(doc["files"])) {
@@ -422,8 +470,15 @@ inline result<checkpoint_metadata> metadata_from_json(std::string_view json,
     // Every extent must lie inside its file, and every chunk inside its tensor with exactly
     // the bytes its box holds: a reader copies chunks into user memory on these numbers.
     auto check_extent = [&](const extent& e) {
-      return e.file < m.files.size() && e.byte_offset <= m.files[e.file].nbytes &&
-             e.nbytes <= m.files[e.file].nbytes - e.byte_offset;
+      if (e.file >= m.files.size()) return false;
+      const std::uint64_t size = m.files[e.file].nbytes;
+      if (!e.compressed()) return e.byte_offset <= size && e.nbytes <= size - e.byte_offset;
+      for (std::size_t b = 0; b < e.block_stored.size(); ++b) {
+        if (e.block_stored[b] > m.block_size || e.block_offsets[b] > size ||
+            e.block_stored[b] > size - e.block_offsets[b])
+          return false;
+      }
+      return true;
     };
     for (const auto& [k, t] : m.tensors) {
       for (const auto& c : t.chunks) {
@@ -456,8 +511,14 @@ inline result<checkpoint_metadata> metadata_from_json(std::string_view json,
         for_each_tile(c.region, c.tiles, [&](const box& tile) {
           std::uint64_t n = static_cast<std::uint64_t>(tile.volume()) * dtype_size(t.type);
           too_big = too_big || n > m.block_size;
-          flat.push_back(
-              chunk_record{tile, extent{c.where.file, off, n, {c.where.checksums[i++]}}, {}});
+          extent te{c.where.file, off, n, {c.where.checksums[i]}, {}, {}};
+          if (c.where.compressed()) {
+            te.byte_offset = c.where.block_offsets[i];
+            te.block_offsets = {c.where.block_offsets[i]};
+            te.block_stored = {c.where.block_stored[i]};
+          }
+          ++i;
+          flat.push_back(chunk_record{tile, std::move(te), {}});
           off += n;
         });
         if (too_big)

@@ -2,8 +2,11 @@
 // ranges, and whole-checkpoint verification.
 #pragma once
 
+#include <zstd.h>
+
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -42,6 +45,71 @@ inline result<std::map<std::string, std::string>> read_content_metadata(storage_
   return std::move(m.content_metadata);
 }
 
+namespace detail {
+
+/// The compressed case of `read_verified_blocks`: reads each block's stored bytes (adjacent
+/// blocks in one read), decompresses into `out` and verifies the data's checksum.
+inline result<void> read_compressed_blocks(storage_ref st,
+                                           const checkpoint_metadata& m,
+                                           const extent& e,
+                                           std::uint64_t first_block,
+                                           std::uint64_t last_block,
+                                           std::span<std::byte> out,
+                                           const std::string& key,
+                                           const std::string& what) {
+  const std::string& name = m.files.at(e.file).name;
+  const std::uint64_t B = m.block_size;
+  std::vector<std::byte> stored;
+  auto fail = [&](errc code, const std::string& msg, std::uint64_t block) {
+    error err = make_error(code, what + ": " + msg + " (block " + std::to_string(block) + ")");
+    err.key = key;
+    err.file = st.describe(name);
+    err.offset = e.block_offsets.at(block);
+    return err;
+  };
+  for (std::uint64_t b = first_block; b <= last_block;) {
+    // A run of blocks stored back to back, read at once (up to max_io_bytes).
+    std::uint64_t end = b + 1, bytes = e.block_stored.at(b);
+    while (end <= last_block &&
+           e.block_offsets.at(end) == e.block_offsets[end - 1] + e.block_stored[end - 1] &&
+           bytes + e.block_stored[end] <= max_io_bytes)
+      bytes += e.block_stored[end++];
+    stored.resize(bytes);
+    if (auto r = st.read(name, e.block_offsets[b], stored); !r) {
+      auto err = std::move(r).err();
+      err.message = what + ": " + err.message;
+      return std::move(err).with_key(key).with_file(st.describe(name));
+    }
+    std::uint64_t pos = 0;
+    for (; b < end; ++b) {
+      std::uint64_t len = std::min(B, e.nbytes - b * B);
+      std::span<std::byte> dst = out.subspan((b - first_block) * B, len);
+      const std::byte* src = stored.data() + pos;
+      std::uint64_t n = e.block_stored[b];
+      if (n == len) {
+        std::memcpy(dst.data(), src, len);
+      } else {
+        std::size_t got = ZSTD_decompress(dst.data(), dst.size(), src, n);
+        if (ZSTD_isError(got) || got != len)
+          return fail(errc::corrupt,
+                      std::string("zstd block does not decompress to its ") + std::to_string(len) +
+                          " bytes" +
+                          (ZSTD_isError(got) ? std::string(": ") + ZSTD_getErrorName(got) : ""),
+                      b);
+      }
+      if (checksum(dst) != e.checksums.at(b))
+        return fail(errc::corrupt,
+                    "checksum mismatch in " + what + " after decompressing (" +
+                        std::to_string(len) + " bytes)",
+                    b);
+      pos += n;
+    }
+  }
+  return ok();
+}
+
+}  // namespace detail
+
 /// Reads blocks [first_block, last_block] of an extent into `out` (which must hold exactly
 /// those bytes) and verifies each block's checksum. `what` names the item in errors
 /// ("chunk 2 of tensor"), `key` its key.
@@ -53,6 +121,8 @@ inline result<void> read_verified_blocks(storage_ref st,
                                          std::span<std::byte> out,
                                          const std::string& key,
                                          const std::string& what) {
+  if (e.compressed())
+    return detail::read_compressed_blocks(st, m, e, first_block, last_block, out, key, what);
   const std::string& name = m.files.at(e.file).name;
   std::uint64_t start = first_block * m.block_size;
   auto r = st.read(name, e.byte_offset + start, out);
