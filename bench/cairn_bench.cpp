@@ -73,8 +73,9 @@ options:
   --no-tile          save with save_options::tile off (boxes stored row-major, untiled)
   --zstd LEVEL       save with save_options::zstd_level = LEVEL (the data is pseudo-random:
                      nothing shrinks, so this measures compression's cost, its worst case)
-  --strategy NAME    save with a strategy: native (default) or torch_dist (the tree holds
-                     common values and an object, which the safetensors layouts cannot)
+  --strategy NAME    save with a strategy: native (default), torch_dist, one_file,
+                     per_tensor or chunks (5 GB files); the safetensors ones save the tensors
+                     only (they cannot hold the tree's common values and object)
   --plan             instead of I/O: simulate save planning for a TP=8 x PP x DP grid of
                      --ranks R ranks and --tensors T weights (metadata only, in one process)
                      and print ranks, tensors, chunks, plan_ms, peak_rss_mb, metadata_bytes;
@@ -202,8 +203,9 @@ std::optional<options> parse_args(int argc, char** argv) {
       o.zstd = parse_int(value(), 0, "--zstd", 22);
     } else if (a == "--strategy") {
       o.strategy = std::string(value());
-      if (o.strategy != "native" && o.strategy != "torch_dist")
-        throw usage_error("--strategy must be native or torch_dist");
+      if (o.strategy != "native" && o.strategy != "torch_dist" && o.strategy != "one_file" &&
+          o.strategy != "per_tensor" && o.strategy != "chunks")
+        throw usage_error("--strategy must be native, torch_dist, one_file, per_tensor or chunks");
     } else if (a == "--json") {
       o.json = true;
     } else {
@@ -323,9 +325,11 @@ cairn::state_dict make_tree(const std::vector<tensor_spec>& specs,
                             int rank,
                             int ranks,
                             std::int64_t step,
-                            double lr) {
+                            double lr,
+                            bool tensors_only = false) {
   cairn::state_dict sd;
   for (std::size_t i = 0; i < specs.size(); ++i) add_tensor(sd, specs[i], bufs[i], rank, ranks);
+  if (tensors_only) return sd;  // the safetensors strategies hold tensors only
   sd.add("step", step);
   sd.child("optim").add("lr", lr);
   sd.add("rng", cairn::per_rank("rng", rng_bytes(rank), rank, ranks));
@@ -563,6 +567,14 @@ int run(const options& o) {
   std::uint64_t bytes_written = 0;
   std::uint64_t stored_bytes = 0;  ///< bytes of every file of the checkpoint
   const cairn::torch_dist_strategy torch_dist;
+  std::unique_ptr<cairn::save_strategy> safetensors;
+  if (o.strategy != "native" && o.strategy != "torch_dist")
+    safetensors = std::make_unique<cairn::safetensors_strategy>(
+        cairn::convert::parse_strategy(o.strategy).value());
+  const bool tensors_only = safetensors != nullptr;
+  const cairn::save_strategy* strategy = safetensors                  ? safetensors.get()
+                                         : o.strategy == "torch_dist" ? &torch_dist
+                                                                      : nullptr;
   int mismatches = 0;
   bool objects_ok = true, commons_ok = true;
 
@@ -595,13 +607,13 @@ int run(const options& o) {
     cairn::run_ranks(o.ranks, [&](cairn::thread_communicator& comm) {
       const int r = comm.rank();
       auto& rd = ranks[static_cast<std::size_t>(r)];
-      cairn::state_dict sd = make_tree(specs, rd.src, r, o.ranks, step, lr);
+      cairn::state_dict sd = make_tree(specs, rd.src, r, o.ranks, step, lr, tensors_only);
       cairn::file_storage disk(ckpt);
       cairn::save_options so;
       so.io_threads = o.io_threads;
       so.tile = o.tile;
       so.zstd_level = o.zstd;
-      so.strategy = o.strategy == "torch_dist" ? &torch_dist : nullptr;
+      so.strategy = strategy;
       ss[static_cast<std::size_t>(r)] = cairn::save(sd, disk, comm, so);
     });
     t.save = seconds_since(t0);
@@ -633,9 +645,10 @@ int run(const options& o) {
     std::vector<cairn::state_dict> trees(ranks.size());
     for (int r = 0; r < o.ranks; ++r) {
       auto ur = static_cast<std::size_t>(r);
-      trees[ur] = make_tree(specs, ranks[ur].dst, r, o.ranks, 0, 0.0);
+      trees[ur] = make_tree(specs, ranks[ur].dst, r, o.ranks, 0, 0.0, tensors_only);
       // Clobber the object; load must restore it (and the common values, 0 here).
-      std::get<cairn::byte_object>(*trees[ur].find("rng")).value.assign(256, std::byte{0});
+      if (!tensors_only)
+        std::get<cairn::byte_object>(*trees[ur].find("rng")).value.assign(256, std::byte{0});
     }
     cairn::file_storage(ckpt).drop_caches().value();
     sync_fs(root.path);
@@ -657,7 +670,7 @@ int run(const options& o) {
       load_total.bytes_needed += s.bytes_needed;
     }
     mismatches += count_mismatches(ranks);
-    for (int r = 0; r < o.ranks; ++r) {
+    for (int r = 0; r < o.ranks && !tensors_only; ++r) {
       auto& sd = trees[static_cast<std::size_t>(r)];
       objects_ok &= std::get<cairn::byte_object>(*sd.find("rng")).value == rng_bytes(r);
       auto& s = std::get<cairn::common_value>(*sd.find("step"));

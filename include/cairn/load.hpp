@@ -181,48 +181,65 @@ inline result<void> run_copies(storage_ref st,
   };
   std::vector<read_op> ops;
   const std::uint64_t blocks_per_io = std::max<std::uint64_t>(1, max_io_bytes / B);
+  struct run {
+    std::uint64_t lo, hi;  // bytes of the chunk
+    std::byte* dst;        // where byte `lo` goes
+  };
   for (const auto& [chunk, js] : by_chunk) {
-    const copy_job& j0 = jobs[js[0]];
-    // A chunk that one job needs whole, and that is one run in the target (a whole target, a
-    // tile that spans the target's rows), is read straight into the target.
-    std::byte* direct = nullptr;
-    if (js.size() == 1 && j0.region == chunk->region) {
-      int runs = 0;
-      std::int64_t first = 0;
-      for_each_run(chunk->region, j0.dst_box, j0.region,
-                   [&](std::int64_t, std::int64_t t, std::int64_t) {
-                     if (runs++ == 0) first = t;
-                   });
-      if (runs == 1) direct = j0.dst + static_cast<std::uint64_t>(first) * j0.elem_size;
-    }
-    // Blocks the jobs touch, as sorted, merged intervals.
-    std::vector<std::pair<std::uint64_t, std::uint64_t>> iv;
+    // Every run of the chunk that some job needs, and the blocks they touch as sorted, merged
+    // intervals.
+    std::vector<run> runs;
     for (std::size_t j : js) {
       const copy_job& job = jobs[j];
       std::uint64_t es = job.elem_size;
       for_each_run(chunk->region, job.dst_box, job.region,
-                   [&](std::int64_t s, std::int64_t, std::int64_t n) {
+                   [&](std::int64_t s, std::int64_t t, std::int64_t n) {
                      std::uint64_t lo = static_cast<std::uint64_t>(s) * es;
                      std::uint64_t hi = lo + static_cast<std::uint64_t>(n) * es;
                      stats.bytes_needed += hi - lo;
-                     std::pair<std::uint64_t, std::uint64_t> b{lo / B, (hi - 1) / B};
-                     if (!iv.empty() && b.first <= iv.back().second + 1)
-                       iv.back().second = std::max(iv.back().second, b.second);
-                     else
-                       iv.push_back(b);
+                     runs.push_back({lo, hi, job.dst + static_cast<std::uint64_t>(t) * es});
                    });
     }
-    std::sort(iv.begin(), iv.end());
+    std::sort(runs.begin(), runs.end(), [](const run& a, const run& b) { return a.lo < b.lo; });
+    std::vector<std::uint64_t> max_hi(runs.size());  // the largest hi of runs[0..i]
+    for (std::size_t i = 0; i < runs.size(); ++i)
+      max_hi[i] = std::max(runs[i].hi, i ? max_hi[i - 1] : 0);
+    // Where to read bytes [lo, hi) of the chunk straight into, when exactly one run needs them
+    // all (no other run touches them): null otherwise.
+    auto direct_for = [&](std::uint64_t lo, std::uint64_t hi) -> std::byte* {
+      auto it = std::upper_bound(runs.begin(), runs.end(), lo,
+                                 [](std::uint64_t v, const run& r) { return v < r.lo; });
+      if (it == runs.begin()) return nullptr;
+      std::size_t i = static_cast<std::size_t>(it - runs.begin()) - 1;
+      if (runs[i].hi < hi || (i > 0 && max_hi[i - 1] > lo) ||
+          (i + 1 < runs.size() && runs[i + 1].lo < hi))
+        return nullptr;
+      return runs[i].dst + (lo - runs[i].lo);
+    };
     std::vector<std::pair<std::uint64_t, std::uint64_t>> merged;
-    for (const auto& b : iv) {
+    for (const run& r : runs) {
+      std::pair<std::uint64_t, std::uint64_t> b{r.lo / B, (r.hi - 1) / B};
       if (!merged.empty() && b.first <= merged.back().second + 1)
         merged.back().second = std::max(merged.back().second, b.second);
       else
         merged.push_back(b);
     }
-    for (const auto& [b0, b1] : merged)
-      for (std::uint64_t b = b0; b <= b1; b += blocks_per_io)
-        ops.push_back(read_op{chunk, b, std::min(b1, b + blocks_per_io - 1), direct, &js});
+    const std::uint64_t chunk_bytes = chunk->where.nbytes;
+    auto add_op = [&](std::uint64_t b0, std::uint64_t b1) {
+      std::uint64_t lo = b0 * B, hi = std::min(chunk_bytes, (b1 + 1) * B);
+      ops.push_back(read_op{chunk, b0, b1, direct_for(lo, hi), &js});
+    };
+    for (const auto& [b0, b1] : merged) {
+      // The first and last blocks of an interval are often shared with bytes no run needs:
+      // they get ops of their own, so that the blocks between can go straight to the target.
+      std::uint64_t first = b0, last = b1;
+      if (first < last && !direct_for(first * B, (first + 1) * B)) add_op(first, first), ++first;
+      bool tail = first < last && !direct_for(last * B, std::min(chunk_bytes, (last + 1) * B));
+      if (tail) --last;
+      for (std::uint64_t b = first; b <= last; b += blocks_per_io)
+        add_op(b, std::min(last, b + blocks_per_io - 1));
+      if (tail) add_op(last + 1, last + 1);
+    }
   }
   std::atomic<std::uint64_t> bytes_read{0};
   auto r = run_parallel(ops.size(), threads, [&](std::size_t k) -> result<void> {
@@ -234,7 +251,7 @@ inline result<void> run_copies(storage_ref st,
     std::unique_ptr<std::byte[]> temp;  // not zeroed: every byte is read into
     std::span<std::byte> buf;
     if (op.direct) {
-      buf = {op.direct + lo, static_cast<std::size_t>(len)};
+      buf = {op.direct, static_cast<std::size_t>(len)};
     } else {
       temp.reset(new std::byte[len]);
       buf = {temp.get(), static_cast<std::size_t>(len)};

@@ -1,10 +1,10 @@
 // Test helper for the CLI tests: `make_checkpoint DIR` saves a small checkpoint from 2 thread
 // ranks; `make_checkpoint check-json FILE` exits 0 when FILE is one valid JSON object.
+#include <simdjson.h>
+
 #include <cstdio>
 #include <string>
 #include <vector>
-
-#include <simdjson.h>
 
 #include "cairn/cairn.hpp"
 
@@ -34,7 +34,8 @@ int main(int argc, char** argv) {
     std::vector<float> w(64 * 8, 1.5f + comm.rank());
     std::vector<std::int64_t> ids(10, 7);
     cairn::state_dict sd;
-    sd.add("model.w", cairn::from_rank_offsets("model.w", std::span(w), {64, 8}, {{0, comm.rank(), 2}}));
+    sd.add("model.w",
+           cairn::from_rank_offsets("model.w", std::span(w), {64, 8}, {{0, comm.rank(), 2}}));
     sd.add("model.ids", cairn::replicated("model.ids", std::span(ids), {10}, comm.rank()));
     sd.add("step", std::int64_t{12});
     cairn::save(sd, disk, comm, opt);

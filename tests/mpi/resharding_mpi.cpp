@@ -115,7 +115,9 @@ TEST_CASE("every save strategy on N processes loads on M processes") {
   const cairn::safetensors_strategy one_file(cairn::convert::strategy::one_file);
   const cairn::safetensors_strategy chunks(cairn::convert::strategy::chunks, 500, 128);
   const std::pair<const char*, const cairn::save_strategy*> strategies[] = {
-      {"native+zstd", nullptr}, {"torch_dist", &torch_dist}, {"one_file", &one_file},
+      {"native+zstd", nullptr},
+      {"torch_dist", &torch_dist},
+      {"one_file", &one_file},
       {"chunks", &chunks}};
   std::mt19937 rng(7);
   int failures = 0, combos = 0;
