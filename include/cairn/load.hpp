@@ -12,6 +12,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -169,8 +170,15 @@ inline result<void> run_copies(storage_ref st,
                                const checkpoint_metadata& m,
                                const std::vector<copy_job>& jobs,
                                int threads,
-                               load_stats& stats) {
+                               load_stats& stats,
+                               gather_buffers* pool = nullptr) {
   const std::uint64_t B = m.block_size;
+  // Reads that cannot go straight to the target go through reused buffers (fresh memory costs
+  // a page fault per 4 KiB), at most one buffer per thread.
+  std::optional<gather_buffers> own;
+  if (!pool || pool->size() < B)
+    pool = &own.emplace(std::max<std::size_t>(std::size_t{8} << 20, B));
+  const std::uint64_t temp_blocks = std::max<std::uint64_t>(1, pool->size() / B);
   std::map<const chunk_record*, std::vector<std::size_t>> by_chunk;
   for (std::size_t j = 0; j < jobs.size(); ++j) by_chunk[jobs[j].chunk].push_back(j);
   struct read_op {
@@ -227,7 +235,12 @@ inline result<void> run_copies(storage_ref st,
     const std::uint64_t chunk_bytes = chunk->where.nbytes;
     auto add_op = [&](std::uint64_t b0, std::uint64_t b1) {
       std::uint64_t lo = b0 * B, hi = std::min(chunk_bytes, (b1 + 1) * B);
-      ops.push_back(read_op{chunk, b0, b1, direct_for(lo, hi), &js});
+      if (std::byte* direct = direct_for(lo, hi)) {
+        ops.push_back(read_op{chunk, b0, b1, direct, &js});
+        return;
+      }
+      for (std::uint64_t b = b0; b <= b1; b += temp_blocks)
+        ops.push_back(read_op{chunk, b, std::min(b1, b + temp_blocks - 1), nullptr, &js});
     };
     for (const auto& [b0, b1] : merged) {
       // The first and last blocks of an interval are often shared with bytes no run needs:
@@ -248,14 +261,21 @@ inline result<void> run_copies(storage_ref st,
     const copy_job& j0 = jobs[op.jobs->front()];
     std::uint64_t lo = op.first_block * B;
     std::uint64_t len = std::min(e.nbytes, (op.last_block + 1) * B) - lo;
-    std::unique_ptr<std::byte[]> temp;  // not zeroed: every byte is read into
+    std::unique_ptr<std::byte[]> temp;  // from the pool, not zeroed: every byte is read into
     std::span<std::byte> buf;
     if (op.direct) {
       buf = {op.direct, static_cast<std::size_t>(len)};
     } else {
-      temp.reset(new std::byte[len]);
+      temp = pool->take();
       buf = {temp.get(), static_cast<std::size_t>(len)};
     }
+    struct give_back {
+      gather_buffers* pool;
+      std::unique_ptr<std::byte[]>& b;
+      ~give_back() {
+        if (b) pool->give(std::move(b));
+      }
+    } returned{pool, temp};
     std::string what = "chunk " + op.chunk->region.str() + " of tensor";
     CAIRN_TRY(read_verified_blocks(st, m, e, op.first_block, op.last_block, buf, j0.key, what));
     bytes_read += len;
@@ -328,7 +348,8 @@ inline result<void> load_leaves_local(const leaf_list& leaves,
                                       const checkpoint_metadata& m,
                                       const load_options& opt,
                                       load_stats& stats,
-                                      const std::set<piece_ref>& skip = {}) {
+                                      const std::set<piece_ref>& skip = {},
+                                      gather_buffers* pool = nullptr) {
   if (!leaves.commons.empty()) {
     CAIRN_TRY_ASSIGN(auto commons, read_commons(st, m));
     for (const auto& c : leaves.commons) {
@@ -389,7 +410,7 @@ inline result<void> load_leaves_local(const leaf_list& leaves,
       if (!skip.count({ti, pi}))
         CAIRN_TRY(plan_copies(rec, L.key, ps[pi].region, t.data + ps[pi].data_offset * es, jobs));
   }
-  CAIRN_TRY(run_copies(st, m, jobs, opt.io_threads, stats));
+  CAIRN_TRY(run_copies(st, m, jobs, opt.io_threads, stats, pool));
   for (const auto& o : leaves.objects) {
     std::string u = object_unique_key(o.key, o.global_offset, o.global_shape);
     auto it = m.objects.find(u);

@@ -243,12 +243,13 @@ class safetensors_strategy final : public save_strategy {
     std::vector<int> owner = owners(files, reports.size());
     std::vector<std::string> written;
     convert::convert_stats stats;
+    convert::detail::slab_buffers buffers;
     for (std::size_t f = 0; f < files.size(); ++f) {
       if (owner[f] != plan.rank) continue;
       written.push_back(files[f].first);
       out.local = written;
       CAIRN_TRY(convert::detail::write_safetensors_file(*src, st, files[f].first, files[f].second,
-                                                        copt, stats, 0));
+                                                        copt, stats, 0, &buffers));
     }
     return ok();
   }
@@ -285,6 +286,7 @@ class safetensors_strategy final : public save_strategy {
     c.layout = layout_;
     c.chunk_size = chunk_size_;
     c.slab_bytes = slab_bytes_;
+    c.io_threads = opt.io_threads;
     for (const auto& [k, v] : opt.content_metadata) c.metadata[k] = v;
     return c;
   }

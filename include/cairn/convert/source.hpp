@@ -171,7 +171,7 @@ class native_source final : public source {
     load_stats stats;
     leaf_list leaves = flatten(sd);
     try {
-      return cairn::detail::load_leaves_local(leaves, st_, m_, opt, stats);
+      return cairn::detail::load_leaves_local(leaves, st_, m_, opt, stats, {}, &pool_);
     } catch (const exception& e) {
       return e.err();
     }
@@ -187,6 +187,7 @@ class native_source final : public source {
   native_source(storage_ref st, int io_threads) : st_(st), io_threads_(io_threads) {}
   storage_ref st_;
   int io_threads_;
+  cairn::detail::gather_buffers pool_;  // read buffers, reused across reads
   checkpoint_metadata m_;
   std::vector<tensor_entry> tensors_;
   std::vector<std::string> objects_;

@@ -81,6 +81,8 @@ struct convert_options {
   std::uint64_t slab_bytes = std::uint64_t{64} << 20;
   /// The safetensors `__metadata__` of every file.
   std::map<std::string, std::string> metadata = {{"format", "pt"}};
+  /// Threads that write each slab (in parallel pieces of at least 8 MiB).
+  int io_threads = 2;
   /// `torch_dist`: which torch module paths `.metadata` names.
   dcp::flavor dcp_flavor = dcp::flavor::torch2;
   /// Called after each slab with source bytes done and the total.
@@ -204,6 +206,23 @@ struct slab_job {
   dtype out_type;
 };
 
+/// Slab memory reused across pumps (a conversion of many files allocates it once; it is never
+/// zeroed: every byte is read into before use). Fresh memory costs a page fault per 4 KiB.
+struct slab_buffers {
+  /// At least `n` bytes of the buffer `which` (0: read, 1: converted).
+  std::span<std::byte> get(int which, std::size_t n) {
+    if (size_[which] < n) {
+      buf_[which].reset(new std::byte[n]);
+      size_[which] = n;
+    }
+    return {buf_[which].get(), n};
+  }
+
+ private:
+  std::unique_ptr<std::byte[]> buf_[2];
+  std::size_t size_[2] = {0, 0};
+};
+
 /// Reads `jobs` in batches of at most `slab_bytes` into one reused buffer, converts dtypes,
 /// and hands each slab's output bytes to `sink(job, bytes)`.
 template <class Sink>
@@ -212,8 +231,10 @@ result<void> pump(source& src,
                   const convert_options& opt,
                   convert_stats& stats,
                   std::uint64_t total,
-                  Sink&& sink) {
-  std::vector<std::byte> buf, conv;
+                  Sink&& sink,
+                  slab_buffers* buffers = nullptr) {
+  std::optional<slab_buffers> own;
+  if (!buffers) buffers = &own.emplace();
   std::size_t i = 0;
   while (i < jobs.size()) {
     std::size_t j = i;
@@ -228,12 +249,12 @@ result<void> pump(source& src,
       bytes += b;
       ++j;
     }
-    if (buf.size() < bytes) buf.resize(bytes);
+    std::span<std::byte> buf = buffers->get(0, static_cast<std::size_t>(bytes));
     for (std::size_t q = i; q < j; ++q) {
       std::uint64_t b =
           static_cast<std::uint64_t>(jobs[q].region.volume()) * dtype_size(jobs[q].t->type);
-      reqs.push_back({jobs[q].t->key, jobs[q].region,
-                      std::span(buf).subspan(static_cast<std::size_t>(at[q - i]), b)});
+      reqs.push_back(
+          {jobs[q].t->key, jobs[q].region, buf.subspan(static_cast<std::size_t>(at[q - i]), b)});
     }
     CAIRN_TRY(src.read(reqs));
     for (std::size_t q = i; q < j; ++q) {
@@ -241,9 +262,9 @@ result<void> pump(source& src,
       std::span<const std::byte> in = reqs[q - i].out;
       if (job.out_type != job.t->type) {
         std::size_t m = in.size() / dtype_size(job.t->type) * dtype_size(job.out_type);
-        if (conv.size() < m) conv.resize(m);
-        convert_elements(job.t->type, job.out_type, in, std::span(conv).first(m));
-        in = std::span<const std::byte>(conv).first(m);
+        std::span<std::byte> conv = buffers->get(1, m);
+        convert_elements(job.t->type, job.out_type, in, conv);
+        in = conv;
       }
       CAIRN_TRY(sink(job, in));
       stats.bytes_read += reqs[q - i].out.size();
@@ -389,15 +410,24 @@ inline result<void> write_safetensors_file(source& src,
                                            const std::vector<const tensor_entry*>& ts,
                                            const convert_options& opt,
                                            convert_stats& stats,
-                                           std::uint64_t total) {
+                                           std::uint64_t total,
+                                           slab_buffers* buffers = nullptr) {
   CAIRN_TRY_ASSIGN(safetensors::writer w,
                    safetensors::writer::open(dst, name, safetensors_decls(ts, opt), opt.metadata));
   std::vector<const tensor_entry*> ordered;
   for (const auto& info : w.layout().tensors) ordered.push_back(src.find(info.name));
-  CAIRN_TRY(pump(src, plan_jobs(ordered, opt), opt, stats, total,
-                 [&](const slab_job& job, std::span<const std::byte> bytes) {
-                   return w.write_at(job.t->key, job.out_offset, bytes);
-                 }));
+  CAIRN_TRY(pump(
+      src, plan_jobs(ordered, opt), opt, stats, total,
+      [&](const slab_job& job, std::span<const std::byte> bytes) -> result<void> {
+        const std::size_t piece = std::size_t{8} << 20;
+        std::size_t n = (bytes.size() + piece - 1) / piece;
+        return cairn::detail::run_parallel(n, opt.io_threads, [&](std::size_t k) -> result<void> {
+          std::size_t at = k * piece;
+          return w.write_at(job.t->key, job.out_offset + at,
+                            bytes.subspan(at, std::min(piece, bytes.size() - at)));
+        });
+      },
+      buffers));
   CAIRN_TRY(w.finish());
   stats.files.push_back(name);
   stats.tensors += ts.size();
@@ -425,8 +455,9 @@ inline result<void> write_safetensors(source& src,
                                       convert_stats& stats,
                                       std::uint64_t total) {
   CAIRN_TRY_ASSIGN(auto files, safetensors_files(src.tensors(), opt));
+  slab_buffers buffers;
   for (const auto& [name, ts] : files)
-    CAIRN_TRY(write_safetensors_file(src, dst, name, ts, opt, stats, total));
+    CAIRN_TRY(write_safetensors_file(src, dst, name, ts, opt, stats, total, &buffers));
   if (opt.layout != strategy::one_file) {
     CAIRN_TRY_ASSIGN(safetensors::index ix, safetensors_index(files, opt));
     CAIRN_TRY(safetensors::write_index(dst, safetensors::index_name, ix));

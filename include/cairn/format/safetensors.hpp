@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <set>
 #include <span>
 #include <string>
@@ -236,7 +237,7 @@ class writer {
     return write_at(name, 0, data);
   }
 
-  /// Writes `data` at byte `offset` inside tensor `name`.
+  /// Writes `data` at byte `offset` inside tensor `name`. Thread-safe for disjoint ranges.
   result<void> write_at(std::string_view name,
                         std::uint64_t offset,
                         std::span<const std::byte> data) {
@@ -250,6 +251,7 @@ class writer {
       auto r = out_->write_at(t.file_offset() + offset, data);
       if (!r) return std::move(r).err().with_key(std::string(name)).with_file(file_);
     }
+    std::lock_guard lock(*mu_);
     written_[i] += data.size();
     return ok();
   }
@@ -284,6 +286,7 @@ class writer {
   std::string file_;
   std::map<std::string, std::size_t, std::less<>> by_name_;
   std::vector<std::uint64_t> written_;
+  std::unique_ptr<std::mutex> mu_ = std::make_unique<std::mutex>();  // guards written_
 };
 
 /// A tensor and its bytes, for `write_file`.
