@@ -6,6 +6,7 @@
 #include <random>
 
 #include "../api/property.hpp"
+#include "cairn/async_save.hpp"
 #include "cairn/cairn.hpp"
 #include "cairn/storage/fault_injection.hpp"
 #include "cairn/strategies.hpp"
@@ -26,9 +27,12 @@ std::vector<named_strategy> all_strategies() {
   static const cairn::safetensors_strategy per_tensor(cairn::convert::strategy::per_tensor);
   // Small chunks and slabs: several files, several slabs per tensor.
   static const cairn::safetensors_strategy chunks(cairn::convert::strategy::chunks, 600, 256);
-  return {{"native", &native},         {"native_zstd", &native},  // zstd level 1 (random data:
-                                                                  // blocks mostly stored raw)
-          {"torch_dist", &torch_dist}, {"one_file", &one_file},  {"per_tensor", &per_tensor},
+  return {{"native", &native},
+          {"native_zstd", &native},  // zstd level 1 (random data:
+                                     // blocks mostly stored raw)
+          {"torch_dist", &torch_dist},
+          {"one_file", &one_file},
+          {"per_tensor", &per_tensor},
           {"chunks", &chunks}};
 }
 
@@ -426,4 +430,45 @@ TEST_CASE("zstd_level out of range is refused before anything is written") {
   REQUIRE(!r);
   CHECK(r.err().code == cairn::errc::invalid_argument);
   CHECK(mem.list("").value().empty());
+}
+
+TEST_CASE("async_saver writes every strategy in the background; the result loads on M ranks") {
+  const cairn::torch_dist_strategy torch_dist;
+  const cairn::safetensors_strategy chunks(cairn::convert::strategy::chunks, 700);
+  for (const cairn::save_strategy* strategy :
+       {static_cast<const cairn::save_strategy*>(&torch_dist),
+        static_cast<const cairn::save_strategy*>(&chunks)}) {
+    INFO(strategy->name());
+    cairn::memory_storage mem;
+    std::vector<tensor_spec> specs{{"a", cairn::dtype::f32, {12, 9}},
+                                   {"b", cairn::dtype::bf16, {7, 4}}};
+    std::mt19937 rng(11);
+    std::vector<grid> save_grids, load_grids;
+    for (const auto& s : specs) {
+      save_grids.push_back(random_grid(rng, s.global, 3));
+      load_grids.push_back(random_grid(rng, s.global, 2));
+    }
+    cairn::save_options so;
+    so.strategy = strategy;
+    cairn::run_ranks(3, [&](cairn::thread_communicator& comm) {
+      cairn::async_saver saver;
+      rank_state rs;
+      build_rank(rs, specs, save_grids, comm.rank(), 3, true);
+      auto h = saver.save(rs.sd, mem, comm, so);
+      REQUIRE(h);
+      for (auto& b : rs.buffers) std::fill(b.begin(), b.end(), std::byte{0x11});  // staged
+      REQUIRE(h->wait());
+    });
+    std::mutex mu;
+    std::vector<std::string> failures;
+    cairn::run_ranks(2, [&](cairn::thread_communicator& comm) {
+      rank_state rs;
+      build_rank(rs, specs, load_grids, comm.rank(), 2, false);
+      cairn::load(rs.sd, mem, comm);
+      auto f = rank_failures(rs, specs, load_grids, comm.rank(), 2, layout_kind::block);
+      std::lock_guard lk(mu);
+      failures.insert(failures.end(), f.begin(), f.end());
+    });
+    CHECK(failures.empty());
+  }
 }
