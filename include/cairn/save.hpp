@@ -167,7 +167,7 @@ struct write_item {
   std::size_t elem_size = 1;
   bool is_object = false;  ///< a sharded object's encoded bytes (owned by the save)
   /// Compressed writes: where each block (or tile) went and its stored length (see `extent`).
-  std::vector<std::uint64_t> block_offsets, block_stored;
+  std::vector<std::uint64_t> block_offsets = {}, block_stored = {};
 };
 
 /// Buffers that tiled writes gather into, reused across writes (and across saves when the

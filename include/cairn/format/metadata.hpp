@@ -47,7 +47,7 @@ struct extent {
   /// equals its data length is stored raw; otherwise it is one zstd frame. Checksums are of the
   /// data, verified after decompressing. Empty for an uncompressed extent (stored as it is at
   /// `byte_offset`).
-  std::vector<std::uint64_t> block_offsets, block_stored;
+  std::vector<std::uint64_t> block_offsets = {}, block_stored = {};
   /// True when the blocks are stored compressed (`block_offsets` / `block_stored` set).
   bool compressed() const noexcept { return !block_stored.empty(); }
   /// Bytes the extent occupies in its file.
