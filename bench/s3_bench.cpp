@@ -22,7 +22,8 @@ double now() {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: cairn-s3-bench s3://bucket/prefix [--mib N] [--ranks N] [--reps N]\n");
+    std::fprintf(stderr,
+                 "usage: cairn-s3-bench s3://bucket/prefix [--mib N] [--ranks N] [--reps N]\n");
     return 2;
   }
   std::string uri = argv[1];
@@ -114,7 +115,8 @@ int main(int argc, char** argv) {
   std::printf("raw GET (ranged, same bytes)     %7.3f s  %7.1f MB/s\n", best_get, mbps(best_get));
   auto c = st.counters();
   std::printf("checkpoint storage: %llu requests, %llu retries, %llu parts, %llu GETs\n",
-              static_cast<unsigned long long>(c.requests), static_cast<unsigned long long>(c.retries),
-              static_cast<unsigned long long>(c.parts), static_cast<unsigned long long>(c.gets));
+              static_cast<unsigned long long>(c.requests),
+              static_cast<unsigned long long>(c.retries), static_cast<unsigned long long>(c.parts),
+              static_cast<unsigned long long>(c.gets));
   return 0;
 }

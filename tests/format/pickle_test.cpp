@@ -107,6 +107,9 @@ TEST_CASE("malformed pickles are corrupt errors with the opcode offset") {
   bad("\x80\x02\xff.", 2, "opcode 0xff");
   bad("\x80\x02K\x01K\x02.", 6, "STOP");
   bad("\x80\x02t.", 2, "MARK");
-  bad(std::string("\x80\x02X\xff\x00\x00\x00" "ab", 9), 2, "truncated");
+  bad(std::string("\x80\x02X\xff\x00\x00\x00"
+                  "ab",
+                  9),
+      2, "truncated");
   bad("\x80\x09.", 0, "protocol");
 }
