@@ -42,6 +42,7 @@
 
 #include "cairn/async_save.hpp"
 #include "cairn/cairn.hpp"
+#include "cairn/strategies.hpp"
 #include "plan_sweep.hpp"
 
 namespace {

@@ -1,6 +1,9 @@
 // cairn/cairn.hpp: the whole core library in one include.
 //
-// Optional parts (MPI, CUDA, NCCL, S3) have their own headers and CMake targets.
+// Optional parts (MPI, CUDA, NCCL, S3) have their own headers and CMake targets. The
+// torch_dist and safetensors strategies, and loading PyTorch DCP and safetensors checkpoints,
+// come with <cairn/strategies.hpp> (it brings the pickle, ZIP and safetensors parsers, which
+// every file including this header would otherwise compile).
 #pragma once
 
 #include "cairn/comm/communicator.hpp"
@@ -20,7 +23,6 @@
 #include "cairn/storage/file.hpp"
 #include "cairn/storage/memory.hpp"
 #include "cairn/storage/storage.hpp"
-#include "cairn/strategies.hpp"
 #include "cairn/tree/fields.hpp"
 #include "cairn/tree/state_dict.hpp"
 #include "cairn/tree/visit.hpp"

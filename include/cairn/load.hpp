@@ -21,7 +21,7 @@
 #include "cairn/core/error.hpp"
 #include "cairn/cuda/device_leaves.hpp"
 #include "cairn/detail/parallel.hpp"
-#include "cairn/format/foreign.hpp"
+#include "cairn/format/layout.hpp"
 #include "cairn/format/metadata.hpp"
 #include "cairn/format/native.hpp"
 #include "cairn/plan/box.hpp"

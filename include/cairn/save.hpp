@@ -23,7 +23,7 @@
 #include "cairn/detail/binary.hpp"
 #include "cairn/detail/parallel.hpp"
 #include "cairn/format/checksum.hpp"
-#include "cairn/format/foreign.hpp"
+#include "cairn/format/layout.hpp"
 #include "cairn/format/metadata.hpp"
 #include "cairn/format/native.hpp"
 #include "cairn/plan/box.hpp"

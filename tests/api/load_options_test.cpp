@@ -222,3 +222,19 @@ TEST_CASE("a tensor every rank needs whole is read once and broadcast") {
     CHECK(total == (once ? 1u : 4u) * w.size() * sizeof(float));
   }
 }
+
+TEST_CASE("a foreign layout without its reader in the program fails saying what to include") {
+  // This test executable does not include cairn/format/foreign.hpp (tests/convert does).
+  cairn::memory_storage mem;
+  std::string junk = "not read";
+  mem.put(".metadata", std::as_bytes(std::span(junk))).value();
+  cairn::state_dict sd;
+  std::vector<float> w(4);
+  sd.add("w", cairn::from_rank_offsets("w", std::span(w), {4}, {}));
+  cairn::single_communicator one;
+  auto r = cairn::try_load(sd, mem, one);
+  REQUIRE(!r);
+  CHECK(r.err().code == cairn::errc::unsupported_version);
+  CHECK(r.err().message.find("torch_dist checkpoint") != std::string::npos);
+  CHECK(r.err().message.find("cairn/format/foreign.hpp") != std::string::npos);
+}

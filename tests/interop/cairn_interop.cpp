@@ -19,6 +19,7 @@
 #include "cairn/format/safetensors.hpp"
 #include "cairn/format/torch_zip.hpp"
 #include "cairn/storage/file.hpp"
+#include "cairn/strategies.hpp"
 
 namespace {
 using cairn::dtype;

@@ -23,6 +23,7 @@
 #include "cairn/core/error.hpp"
 #include "cairn/core/sharded_tensor.hpp"
 #include "cairn/format/dcp_metadata.hpp"
+#include "cairn/format/foreign.hpp"
 #include "cairn/format/native.hpp"
 #include "cairn/format/torch_zip.hpp"
 #include "cairn/load.hpp"

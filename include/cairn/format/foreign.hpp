@@ -17,6 +17,7 @@
 #include "cairn/core/common_value.hpp"
 #include "cairn/core/error.hpp"
 #include "cairn/format/dcp_metadata.hpp"
+#include "cairn/format/layout.hpp"
 #include "cairn/format/metadata.hpp"
 #include "cairn/format/native.hpp"
 #include "cairn/format/pickle.hpp"
@@ -120,82 +121,6 @@ inline std::optional<common_value> common_from_pickle(const pickle::value& v) {
   c.kind = common_kind::scalar;
   if (!scalar(v, c)) return std::nullopt;
   return c;
-}
-
-/// Converts a value read from a foreign layout (Python's int, float and bool) to the dtype the
-/// target asks for, when every element is exactly representable in it; nullopt otherwise.
-inline std::optional<common_value> coerce_common(const common_value& from, dtype to) {
-  if (from.kind == common_kind::string || from.type == to) return from;
-  common_value out{from.kind, to, {}};
-  std::size_t n = from.data.size() / dtype_size(from.type);
-  for (std::size_t i = 0; i < n; ++i) {
-    const std::byte* p = from.data.data() + i * dtype_size(from.type);
-    double d = 0;
-    std::int64_t k = 0;
-    bool is_int = from.type != dtype::f64;
-    if (from.type == dtype::f64)
-      std::memcpy(&d, p, 8);
-    else if (from.type == dtype::i64)
-      std::memcpy(&k, p, 8);
-    else
-      k = static_cast<std::int64_t>(std::to_integer<std::uint8_t>(*p));
-    auto emit = [&](auto x) {
-      auto b = std::as_bytes(std::span(&x, 1));
-      out.data.insert(out.data.end(), b.begin(), b.end());
-    };
-    auto as_int = [&](auto type_tag) -> bool {
-      using T = decltype(type_tag);
-      if (!is_int) return false;
-      if (k < static_cast<std::int64_t>(std::numeric_limits<T>::min()) ||
-          (k > 0 && static_cast<std::uint64_t>(k) > std::numeric_limits<T>::max()))
-        return false;
-      emit(static_cast<T>(k));
-      return true;
-    };
-    bool good = false;
-    switch (to) {
-      case dtype::bool_:
-        good = is_int && (k == 0 || k == 1) && (emit(static_cast<std::uint8_t>(k)), true);
-        break;
-      case dtype::i8:
-        good = as_int(std::int8_t{});
-        break;
-      case dtype::u8:
-        good = as_int(std::uint8_t{});
-        break;
-      case dtype::i16:
-        good = as_int(std::int16_t{});
-        break;
-      case dtype::u16:
-        good = as_int(std::uint16_t{});
-        break;
-      case dtype::i32:
-        good = as_int(std::int32_t{});
-        break;
-      case dtype::u32:
-        good = as_int(std::uint32_t{});
-        break;
-      case dtype::i64:
-        good = as_int(std::int64_t{});
-        break;
-      case dtype::u64:
-        good = as_int(std::uint64_t{});
-        break;
-      case dtype::f32: {
-        double x = is_int ? static_cast<double>(k) : d;
-        float f = static_cast<float>(x);
-        good = (static_cast<double>(f) == x || std::isnan(x)) && (emit(f), true);
-        break;
-      }
-      case dtype::f64:
-        good = (emit(is_int ? static_cast<double>(k) : d), true);
-        break;
-      default:
-        good = false;
-    }
-    if (!good) return std::nullopt;
-  }
-  return out;
 }
 
 inline result<std::uint32_t> file_index_of(storage_ref st,
@@ -364,32 +289,14 @@ inline result<checkpoint_metadata> safetensors_as_metadata(storage_ref st) {
   return m;
 }
 
-/// Which layout is on `st`: "cairn" (`metadata.json` of the native format), "torch_dist"
-/// (`.metadata`), "safetensors" (an index or `model.safetensors`), or "" when none.
-inline result<std::string> detect_layout(storage_ref st) {
-  CAIRN_TRY_ASSIGN(bool has_json, st.exists(metadata_name));
-  if (has_json) {
-    CAIRN_TRY_ASSIGN(std::uint64_t n, st.size(metadata_name));
-    std::string head(static_cast<std::size_t>(std::min<std::uint64_t>(n, 4096)), '\0');
-    CAIRN_TRY(st.read(metadata_name, 0, std::as_writable_bytes(std::span(head))));
-    if (head.find("\"format\":\"cairn\"") != std::string::npos) return std::string("cairn");
-  }
-  CAIRN_TRY_ASSIGN(bool has_dcp, st.exists(dcp::metadata_name));
-  if (has_dcp) return std::string("torch_dist");
-  CAIRN_TRY_ASSIGN(bool has_index, st.exists(safetensors::index_name));
-  if (has_index) return std::string("safetensors");
-  CAIRN_TRY_ASSIGN(bool has_one, st.exists("model.safetensors"));
-  if (has_one) return std::string("safetensors");
-  return std::string();
-}
-
-/// Reads the metadata of whatever checkpoint layout is on `st` (native, torch_dist, safetensors)
-/// in cairn's terms. Fails with errc::incomplete_checkpoint when there is none.
-inline result<checkpoint_metadata> read_any_metadata(storage_ref st) {
-  CAIRN_TRY_ASSIGN(std::string layout, detect_layout(st));
-  if (layout == "torch_dist") return dcp_as_metadata(st);
-  if (layout == "safetensors") return safetensors_as_metadata(st);
-  return read_metadata(st);  // native, or the incomplete-checkpoint error
-}
+// Every file that includes this header makes `load` and `read_any_metadata` read these
+// layouts (format/layout.hpp keeps the registry).
+static_assert(dcp::metadata_name == layout_files::dcp_metadata);
+static_assert(safetensors::index_name == layout_files::safetensors_index);
+namespace detail {
+inline const bool foreign_layouts_registered =
+    register_layout_reader("torch_dist", &dcp_as_metadata) &&
+    register_layout_reader("safetensors", &safetensors_as_metadata);
+}  // namespace detail
 
 }  // namespace cairn

@@ -1,0 +1,165 @@
+// cairn/format/layout.hpp: which checkpoint layout a storage holds, and reading any layout's
+// metadata in cairn's terms. The native format is built in; readers of the foreign layouts
+// (PyTorch DCP, safetensors) are registered by cairn/format/foreign.hpp, which
+// cairn/strategies.hpp and the convert headers include. Kept apart so that the core headers do
+// not pay for the pickle, ZIP and safetensors parsers.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "cairn/core/common_value.hpp"
+#include "cairn/core/error.hpp"
+#include "cairn/format/metadata.hpp"
+#include "cairn/format/native.hpp"
+#include "cairn/storage/storage.hpp"
+
+namespace cairn {
+
+/// The files that tell the layouts apart.
+namespace layout_files {
+inline constexpr std::string_view dcp_metadata = ".metadata";  ///< PyTorch DCP
+inline constexpr std::string_view safetensors_index = "model.safetensors.index.json";
+inline constexpr std::string_view safetensors_one = "model.safetensors";
+}  // namespace layout_files
+
+/// Reads a layout other than the native one and describes it as cairn metadata.
+using layout_reader = result<checkpoint_metadata> (*)(storage_ref);
+
+namespace detail {
+inline std::map<std::string, layout_reader, std::less<>>& layout_readers() {
+  static std::map<std::string, layout_reader, std::less<>> readers;
+  return readers;
+}
+}  // namespace detail
+
+/// Registers the reader of layout `name` ("torch_dist", "safetensors"). Called during static
+/// initialization by cairn/format/foreign.hpp; returns true.
+inline bool register_layout_reader(std::string name, layout_reader reader) {
+  detail::layout_readers()[std::move(name)] = reader;
+  return true;
+}
+
+/// Which layout is on `st`: "cairn" (`metadata.json` of the native format), "torch_dist"
+/// (`.metadata`), "safetensors" (an index or `model.safetensors`), or "" when none.
+inline result<std::string> detect_layout(storage_ref st) {
+  CAIRN_TRY_ASSIGN(bool has_json, st.exists(metadata_name));
+  if (has_json) {
+    CAIRN_TRY_ASSIGN(std::uint64_t n, st.size(metadata_name));
+    std::string head(static_cast<std::size_t>(std::min<std::uint64_t>(n, 4096)), '\0');
+    CAIRN_TRY(st.read(metadata_name, 0, std::as_writable_bytes(std::span(head))));
+    if (head.find("\"format\":\"cairn\"") != std::string::npos) return std::string("cairn");
+  }
+  CAIRN_TRY_ASSIGN(bool has_dcp, st.exists(layout_files::dcp_metadata));
+  if (has_dcp) return std::string("torch_dist");
+  CAIRN_TRY_ASSIGN(bool has_index, st.exists(layout_files::safetensors_index));
+  if (has_index) return std::string("safetensors");
+  CAIRN_TRY_ASSIGN(bool has_one, st.exists(layout_files::safetensors_one));
+  if (has_one) return std::string("safetensors");
+  return std::string();
+}
+
+/// Reads the metadata of whatever checkpoint layout is on `st` (native, torch_dist, safetensors)
+/// in cairn's terms. Fails with errc::incomplete_checkpoint when there is none, and with
+/// errc::unsupported_version for a foreign layout whose reader this program does not include.
+inline result<checkpoint_metadata> read_any_metadata(storage_ref st) {
+  CAIRN_TRY_ASSIGN(std::string layout, detect_layout(st));
+  if (layout.empty() || layout == "cairn") return read_metadata(st);  // or its error
+  auto it = detail::layout_readers().find(layout);
+  if (it == detail::layout_readers().end())
+    return std::move(make_error(errc::unsupported_version,
+                                "this is a " + layout +
+                                    " checkpoint; include <cairn/format/foreign.hpp> (or "
+                                    "<cairn/strategies.hpp>) in the program to read it"))
+        .with_file(st.describe(""));
+  return it->second(st);
+}
+
+namespace detail {
+
+/// Converts a value read from a foreign layout (Python's int, float and bool) to the dtype the
+/// target asks for, when every element is exactly representable in it; nullopt otherwise.
+inline std::optional<common_value> coerce_common(const common_value& from, dtype to) {
+  if (from.kind == common_kind::string || from.type == to) return from;
+  common_value out{from.kind, to, {}};
+  std::size_t n = from.data.size() / dtype_size(from.type);
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::byte* p = from.data.data() + i * dtype_size(from.type);
+    double d = 0;
+    std::int64_t k = 0;
+    bool is_int = from.type != dtype::f64;
+    if (from.type == dtype::f64)
+      std::memcpy(&d, p, 8);
+    else if (from.type == dtype::i64)
+      std::memcpy(&k, p, 8);
+    else
+      k = static_cast<std::int64_t>(std::to_integer<std::uint8_t>(*p));
+    auto emit = [&](auto x) {
+      auto b = std::as_bytes(std::span(&x, 1));
+      out.data.insert(out.data.end(), b.begin(), b.end());
+    };
+    auto as_int = [&](auto type_tag) -> bool {
+      using T = decltype(type_tag);
+      if (!is_int) return false;
+      if (k < static_cast<std::int64_t>(std::numeric_limits<T>::min()) ||
+          (k > 0 && static_cast<std::uint64_t>(k) > std::numeric_limits<T>::max()))
+        return false;
+      emit(static_cast<T>(k));
+      return true;
+    };
+    bool good = false;
+    switch (to) {
+      case dtype::bool_:
+        good = is_int && (k == 0 || k == 1) && (emit(static_cast<std::uint8_t>(k)), true);
+        break;
+      case dtype::i8:
+        good = as_int(std::int8_t{});
+        break;
+      case dtype::u8:
+        good = as_int(std::uint8_t{});
+        break;
+      case dtype::i16:
+        good = as_int(std::int16_t{});
+        break;
+      case dtype::u16:
+        good = as_int(std::uint16_t{});
+        break;
+      case dtype::i32:
+        good = as_int(std::int32_t{});
+        break;
+      case dtype::u32:
+        good = as_int(std::uint32_t{});
+        break;
+      case dtype::i64:
+        good = as_int(std::int64_t{});
+        break;
+      case dtype::u64:
+        good = as_int(std::uint64_t{});
+        break;
+      case dtype::f32: {
+        double x = is_int ? static_cast<double>(k) : d;
+        float f = static_cast<float>(x);
+        good = (static_cast<double>(f) == x || std::isnan(x)) && (emit(f), true);
+        break;
+      }
+      case dtype::f64:
+        good = (emit(is_int ? static_cast<double>(k) : d), true);
+        break;
+      default:
+        good = false;
+    }
+    if (!good) return std::nullopt;
+  }
+  return out;
+}
+
+}  // namespace detail
+
+}  // namespace cairn
