@@ -21,15 +21,13 @@ class device_leaf_staging {
   /// Save side: stages every device leaf (waits for the copies).
   result<void> to_host(leaf_list& leaves, const cuda::runtime_api* runtime) {
     if (!start(runtime)) return ok();
+    std::vector<std::size_t> which = device_leaves(leaves);
+    if (which.empty()) return ok();
     std::vector<cuda::stage_item> items;
-    std::vector<std::size_t> which;
-    for (std::size_t i = 0; i < leaves.tensors.size(); ++i) {
+    for (std::size_t i : which) {
       const tensor_leaf& t = leaves.tensors[i];
-      if (t.nbytes == 0 || stager_->classify(t.data) != cuda::memory_kind::device) continue;
       items.push_back({t.data, t.nbytes, t.layout.key});
-      which.push_back(i);
     }
-    if (items.empty()) return ok();
     CAIRN_TRY_ASSIGN(auto spans, stager_->stage(items));
     for (std::size_t k = 0; k < which.size(); ++k) leaves.tensors[which[k]].data = spans[k].data();
     return stager_->wait();
@@ -38,18 +36,13 @@ class device_leaf_staging {
   /// Load side: points every device leaf at host staging memory.
   result<void> redirect(leaf_list& leaves, const cuda::runtime_api* runtime) {
     if (!start(runtime)) return ok();
-    std::vector<std::size_t> which;
-    std::vector<std::size_t> sizes;
-    for (std::size_t i = 0; i < leaves.tensors.size(); ++i) {
-      const tensor_leaf& t = leaves.tensors[i];
-      if (t.nbytes == 0 || stager_->classify(t.data) != cuda::memory_kind::device) continue;
-      which.push_back(i);
-      sizes.push_back(t.nbytes);
-    }
+    std::vector<std::size_t> which = device_leaves(leaves);
     if (which.empty()) return ok();
+    std::vector<std::size_t> sizes;
+    for (std::size_t i : which) sizes.push_back(leaves.tensors[i].nbytes);
     CAIRN_TRY(pool_->reserve(cuda::staging_pool::bytes_for(sizes)));
-    for (std::size_t k = 0; k < which.size(); ++k) {
-      tensor_leaf& t = leaves.tensors[which[k]];
+    for (std::size_t i : which) {
+      tensor_leaf& t = leaves.tensors[i];
       CAIRN_TRY_ASSIGN(auto span, pool_->acquire(t.nbytes));
       back_.push_back({t.data, span.data(), t.nbytes, t.layout.key});
       t.data = span.data();
@@ -65,6 +58,16 @@ class device_leaf_staging {
   }
 
  private:
+  /// The non-empty tensor leaves that live in device memory.
+  std::vector<std::size_t> device_leaves(const leaf_list& leaves) const {
+    std::vector<std::size_t> which;
+    for (std::size_t i = 0; i < leaves.tensors.size(); ++i) {
+      const tensor_leaf& t = leaves.tensors[i];
+      if (t.nbytes > 0 && stager_->classify(t.data) == cuda::memory_kind::device)
+        which.push_back(i);
+    }
+    return which;
+  }
   bool start(const cuda::runtime_api* runtime) {
     const cuda::runtime_api* rt = cuda::usable_runtime(runtime);
     if (!rt) return false;
