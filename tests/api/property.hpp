@@ -3,6 +3,7 @@
 // three layouts.
 #pragma once
 
+#include <mutex>
 #include <random>
 #include <string>
 #include <vector>
@@ -134,6 +135,61 @@ inline std::vector<std::string> rank_failures(const rank_state& rs,
       failures.push_back(specs[i].key + " (" + kind_name(kind) + ") on rank " +
                          std::to_string(rank) + " block " + b.str());
   }
+  return failures;
+}
+
+/// One trial of the property test: tensors, and their shardings on N (save) and M (load)
+/// ranks.
+struct property_case {
+  std::vector<tensor_spec> specs;
+  std::vector<grid> save_grids, load_grids;
+};
+
+/// `specs` with random grids for `n` saving and `m` loading ranks.
+inline property_case random_case(std::mt19937& rng, std::vector<tensor_spec> specs, int n, int m) {
+  property_case c;
+  c.specs = std::move(specs);
+  for (const auto& s : c.specs) {
+    c.save_grids.push_back(random_grid(rng, s.global, n));
+    c.load_grids.push_back(random_grid(rng, s.global, m));
+  }
+  return c;
+}
+
+/// `count` random tensors with random grids for `n` saving and `m` loading ranks.
+inline property_case random_case(std::mt19937& rng, int count, int n, int m) {
+  return random_case(rng, random_specs(rng, count), n, m);
+}
+
+/// Saves the case on `n` thread ranks (shards laid out as `kind`) into `st`.
+inline void save_on_threads(cairn::storage_ref st,
+                            const property_case& c,
+                            int n,
+                            layout_kind kind,
+                            const cairn::save_options& so = {}) {
+  cairn::run_ranks(n, [&](cairn::thread_communicator& comm) {
+    rank_state rs;
+    build_rank(rs, c.specs, c.save_grids, comm.rank(), n, true, kind);
+    cairn::save(rs.sd, st, comm, so);
+  });
+}
+
+/// Loads the case on `m` thread ranks (shards laid out as `kind`) from `st`; returns what
+/// differs from the expected values (empty: all equal).
+inline std::vector<std::string> load_failures_on_threads(cairn::storage_ref st,
+                                                         const property_case& c,
+                                                         int m,
+                                                         layout_kind kind) {
+  std::mutex mu;
+  std::vector<std::string> failures;
+  cairn::run_ranks(m, [&](cairn::thread_communicator& comm) {
+    rank_state rs;
+    build_rank(rs, c.specs, c.load_grids, comm.rank(), m, false, kind);
+    cairn::load(rs.sd, st, comm);
+    auto f = rank_failures(rs, c.specs, c.load_grids, comm.rank(), m, kind);
+    std::lock_guard lk(mu);
+    failures.insert(failures.end(), f.begin(), f.end());
+  });
   return failures;
 }
 

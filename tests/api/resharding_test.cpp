@@ -26,30 +26,12 @@ TEST_CASE(
                                                             {kinds[2], kinds[0]},
                                                             {kinds[0], kinds[2]}};
       for (auto [save_kind, load_kind] : trials) {
-        auto specs = random_specs(rng, 1 + static_cast<int>(rng() % 4));
-        std::vector<grid> save_grids, load_grids;
-        for (const auto& s : specs) {
-          save_grids.push_back(random_grid(rng, s.global, n));
-          load_grids.push_back(random_grid(rng, s.global, m));
-        }
+        property_case c = random_case(rng, 1 + static_cast<int>(rng() % 4), n, m);
         cairn::memory_storage mem;
         cairn::save_options so;
         so.block_size = 16 + rng() % 64;  // small blocks: partial reads cross many blocks
-        cairn::run_ranks(n, [&](cairn::thread_communicator& comm) {
-          rank_state rs;
-          build_rank(rs, specs, save_grids, comm.rank(), n, true, save_kind);
-          cairn::save(rs.sd, mem, comm, so);
-        });
-        std::mutex mu;
-        std::vector<std::string> failures;
-        cairn::run_ranks(m, [&](cairn::thread_communicator& comm) {
-          rank_state rs;
-          build_rank(rs, specs, load_grids, comm.rank(), m, false, load_kind);
-          cairn::load(rs.sd, mem, comm);
-          auto f = rank_failures(rs, specs, load_grids, comm.rank(), m, load_kind);
-          std::lock_guard lk(mu);
-          failures.insert(failures.end(), f.begin(), f.end());
-        });
+        save_on_threads(mem, c, n, save_kind, so);
+        auto failures = load_failures_on_threads(mem, c, m, load_kind);
         INFO("N=" << n << " M=" << m << " save " << kind_name(save_kind) << " load "
                   << kind_name(load_kind));
         CHECK(failures.empty());

@@ -22,6 +22,17 @@ inline std::string make_temp_dir() {
   return tmpl;
 }
 
+/// A fresh temporary directory that rank 0 of `comm` creates and every rank receives the path
+/// of (collective; the caller removes it).
+inline std::string shared_temp_dir(cairn::comm_ref comm) {
+  std::string root;
+  if (comm.rank() == 0) root = make_temp_dir();
+  cairn::bytes msg(reinterpret_cast<const std::byte*>(root.data()),
+                   reinterpret_cast<const std::byte*>(root.data()) + root.size());
+  comm.broadcast(msg, 0);
+  return std::string(reinterpret_cast<const char*>(msg.data()), msg.size());
+}
+
 /// A temporary directory removed at scope exit.
 struct temp_dir {
   std::filesystem::path path;

@@ -54,22 +54,13 @@ TEST_CASE("every strategy saved on N ranks loads on M ranks element-exactly") {
       for (auto [save_kind, load_kind] :
            {std::pair{kinds[0], kinds[0]}, std::pair{kinds[1], kinds[0]},
             std::pair{kinds[0], kinds[1]}, std::pair{kinds[2], kinds[2]}}) {
-        auto specs = random_specs(rng, 1 + static_cast<int>(rng() % 4));
-        std::vector<grid> save_grids, load_grids;
-        for (const auto& s : specs) {
-          save_grids.push_back(random_grid(rng, s.global, n));
-          load_grids.push_back(random_grid(rng, s.global, m));
-        }
+        property_case c = random_case(rng, 1 + static_cast<int>(rng() % 4), n, m);
         cairn::memory_storage mem;
         cairn::save_options so;
         so.block_size = 64 + rng() % 64;
         so.strategy = strategy;
         if (name == "native_zstd") so.zstd_level = 1;
-        cairn::run_ranks(n, [&](cairn::thread_communicator& comm) {
-          rank_state rs;
-          build_rank(rs, specs, save_grids, comm.rank(), n, true, save_kind);
-          cairn::save(rs.sd, mem, comm, so);
-        });
+        save_on_threads(mem, c, n, save_kind, so);
         // Only the layout's own files are left (safetensors removes its shards).
         for (const auto& f : sorted_names(mem)) {
           INFO(name << " left " << f);
@@ -80,16 +71,7 @@ TEST_CASE("every strategy saved on N ranks loads on M ranks element-exactly") {
           else
             CHECK((f.ends_with(".safetensors") || f == "model.safetensors.index.json"));
         }
-        std::mutex mu;
-        std::vector<std::string> failures;
-        cairn::run_ranks(m, [&](cairn::thread_communicator& comm) {
-          rank_state rs;
-          build_rank(rs, specs, load_grids, comm.rank(), m, false, load_kind);
-          cairn::load(rs.sd, mem, comm);
-          auto f = rank_failures(rs, specs, load_grids, comm.rank(), m, load_kind);
-          std::lock_guard lk(mu);
-          failures.insert(failures.end(), f.begin(), f.end());
-        });
+        auto failures = load_failures_on_threads(mem, c, m, load_kind);
         INFO(name << " N=" << n << " M=" << m << " save " << kind_name(save_kind) << " load "
                   << kind_name(load_kind));
         CHECK(failures.empty());
@@ -242,17 +224,13 @@ TEST_CASE("safetensors output is byte-identical for the same state on any number
     cairn::safetensors_strategy chunks(cairn::convert::strategy::chunks, 2000);
     cairn::save_options so;
     so.strategy = &chunks;
-    std::vector<tensor_spec> specs{{"a", cairn::dtype::f32, {12, 9}},
-                                   {"b/c", cairn::dtype::bf16, {7}},
-                                   {"d", cairn::dtype::i64, {6, 5}}};
     std::mt19937 rng(5);
-    std::vector<grid> grids;
-    for (const auto& s : specs) grids.push_back(random_grid(rng, s.global, n));
-    cairn::run_ranks(n, [&](cairn::thread_communicator& comm) {
-      rank_state rs;
-      build_rank(rs, specs, grids, comm.rank(), n, true);
-      cairn::save(rs.sd, mem, comm, so);
-    });
+    property_case c = random_case(rng,
+                                  {{"a", cairn::dtype::f32, {12, 9}},
+                                   {"b/c", cairn::dtype::bf16, {7}},
+                                   {"d", cairn::dtype::i64, {6, 5}}},
+                                  n, n);
+    save_on_threads(mem, c, n, layout_kind::block, so);
     std::vector<std::byte> all;
     for (const auto& f : sorted_names(mem)) {
       auto size = mem.size(f).value();
@@ -440,36 +418,21 @@ TEST_CASE("async_saver writes every strategy in the background; the result loads
         static_cast<const cairn::save_strategy*>(&chunks)}) {
     INFO(strategy->name());
     cairn::memory_storage mem;
-    std::vector<tensor_spec> specs{{"a", cairn::dtype::f32, {12, 9}},
-                                   {"b", cairn::dtype::bf16, {7, 4}}};
     std::mt19937 rng(11);
-    std::vector<grid> save_grids, load_grids;
-    for (const auto& s : specs) {
-      save_grids.push_back(random_grid(rng, s.global, 3));
-      load_grids.push_back(random_grid(rng, s.global, 2));
-    }
+    property_case c = random_case(
+        rng, {{"a", cairn::dtype::f32, {12, 9}}, {"b", cairn::dtype::bf16, {7, 4}}}, 3, 2);
     cairn::save_options so;
     so.strategy = strategy;
     cairn::run_ranks(3, [&](cairn::thread_communicator& comm) {
       cairn::async_saver saver;
       rank_state rs;
-      build_rank(rs, specs, save_grids, comm.rank(), 3, true);
+      build_rank(rs, c.specs, c.save_grids, comm.rank(), 3, true);
       auto h = saver.save(rs.sd, mem, comm, so);
       REQUIRE(h);
       for (auto& b : rs.buffers) std::fill(b.begin(), b.end(), std::byte{0x11});  // staged
       REQUIRE(h->wait());
     });
-    std::mutex mu;
-    std::vector<std::string> failures;
-    cairn::run_ranks(2, [&](cairn::thread_communicator& comm) {
-      rank_state rs;
-      build_rank(rs, specs, load_grids, comm.rank(), 2, false);
-      cairn::load(rs.sd, mem, comm);
-      auto f = rank_failures(rs, specs, load_grids, comm.rank(), 2, layout_kind::block);
-      std::lock_guard lk(mu);
-      failures.insert(failures.end(), f.begin(), f.end());
-    });
-    CHECK(failures.empty());
+    CHECK(load_failures_on_threads(mem, c, 2, layout_kind::block).empty());
   }
 }
 
@@ -517,23 +480,12 @@ TEST_CASE("a user-written strategy plugs into save; the checkpoint loads as usua
   manifest_strategy mine;
   cairn::save_options so;
   so.strategy = &mine;
-  std::vector<tensor_spec> specs{{"w", cairn::dtype::f32, {8, 6}}};
   std::mt19937 rng(3);
-  std::vector<grid> save_grids{random_grid(rng, specs[0].global, 3)};
-  std::vector<grid> load_grids{random_grid(rng, specs[0].global, 2)};
-  cairn::run_ranks(3, [&](cairn::thread_communicator& comm) {
-    rank_state rs;
-    build_rank(rs, specs, save_grids, comm.rank(), 3, true);
-    cairn::save(rs.sd, mem, comm, so);
-  });
+  property_case c = random_case(rng, {{"w", cairn::dtype::f32, {8, 6}}}, 3, 2);
+  save_on_threads(mem, c, 3, layout_kind::block, so);
   std::vector<std::byte> manifest(mem.size("MANIFEST").value());
   mem.read("MANIFEST", 0, manifest).value();
   std::string text(reinterpret_cast<const char*>(manifest.data()), manifest.size());
   CHECK(text.find(".cairn rank ") != std::string::npos);
-  cairn::run_ranks(2, [&](cairn::thread_communicator& comm) {
-    rank_state rs;
-    build_rank(rs, specs, load_grids, comm.rank(), 2, false);
-    cairn::load(rs.sd, mem, comm);
-    CHECK(rank_failures(rs, specs, load_grids, comm.rank(), 2, layout_kind::block).empty());
-  });
+  CHECK(load_failures_on_threads(mem, c, 2, layout_kind::block).empty());
 }

@@ -14,16 +14,6 @@ using namespace cairn_test;
 
 namespace {
 
-/// A directory shared by every process (rank 0 creates it).
-std::string shared_dir(cairn::mpi_communicator& comm) {
-  std::string root;
-  if (comm.rank() == 0) root = make_temp_dir();
-  cairn::bytes msg(reinterpret_cast<const std::byte*>(root.data()),
-                   reinterpret_cast<const std::byte*>(root.data()) + root.size());
-  comm.broadcast(msg, 0);
-  return std::string(reinterpret_cast<const char*>(msg.data()), msg.size());
-}
-
 /// A [64 * world, 300] f32 weight split in row blocks; values from the global index.
 struct state {
   std::vector<float> w;
@@ -40,7 +30,7 @@ struct state {
 TEST_CASE("async save under MPI: commit at wait, background failures reach every process") {
   cairn::mpi_communicator comm(MPI_COMM_WORLD);
   const int rank = comm.rank(), world = comm.size();
-  std::string dir = shared_dir(comm);
+  std::string dir = shared_temp_dir(comm);
   cairn::file_storage disk(dir);
   cairn::save_options so;
   so.overwrite = true;

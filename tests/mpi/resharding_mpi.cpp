@@ -26,6 +26,36 @@ struct first_n {
   }
 };
 
+/// Saves `c` on the first `n` processes and loads it on the first `m` (shards laid out as
+/// `save_kind` and `load_kind`) in directory `dir`; returns what differs on this process.
+std::vector<std::string> save_and_load(const std::string& dir,
+                                       const property_case& c,
+                                       int n,
+                                       int m,
+                                       layout_kind save_kind,
+                                       layout_kind load_kind,
+                                       const cairn::save_options& so) {
+  {
+    first_n sub(n);
+    if (sub.comm != MPI_COMM_NULL) {
+      cairn::mpi_communicator comm(sub.comm);
+      rank_state rs;
+      build_rank(rs, c.specs, c.save_grids, comm.rank(), n, true, save_kind);
+      cairn::file_storage disk(dir);
+      cairn::save(rs.sd, disk, comm, so);
+    }
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  first_n sub(m);
+  if (sub.comm == MPI_COMM_NULL) return {};
+  cairn::mpi_communicator comm(sub.comm);
+  rank_state rs;
+  build_rank(rs, c.specs, c.load_grids, comm.rank(), m, false, load_kind);
+  cairn::file_storage disk(dir);
+  cairn::load(rs.sd, disk, comm);
+  return rank_failures(rs, c.specs, c.load_grids, comm.rank(), m, load_kind);
+}
+
 }  // namespace
 
 TEST_CASE(
@@ -33,16 +63,8 @@ TEST_CASE(
   int world = 0, me = 0;
   MPI_Comm_size(MPI_COMM_WORLD, &world);
   MPI_Comm_rank(MPI_COMM_WORLD, &me);
-  // One shared directory for all processes.
-  std::string root;
-  if (me == 0) root = make_temp_dir();
-  {
-    cairn::mpi_communicator all(MPI_COMM_WORLD);
-    cairn::bytes msg(reinterpret_cast<const std::byte*>(root.data()),
-                     reinterpret_cast<const std::byte*>(root.data()) + root.size());
-    all.broadcast(msg, 0);
-    root.assign(reinterpret_cast<const char*>(msg.data()), msg.size());
-  }
+  cairn::mpi_communicator all(MPI_COMM_WORLD);
+  const std::string root = shared_temp_dir(all);
   std::mt19937 rng(99);  // same sequence on every process
   int failures = 0, combos = 0;
   const std::pair<layout_kind, layout_kind> trials[] = {
@@ -54,39 +76,13 @@ TEST_CASE(
   for (int n = 1; n <= world; ++n) {
     for (int m = 1; m <= world; ++m) {
       for (auto [save_kind, load_kind] : trials) {
-        std::vector<tensor_spec> specs = random_specs(rng, 1 + static_cast<int>(rng() % 3));
-        std::vector<grid> save_grids, load_grids;
-        for (const auto& s : specs) {
-          save_grids.push_back(random_grid(rng, s.global, n));
-          load_grids.push_back(random_grid(rng, s.global, m));
-        }
-        std::string dir = root + "/ckpt_" + std::to_string(combos);
+        property_case c = random_case(rng, 1 + static_cast<int>(rng() % 3), n, m);
         cairn::save_options so;
         so.block_size = 32 + rng() % 64;
-        {
-          first_n sub(n);
-          if (sub.comm != MPI_COMM_NULL) {
-            cairn::mpi_communicator comm(sub.comm);
-            rank_state rs;
-            build_rank(rs, specs, save_grids, comm.rank(), n, true, save_kind);
-            cairn::file_storage disk(dir);
-            cairn::save(rs.sd, disk, comm, so);
-          }
-        }
-        MPI_Barrier(MPI_COMM_WORLD);
-        {
-          first_n sub(m);
-          if (sub.comm != MPI_COMM_NULL) {
-            cairn::mpi_communicator comm(sub.comm);
-            rank_state rs;
-            build_rank(rs, specs, load_grids, comm.rank(), m, false, load_kind);
-            cairn::file_storage disk(dir);
-            cairn::load(rs.sd, disk, comm);
-            for (const auto& f : rank_failures(rs, specs, load_grids, comm.rank(), m, load_kind)) {
-              ++failures;
-              MESSAGE("N=" << n << " M=" << m << " " << f);
-            }
-          }
+        for (const auto& f : save_and_load(root + "/ckpt_" + std::to_string(combos), c, n, m,
+                                           save_kind, load_kind, so)) {
+          ++failures;
+          MESSAGE("N=" << n << " M=" << m << " " << f);
         }
         ++combos;
       }
@@ -102,15 +98,8 @@ TEST_CASE("every save strategy on N processes loads on M processes") {
   int world = 0, me = 0;
   MPI_Comm_size(MPI_COMM_WORLD, &world);
   MPI_Comm_rank(MPI_COMM_WORLD, &me);
-  std::string root;
-  if (me == 0) root = make_temp_dir();
-  {
-    cairn::mpi_communicator all(MPI_COMM_WORLD);
-    cairn::bytes msg(reinterpret_cast<const std::byte*>(root.data()),
-                     reinterpret_cast<const std::byte*>(root.data()) + root.size());
-    all.broadcast(msg, 0);
-    root.assign(reinterpret_cast<const char*>(msg.data()), msg.size());
-  }
+  cairn::mpi_communicator all(MPI_COMM_WORLD);
+  const std::string root = shared_temp_dir(all);
   const cairn::torch_dist_strategy torch_dist;
   const cairn::safetensors_strategy one_file(cairn::convert::strategy::one_file);
   const cairn::safetensors_strategy chunks(cairn::convert::strategy::chunks, 500, 128);
@@ -125,42 +114,15 @@ TEST_CASE("every save strategy on N processes loads on M processes") {
     // N processes save, M = N % world + 1 load (a different count whenever world > 1).
     for (int n = 1; n <= world; ++n) {
       int m = n % world + 1;
-      auto specs = random_specs(rng, 1 + static_cast<int>(rng() % 3));
-      std::vector<grid> save_grids, load_grids;
-      for (const auto& sp : specs) {
-        save_grids.push_back(random_grid(rng, sp.global, n));
-        load_grids.push_back(random_grid(rng, sp.global, m));
-      }
-      std::string dir = root + "/strategy_" + std::to_string(combos);
+      property_case c = random_case(rng, 1 + static_cast<int>(rng() % 3), n, m);
       cairn::save_options so;
       so.strategy = strategy;
       so.zstd_level = strategy ? 0 : 1;
       so.block_size = 64;
-      {
-        first_n sub(n);
-        if (sub.comm != MPI_COMM_NULL) {
-          cairn::mpi_communicator comm(sub.comm);
-          rank_state rs;
-          build_rank(rs, specs, save_grids, comm.rank(), n, true, layout_kind::flattened);
-          cairn::file_storage disk(dir);
-          cairn::save(rs.sd, disk, comm, so);
-        }
-      }
-      MPI_Barrier(MPI_COMM_WORLD);
-      {
-        first_n sub(m);
-        if (sub.comm != MPI_COMM_NULL) {
-          cairn::mpi_communicator comm(sub.comm);
-          rank_state rs;
-          build_rank(rs, specs, load_grids, comm.rank(), m, false, layout_kind::block);
-          cairn::file_storage disk(dir);
-          cairn::load(rs.sd, disk, comm);
-          for (const auto& f :
-               rank_failures(rs, specs, load_grids, comm.rank(), m, layout_kind::block)) {
-            ++failures;
-            MESSAGE(name << " N=" << n << " M=" << m << " " << f);
-          }
-        }
+      for (const auto& f : save_and_load(root + "/strategy_" + std::to_string(combos), c, n, m,
+                                         layout_kind::flattened, layout_kind::block, so)) {
+        ++failures;
+        MESSAGE(name << " N=" << n << " M=" << m << " " << f);
       }
       ++combos;
     }
@@ -173,12 +135,7 @@ TEST_CASE("every save strategy on N processes loads on M processes") {
 
 TEST_CASE("a replicated tensor is read by one process and broadcast to the others") {
   cairn::mpi_communicator comm(MPI_COMM_WORLD);
-  std::string root;
-  if (comm.rank() == 0) root = make_temp_dir();
-  cairn::bytes msg(reinterpret_cast<const std::byte*>(root.data()),
-                   reinterpret_cast<const std::byte*>(root.data()) + root.size());
-  comm.broadcast(msg, 0);
-  root.assign(reinterpret_cast<const char*>(msg.data()), msg.size());
+  const std::string root = shared_temp_dir(comm);
   std::vector<double> w(256 * 128);
   for (std::size_t i = 0; i < w.size(); ++i) w[i] = 1.0 / static_cast<double>(i + 1);
   cairn::file_storage disk(root);
