@@ -300,22 +300,23 @@ inline result<void> run_copies(storage_ref st,
 }
 
 /// Rank 0 reads the metadata of whatever layout is on `st` (native, torch_dist, safetensors)
-/// and broadcasts it; every rank decodes the same bytes.
+/// and broadcasts it as JSON; every rank decodes the same bytes. Only a foreign layout's
+/// description may go without checksums.
 inline result<checkpoint_metadata> read_metadata_collective(storage_ref st, comm_ref comm) {
   bytes msg;
   if (comm.rank() == 0) {
     binary_writer w;
-    auto m = read_any_metadata(st);
-    std::optional<error> failure;
-    if (!m) failure = std::move(m).err();
-    put_error(w, failure);
-    w.str(m ? to_json(*m) : std::string());
+    auto m = read_any_metadata_json(st);
+    put_error(w, m ? std::nullopt : std::optional<error>(m.err()));
+    w.u8(m && m->foreign);
+    w.str(m ? m->json : std::string());
     msg = std::move(w.data());
   }
   comm.broadcast(msg, 0);
   binary_reader r(msg);
   if (auto f = get_error(r)) return std::move(*f).with_rank(0);
-  return metadata_from_json(r.str(), st.describe(metadata_name), /*allow_unverified=*/true);
+  bool foreign = r.u8();
+  return metadata_from_json(r.str(), st.describe(metadata_name), /*allow_unverified=*/foreign);
 }
 
 /// The common values of a checkpoint, decoded (reads and verifies the common-state file).
@@ -590,6 +591,7 @@ struct shared_piece {
   piece_ref local;  ///< this rank's (leaf, piece)
   int reader = 0;
   std::uint64_t nbytes = 0;
+  std::byte* data = nullptr;  ///< where the piece lies in this rank's memory
 };
 
 /// Finds the pieces every rank asks for whole and alike, and picks a reader for each (the
@@ -599,17 +601,18 @@ inline std::vector<shared_piece> plan_shared_pieces(const leaf_list& leaves,
                                                     const load_options& opt) {
   std::vector<shared_piece> out;
   if (!opt.read_once_broadcast || comm.size() < 2 || opt.common_only) return out;
-  // (key, box) -> this rank's (leaf, piece) and bytes
-  std::map<std::pair<std::string, std::pair<shape, shape>>, std::pair<piece_ref, std::uint64_t>>
-      mine;
+  // (key, box) -> this rank's piece
+  std::map<std::pair<std::string, std::pair<shape, shape>>, shared_piece> mine;
   for (std::size_t ti = 0; ti < leaves.tensors.size(); ++ti) {
-    const tensor_layout& L = leaves.tensors[ti].layout;
-    auto ps = pieces_of(L);
+    const tensor_leaf& t = leaves.tensors[ti];
+    const std::size_t es = dtype_size(t.layout.type);
+    auto ps = pieces_of(t.layout);
     for (std::size_t pi = 0; pi < ps.size(); ++pi) {
-      std::uint64_t n = static_cast<std::uint64_t>(ps[pi].region.volume()) * dtype_size(L.type);
+      std::uint64_t n = static_cast<std::uint64_t>(ps[pi].region.volume()) * es;
       if (n < std::max<std::uint64_t>(opt.broadcast_min_bytes, 1)) continue;
-      mine.emplace(std::make_pair(L.key, std::make_pair(ps[pi].region.offset, ps[pi].region.size)),
-                   std::make_pair(piece_ref{ti, pi}, n));
+      mine.emplace(
+          std::make_pair(t.layout.key, std::make_pair(ps[pi].region.offset, ps[pi].region.size)),
+          shared_piece{piece_ref{ti, pi}, 0, n, t.data + ps[pi].data_offset * es});
     }
   }
   binary_writer w;
@@ -637,28 +640,22 @@ inline std::vector<shared_piece> plan_shared_pieces(const leaf_list& leaves,
   std::vector<std::uint64_t> load(static_cast<std::size_t>(comm.size()), 0);
   for (const auto& [k, v] : mine) {  // same order on every rank (std::map)
     if (count[k] != comm.size()) continue;
-    std::size_t best = 0;
-    for (std::size_t r = 1; r < load.size(); ++r)
-      if (load[r] < load[best]) best = r;
-    load[best] += v.second;
-    out.push_back(shared_piece{v.first, static_cast<int>(best), v.second});
+    auto best = std::min_element(load.begin(), load.end());
+    *best += v.nbytes;
+    out.push_back(v);
+    out.back().reader = static_cast<int>(best - load.begin());
   }
   return out;
 }
 
 /// Broadcasts every shared piece from its reader into the other ranks' targets. Collective.
-inline void broadcast_shared_pieces(const leaf_list& leaves,
-                                    const std::vector<shared_piece>& shared,
-                                    comm_ref comm) {
+inline void broadcast_shared_pieces(const std::vector<shared_piece>& shared, comm_ref comm) {
   for (const auto& sp : shared) {
-    const tensor_leaf& t = leaves.tensors[sp.local.first];
-    piece p = pieces_of(t.layout)[sp.local.second];
-    std::byte* at = t.data + p.data_offset * dtype_size(t.layout.type);
     bytes buf;
-    if (comm.rank() == sp.reader) buf.assign(at, at + sp.nbytes);
+    if (comm.rank() == sp.reader) buf.assign(sp.data, sp.data + sp.nbytes);
     comm.broadcast(buf, sp.reader);
     if (comm.rank() != sp.reader && buf.size() == sp.nbytes)
-      std::memcpy(at, buf.data(), buf.size());
+      std::memcpy(sp.data, buf.data(), buf.size());
   }
 }
 
@@ -699,7 +696,7 @@ inline result<load_stats> load_leaves(const leaf_list& tree_leaves,
     if (auto f = first_failure(status))
       return make_error(errc::comm,
                         "load failed on rank " + std::to_string(f->rank) + ": " + f->describe());
-    broadcast_shared_pieces(leaves, shared, comm);
+    broadcast_shared_pieces(shared, comm);
   }
   try {
     if (failure) {

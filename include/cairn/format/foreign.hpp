@@ -76,29 +76,21 @@ inline std::optional<common_value> common_from_pickle(const pickle::value& v) {
     auto b = std::as_bytes(std::span(&x, 1));
     c.data.insert(c.data.end(), b.begin(), b.end());
   };
+  // Appends one Python scalar; all elements of a vector share one dtype.
   auto scalar = [&](const pickle::value& x, common_value& c) -> bool {
+    auto push = [&](dtype t, auto value) {
+      if (!c.data.empty() && c.type != t) return false;
+      c.type = t;
+      put(c, value);
+      return true;
+    };
     switch (x.type) {
       case K::boolean:
-        if (c.data.empty() || c.type == dtype::bool_) {
-          c.type = dtype::bool_;
-          put(c, static_cast<std::uint8_t>(x.i != 0));
-          return true;
-        }
-        return false;
+        return push(dtype::bool_, static_cast<std::uint8_t>(x.i != 0));
       case K::integer:
-        if (c.data.empty() || c.type == dtype::i64) {
-          c.type = dtype::i64;
-          put(c, x.i);
-          return true;
-        }
-        return false;
+        return push(dtype::i64, x.i);
       case K::floating:
-        if (c.data.empty() || c.type == dtype::f64) {
-          c.type = dtype::f64;
-          put(c, x.f);
-          return true;
-        }
-        return false;
+        return push(dtype::f64, x.f);
       default:
         return false;
     }
@@ -149,7 +141,6 @@ inline result<checkpoint_metadata> dcp_as_metadata(storage_ref st) {
   CAIRN_TRY_ASSIGN(dcp::metadata d, dcp::read(st));
   checkpoint_metadata m;
   m.layout = "torch_dist";
-  m.verified = false;
   m.block_size = foreign_read_block;
   m.save_id = "dcp";
   std::map<std::string, std::uint32_t> files;
@@ -256,7 +247,6 @@ inline result<checkpoint_metadata> dcp_as_metadata(storage_ref st) {
 inline result<checkpoint_metadata> safetensors_as_metadata(storage_ref st) {
   checkpoint_metadata m;
   m.layout = "safetensors";
-  m.verified = false;
   m.block_size = foreign_read_block;
   m.save_id = "safetensors";
   std::vector<std::string> names;

@@ -66,20 +66,45 @@ inline result<std::string> detect_layout(storage_ref st) {
   return std::string();
 }
 
+namespace detail {
+/// The registered reader of foreign layout `layout`, or an error saying what to include.
+inline result<layout_reader> reader_of(storage_ref st, const std::string& layout) {
+  auto it = layout_readers().find(layout);
+  if (it == layout_readers().end())
+    return std::move(make_error(errc::unsupported_version,
+                                "this is a " + layout +
+                                    " checkpoint; include <cairn/format/foreign.hpp> (or "
+                                    "<cairn/strategies.hpp>) in the program to read it"))
+        .with_file(st.describe(""));
+  return it->second;
+}
+}  // namespace detail
+
 /// Reads the metadata of whatever checkpoint layout is on `st` (native, torch_dist, safetensors)
 /// in cairn's terms. Fails with errc::incomplete_checkpoint when there is none, and with
 /// errc::unsupported_version for a foreign layout whose reader this program does not include.
 inline result<checkpoint_metadata> read_any_metadata(storage_ref st) {
   CAIRN_TRY_ASSIGN(std::string layout, detect_layout(st));
   if (layout.empty() || layout == "cairn") return read_metadata(st);  // or its error
-  auto it = detail::layout_readers().find(layout);
-  if (it == detail::layout_readers().end())
-    return std::move(make_error(errc::unsupported_version,
-                                "this is a " + layout +
-                                    " checkpoint; include <cairn/format/foreign.hpp> (or "
-                                    "<cairn/strategies.hpp>) in the program to read it"))
-        .with_file(st.describe(""));
-  return it->second(st);
+  CAIRN_TRY_ASSIGN(layout_reader reader, detail::reader_of(st, layout));
+  return reader(st);
+}
+
+/// `read_any_metadata` as JSON, for sending to other ranks: a native `metadata.json` as it is
+/// (not decoded here), or a foreign layout's description (`foreign` set: it has no checksums).
+struct metadata_json {
+  std::string json;
+  bool foreign = false;
+};
+inline result<metadata_json> read_any_metadata_json(storage_ref st) {
+  CAIRN_TRY_ASSIGN(std::string layout, detect_layout(st));
+  if (layout.empty() || layout == "cairn") {
+    CAIRN_TRY_ASSIGN(std::string json, read_metadata_json(st));
+    return metadata_json{std::move(json), false};
+  }
+  CAIRN_TRY_ASSIGN(layout_reader reader, detail::reader_of(st, layout));
+  CAIRN_TRY_ASSIGN(checkpoint_metadata m, reader(st));
+  return metadata_json{to_json(m), true};
 }
 
 namespace detail {
@@ -105,55 +130,29 @@ inline std::optional<common_value> coerce_common(const common_value& from, dtype
       auto b = std::as_bytes(std::span(&x, 1));
       out.data.insert(out.data.end(), b.begin(), b.end());
     };
-    auto as_int = [&](auto type_tag) -> bool {
-      using T = decltype(type_tag);
-      if (!is_int) return false;
-      if (k < static_cast<std::int64_t>(std::numeric_limits<T>::min()) ||
+    // An integer target: `k` in T's range.
+    auto as_int = [&]<class T>(T) {
+      if (!is_int || k < static_cast<std::int64_t>(std::numeric_limits<T>::min()) ||
           (k > 0 && static_cast<std::uint64_t>(k) > std::numeric_limits<T>::max()))
         return false;
       emit(static_cast<T>(k));
       return true;
     };
+    auto as_any_int = [&]<class... T>(T... tags) {
+      return ((to == dtype_of<T> && as_int(tags)) || ...);
+    };
     bool good = false;
-    switch (to) {
-      case dtype::bool_:
-        good = is_int && (k == 0 || k == 1) && (emit(static_cast<std::uint8_t>(k)), true);
-        break;
-      case dtype::i8:
-        good = as_int(std::int8_t{});
-        break;
-      case dtype::u8:
-        good = as_int(std::uint8_t{});
-        break;
-      case dtype::i16:
-        good = as_int(std::int16_t{});
-        break;
-      case dtype::u16:
-        good = as_int(std::uint16_t{});
-        break;
-      case dtype::i32:
-        good = as_int(std::int32_t{});
-        break;
-      case dtype::u32:
-        good = as_int(std::uint32_t{});
-        break;
-      case dtype::i64:
-        good = as_int(std::int64_t{});
-        break;
-      case dtype::u64:
-        good = as_int(std::uint64_t{});
-        break;
-      case dtype::f32: {
-        double x = is_int ? static_cast<double>(k) : d;
-        float f = static_cast<float>(x);
-        good = (static_cast<double>(f) == x || std::isnan(x)) && (emit(f), true);
-        break;
-      }
-      case dtype::f64:
-        good = (emit(is_int ? static_cast<double>(k) : d), true);
-        break;
-      default:
-        good = false;
+    if (to == dtype::bool_) {
+      good = is_int && (k == 0 || k == 1) && (emit(static_cast<std::uint8_t>(k)), true);
+    } else if (to == dtype::f32) {
+      double x = is_int ? static_cast<double>(k) : d;
+      float f = static_cast<float>(x);
+      good = (static_cast<double>(f) == x || std::isnan(x)) && (emit(f), true);
+    } else if (to == dtype::f64) {
+      good = (emit(is_int ? static_cast<double>(k) : d), true);
+    } else {
+      good = as_any_int(std::int8_t{}, std::uint8_t{}, std::int16_t{}, std::uint16_t{},
+                        std::int32_t{}, std::uint32_t{}, std::int64_t{}, std::uint64_t{});
     }
     if (!good) return std::nullopt;
   }

@@ -125,7 +125,7 @@ struct checkpoint_metadata {
   std::string layout = "cairn";
   /// False for a foreign layout: extents carry no checksums and reads are not verified
   /// (`block_size` is then only the read granularity).
-  bool verified = true;
+  bool verified() const noexcept { return layout == "cairn"; }
   /// Common values a foreign layout holds outside any extent (Megatron's `common.pt`).
   std::map<std::string, common_value> inline_commons;
 };
@@ -203,7 +203,7 @@ inline std::string to_json(const checkpoint_metadata& m) {
                  m.version, m.world_size);
   json_string(out, m.save_id);
   fmt::format_to(o, ",\n\"block_size\":{},\n\"checksum\":\"{}\",\n", m.block_size,
-                 m.verified ? "xxh3-64" : "none");
+                 m.verified() ? "xxh3-64" : "none");
   if (m.layout != "cairn") {
     fmt::format_to(o, "\"layout\":");
     json_string(out, m.layout);
@@ -327,22 +327,34 @@ inline result<checkpoint_metadata> metadata_from_json(std::string_view json,
     m.world_size = static_cast<int>(std::int64_t(doc["world_size"]));
     m.save_id = std::string(std::string_view(doc["save_id"]));
     m.block_size = std::uint64_t(doc["block_size"]);
+    // A common value's "kind" and "dtype" members.
+    auto kind_and_dtype = [&](dom::element v, std::string_view path, common_kind& kind,
+                              dtype& type) -> std::optional<error> {
+      std::string_view k = v["kind"];
+      if (k == "scalar")
+        kind = common_kind::scalar;
+      else if (k == "vector")
+        kind = common_kind::vector;
+      else if (k == "string")
+        kind = common_kind::string;
+      else
+        return corrupt("unknown common kind '" + std::string(k) + "'");
+      auto dt = dtype_from_name(std::string_view(v["dtype"]));
+      if (!dt) return corrupt("unknown dtype for common value '" + std::string(path) + "'");
+      type = *dt;
+      return std::nullopt;
+    };
     std::string_view checksum_name = doc["checksum"];
     if (checksum_name == "none" && allow_unverified) {
-      m.verified = false;
-      std::string_view layout;
-      if (doc["layout"].get(layout) == SUCCESS) m.layout = std::string(layout);
+      // A foreign layout described in cairn's terms (what load broadcasts): no checksums.
+      std::string_view layout = doc["layout"];
+      if (layout == "cairn") return corrupt("the native layout without checksums");
+      m.layout = std::string(layout);
       dom::object ic;
       if (doc["inline_commons"].get(ic) == SUCCESS)
         for (auto [k, v] : ic) {
           common_value c;
-          std::string_view kind = v["kind"];
-          c.kind = kind == "string"   ? common_kind::string
-                   : kind == "vector" ? common_kind::vector
-                                      : common_kind::scalar;
-          auto dt = dtype_from_name(std::string_view(v["dtype"]));
-          if (!dt) return corrupt("unknown dtype for common value '" + std::string(k) + "'");
-          c.type = *dt;
+          if (auto bad_kind = kind_and_dtype(v, k, c.kind, c.type)) return std::move(*bad_kind);
           std::string_view hex = v["hex"];
           auto nibble = [](char h) {
             return h >= 'a' ? h - 'a' + 10 : h >= 'A' ? h - 'A' + 10 : h - '0';
@@ -351,12 +363,12 @@ inline result<checkpoint_metadata> metadata_from_json(std::string_view json,
             c.data.push_back(static_cast<std::byte>(nibble(hex[i]) * 16 + nibble(hex[i + 1])));
           m.inline_commons.emplace(std::string(k), std::move(c));
         }
-    } else if (checksum_name != "xxh3-64")
+    } else if (checksum_name != "xxh3-64") {
       return std::move(make_error(errc::unsupported_version,
-                                  "checksum algorithm '" +
-                                      std::string(std::string_view(doc["checksum"])) +
+                                  "checksum algorithm '" + std::string(checksum_name) +
                                       "' is not supported (this cairn knows xxh3-64)"))
           .with_file(where);
+    }
     if (m.block_size == 0) return corrupt("block_size is 0");
     auto ints = [](dom::element e) {
       shape s;
@@ -378,7 +390,7 @@ inline result<checkpoint_metadata> metadata_from_json(std::string_view json,
       if (blocks < 0)
         blocks = static_cast<std::int64_t>((x.nbytes + m.block_size - 1) / m.block_size);
       std::int64_t data_blocks = blocks;
-      if (!m.verified) blocks = 0;
+      if (!m.verified()) blocks = 0;
       if (x.checksums.size() != static_cast<std::uint64_t>(blocks))
         bad = "checksum count does not match the byte count";
       std::string_view codec;
@@ -421,7 +433,7 @@ inline result<checkpoint_metadata> metadata_from_json(std::string_view json,
           return corrupt("chunk rank differs from tensor rank for '" + std::string(k) + "'");
         dom::element tiles;
         if (c["tiles"].get(tiles) == SUCCESS) {
-          if (!m.verified) return corrupt("an unverified layout has tiled chunks");
+          if (!m.verified()) return corrupt("an unverified layout has tiled chunks");
           cr.tiles = ints(tiles);
           if (cr.tiles.size() != cr.region.size.size())
             return corrupt("tile counts of a chunk of '" + std::string(k) +
@@ -449,18 +461,7 @@ inline result<checkpoint_metadata> metadata_from_json(std::string_view json,
       m.common = read_extent(dom::object(common));
       for (auto [k, v] : dom::object(common["values"])) {
         common_record c;
-        std::string_view kind = v["kind"];
-        if (kind == "scalar")
-          c.kind = common_kind::scalar;
-        else if (kind == "vector")
-          c.kind = common_kind::vector;
-        else if (kind == "string")
-          c.kind = common_kind::string;
-        else
-          return corrupt("unknown common kind '" + std::string(kind) + "'");
-        auto dt = dtype_from_name(std::string_view(v["dtype"]));
-        if (!dt) return corrupt("unknown dtype for common value '" + std::string(k) + "'");
-        c.type = *dt;
+        if (auto bad_kind = kind_and_dtype(v, k, c.kind, c.type)) return std::move(*bad_kind);
         c.offset = std::uint64_t(v["offset"]);
         c.nbytes = std::uint64_t(v["bytes"]);
         m.commons.emplace(std::string(k), c);

@@ -21,10 +21,9 @@ namespace cairn {
 /// Largest single read or write cairn issues (bytes).
 inline constexpr std::uint64_t max_io_bytes = std::uint64_t{64} << 20;
 
-/// Reads and decodes the committed metadata. A directory without it fails with
+/// Reads the committed `metadata.json` as it is. A directory without it fails with
 /// errc::incomplete_checkpoint ("incomplete checkpoint: ... has no metadata.json").
-inline result<checkpoint_metadata> read_metadata(storage_ref st) {
-  std::string where = st.describe(metadata_name);
+inline result<std::string> read_metadata_json(storage_ref st) {
   auto exists = st.exists(metadata_name);
   if (!exists) return std::move(exists).err();
   if (!*exists)
@@ -32,11 +31,17 @@ inline result<checkpoint_metadata> read_metadata(storage_ref st) {
                                 "incomplete checkpoint: no " + std::string(metadata_name) +
                                     " (the save never committed, or this is not a cairn "
                                     "checkpoint)"))
-        .with_file(where);
+        .with_file(st.describe(metadata_name));
   CAIRN_TRY_ASSIGN(std::uint64_t n, st.size(metadata_name));
   std::string json(n, '\0');
   CAIRN_TRY(st.read(metadata_name, 0, std::as_writable_bytes(std::span(json))));
-  return metadata_from_json(json, where);
+  return json;
+}
+
+/// Reads and decodes the committed metadata (see `read_metadata_json`).
+inline result<checkpoint_metadata> read_metadata(storage_ref st) {
+  CAIRN_TRY_ASSIGN(std::string json, read_metadata_json(st));
+  return metadata_from_json(json, st.describe(metadata_name));
 }
 
 /// The user's content metadata of a checkpoint, read without touching any data file.
@@ -46,6 +51,34 @@ inline result<std::map<std::string, std::string>> read_content_metadata(storage_
 }
 
 namespace detail {
+
+/// A failed read of object `name` while reading `what` of `key`.
+inline error read_failed(error err,
+                         storage_ref st,
+                         const std::string& name,
+                         const std::string& key,
+                         const std::string& what) {
+  err.message = what + ": " + err.message;
+  return std::move(err).with_key(key).with_file(st.describe(name));
+}
+
+/// Block `block` of `what` (of `key`), stored at `offset` of object `name`, is corrupt:
+/// "<problem> in <what> (block <block>, <detail>)".
+inline error corrupt_block(storage_ref st,
+                           const std::string& name,
+                           const std::string& key,
+                           const std::string& what,
+                           const std::string& problem,
+                           const std::string& detail,
+                           std::uint64_t block,
+                           std::uint64_t offset) {
+  error err = make_error(errc::corrupt, problem + " in " + what + " (block " +
+                                            std::to_string(block) + ", " + detail + ")");
+  err.key = key;
+  err.file = st.describe(name);
+  err.offset = offset;
+  return err;
+}
 
 /// The compressed case of `read_verified_blocks`: reads each block's stored bytes (adjacent
 /// blocks in one read), decompresses into `out` and verifies the data's checksum.
@@ -60,13 +93,6 @@ inline result<void> read_compressed_blocks(storage_ref st,
   const std::string& name = m.files.at(e.file).name;
   const std::uint64_t B = m.block_size;
   std::vector<std::byte> stored;
-  auto fail = [&](errc code, const std::string& msg, std::uint64_t block) {
-    error err = make_error(code, what + ": " + msg + " (block " + std::to_string(block) + ")");
-    err.key = key;
-    err.file = st.describe(name);
-    err.offset = e.block_offsets.at(block);
-    return err;
-  };
   for (std::uint64_t b = first_block; b <= last_block;) {
     // A run of blocks stored back to back, read at once (up to max_io_bytes).
     std::uint64_t end = b + 1, bytes = e.block_stored.at(b);
@@ -75,34 +101,26 @@ inline result<void> read_compressed_blocks(storage_ref st,
            bytes + e.block_stored[end] <= max_io_bytes)
       bytes += e.block_stored[end++];
     stored.resize(bytes);
-    if (auto r = st.read(name, e.block_offsets[b], stored); !r) {
-      auto err = std::move(r).err();
-      err.message = what + ": " + err.message;
-      return std::move(err).with_key(key).with_file(st.describe(name));
-    }
-    std::uint64_t pos = 0;
-    for (; b < end; ++b) {
+    if (auto r = st.read(name, e.block_offsets[b], stored); !r)
+      return read_failed(std::move(r).err(), st, name, key, what);
+    for (const std::byte* src = stored.data(); b < end; src += e.block_stored[b++]) {
       std::uint64_t len = std::min(B, e.nbytes - b * B);
       std::span<std::byte> dst = out.subspan((b - first_block) * B, len);
-      const std::byte* src = stored.data() + pos;
       std::uint64_t n = e.block_stored[b];
       if (n == len) {
         std::memcpy(dst.data(), src, len);
       } else {
         std::size_t got = ZSTD_decompress(dst.data(), dst.size(), src, n);
         if (ZSTD_isError(got) || got != len)
-          return fail(errc::corrupt,
-                      std::string("zstd block does not decompress to its ") + std::to_string(len) +
-                          " bytes" +
-                          (ZSTD_isError(got) ? std::string(": ") + ZSTD_getErrorName(got) : ""),
-                      b);
+          return corrupt_block(
+              st, name, key, what, "zstd block does not decompress",
+              "expected " + std::to_string(len) + " bytes" +
+                  (ZSTD_isError(got) ? std::string(": ") + ZSTD_getErrorName(got) : ""),
+              b, e.block_offsets[b]);
       }
       if (checksum(dst) != e.checksums.at(b))
-        return fail(errc::corrupt,
-                    "checksum mismatch in " + what + " after decompressing (" +
-                        std::to_string(len) + " bytes)",
-                    b);
-      pos += n;
+        return corrupt_block(st, name, key, what, "checksum mismatch after decompressing",
+                             std::to_string(len) + " bytes", b, e.block_offsets[b]);
     }
   }
   return ok();
@@ -124,26 +142,16 @@ inline result<void> read_verified_blocks(storage_ref st,
   if (e.compressed())
     return detail::read_compressed_blocks(st, m, e, first_block, last_block, out, key, what);
   const std::string& name = m.files.at(e.file).name;
-  std::uint64_t start = first_block * m.block_size;
-  auto r = st.read(name, e.byte_offset + start, out);
-  if (!r) {
-    auto err = std::move(r).err();
-    err.message = what + ": " + err.message;
-    return std::move(err).with_key(key).with_file(st.describe(name));
-  }
-  if (!m.verified) return ok();  // a foreign layout: nothing to verify against
+  const std::uint64_t B = m.block_size;
+  const std::uint64_t start = first_block * B;
+  if (auto r = st.read(name, e.byte_offset + start, out); !r)
+    return detail::read_failed(std::move(r).err(), st, name, key, what);
+  if (!m.verified()) return ok();  // a foreign layout: nothing to verify against
   for (std::uint64_t b = first_block; b <= last_block; ++b) {
-    std::uint64_t lo = b * m.block_size - start;
-    std::uint64_t len = std::min(m.block_size, e.nbytes - b * m.block_size);
-    if (checksum(out.subspan(lo, len)) != e.checksums.at(b)) {
-      error err =
-          make_error(errc::corrupt, "checksum mismatch in " + what + " (block " +
-                                        std::to_string(b) + ", " + std::to_string(len) + " bytes)");
-      err.key = key;
-      err.file = st.describe(name);
-      err.offset = e.byte_offset + b * m.block_size;
-      return err;
-    }
+    std::uint64_t len = std::min(B, e.nbytes - b * B);
+    if (checksum(out.subspan(b * B - start, len)) != e.checksums.at(b))
+      return detail::corrupt_block(st, name, key, what, "checksum mismatch",
+                                   std::to_string(len) + " bytes", b, e.byte_offset + b * B);
   }
   return ok();
 }
