@@ -237,27 +237,21 @@ inline result<void> write_items(storage_ref st,
   std::vector<std::vector<box>> tiles(items.size());
   for (std::size_t i = 0; i < items.size(); ++i) {
     write_item& it = items[i];
-    it.block_offsets.clear();
-    it.block_stored.clear();
+    const bool compressed_item = compress && !it.is_object;
     if (it.tiles.empty()) {
       it.checksums.assign((it.nbytes + block_size - 1) / block_size, 0);
-      if (compress && !it.is_object) {
-        it.block_offsets.assign(it.checksums.size(), 0);
-        it.block_stored.assign(it.checksums.size(), 0);
-      }
       if (compress && it.is_object)  // one contiguous run
         tasks.push_back({i, 0, it.nbytes});
       else
         for (std::uint64_t b = 0; b < it.nbytes; b += step)
           tasks.push_back({i, b, std::min(it.nbytes, b + step)});
-      continue;
+    } else {
+      for_each_tile(it.region, it.tiles, [&](const box& t) { tiles[i].push_back(t); });
+      it.checksums.assign(tiles[i].size(), 0);
     }
-    for_each_tile(it.region, it.tiles, [&](const box& t) { tiles[i].push_back(t); });
-    it.checksums.assign(tiles[i].size(), 0);
-    if (compress) {
-      it.block_offsets.assign(tiles[i].size(), 0);
-      it.block_stored.assign(tiles[i].size(), 0);
-    }
+    it.block_offsets.assign(compressed_item ? it.checksums.size() : 0, 0);
+    it.block_stored.assign(compressed_item ? it.checksums.size() : 0, 0);
+    if (it.tiles.empty()) continue;
     std::uint64_t pos = 0;
     task cur{i, 0, 0, 0, 0};
     for (std::size_t k = 0; k < tiles[i].size(); ++k) {
@@ -273,33 +267,35 @@ inline result<void> write_items(storage_ref st,
     if (cur.last_tile > cur.first_tile) tasks.push_back(cur);
   }
   std::atomic<std::uint64_t> cursor{0};  // compressed writes: the object's end
-  // Compresses `n` blocks of `data` (block k: `len(k)` bytes at `at(k)`) into `out`, recording
-  // stored lengths into `it.block_stored[first + k]`; returns the bytes used.
-  auto compress_run = [&](write_item& it, std::size_t first, std::size_t n, auto&& at, auto&& len,
-                          std::byte* out, ZSTD_CCtx* cctx) -> result<std::uint64_t> {
+  // Compresses blocks [first, first + n) of `it` (block q: `len(q)` bytes at `at(q)`) one by
+  // one (a block that does not shrink stays raw), appends them to the object as one run and
+  // records where each went.
+  auto compress_and_append = [&](write_item& it, std::size_t first, std::size_t n, auto&& at,
+                                 auto&& len) -> result<void> {
+    std::unique_ptr<std::byte[]> out(new std::byte[n * ZSTD_compressBound(block_size)]);
+    std::unique_ptr<ZSTD_CCtx, std::size_t (*)(ZSTD_CCtx*)> cctx(ZSTD_createCCtx(), ZSTD_freeCCtx);
     std::uint64_t used = 0;
-    for (std::size_t k = 0; k < n; ++k) {
-      const std::byte* src = at(k);
-      std::uint64_t l = len(k);
-      std::size_t c =
-          ZSTD_compressCCtx(cctx, out + used, ZSTD_compressBound(l), src, l, zstd_level);
+    for (std::size_t q = 0; q < n; ++q) {
+      const std::byte* src = at(q);
+      std::uint64_t l = len(q);
+      std::size_t c = ZSTD_compressCCtx(cctx.get(), out.get() + used, ZSTD_compressBound(l), src, l,
+                                        zstd_level);
       if (ZSTD_isError(c))
         return std::move(make_error(errc::io, std::string("zstd: ") + ZSTD_getErrorName(c)))
             .with_key(it.key);
       if (c >= l) {
-        std::memcpy(out + used, src, l);
+        std::memcpy(out.get() + used, src, l);
         c = l;
       }
-      it.block_stored[first + k] = c;
+      it.block_stored[first + q] = c;
       used += c;
     }
-    return used;
-  };
-  auto place = [&](write_item& it, std::size_t first, std::size_t n, std::uint64_t at) {
-    for (std::size_t k = 0; k < n; ++k) {
-      it.block_offsets[first + k] = at;
-      at += it.block_stored[first + k];
+    std::uint64_t pos = cursor.fetch_add(used);
+    for (std::size_t q = 0; q < n; ++q) {
+      it.block_offsets[first + q] = pos;
+      pos += it.block_stored[first + q];
     }
+    return writer->write_at(pos - used, {out.get(), static_cast<std::size_t>(used)});
   };
   auto r = run_parallel(tasks.size(), threads, [&](std::size_t k) -> result<void> {
     const task& t = tasks[k];
@@ -308,32 +304,20 @@ inline result<void> write_items(storage_ref st,
       for (std::uint64_t b = t.begin; b < t.end; b += block_size)
         it.checksums[b / block_size] =
             checksum({it.src + b, static_cast<std::size_t>(std::min(block_size, it.nbytes - b))});
+      result<void> w = ok();
       if (!compress) {
-        auto w = writer->write_at(it.file_offset + t.begin,
-                                  {it.src + t.begin, static_cast<std::size_t>(t.end - t.begin)});
-        if (!w) return std::move(w).err().with_key(it.key);
-        return ok();
-      }
-      if (it.is_object) {
+        w = writer->write_at(it.file_offset + t.begin,
+                             {it.src + t.begin, static_cast<std::size_t>(t.end - t.begin)});
+      } else if (it.is_object) {  // objects are stored raw, in one run
         it.file_offset = cursor.fetch_add(it.nbytes);
-        auto w = writer->write_at(it.file_offset, {it.src, static_cast<std::size_t>(it.nbytes)});
-        if (!w) return std::move(w).err().with_key(it.key);
-        return ok();
+        w = writer->write_at(it.file_offset, {it.src, static_cast<std::size_t>(it.nbytes)});
+      } else {
+        std::size_t first = static_cast<std::size_t>(t.begin / block_size);
+        std::size_t n = static_cast<std::size_t>((t.end - t.begin + block_size - 1) / block_size);
+        w = compress_and_append(
+            it, first, n, [&](std::size_t q) { return it.src + t.begin + q * block_size; },
+            [&](std::size_t q) { return std::min(block_size, t.end - t.begin - q * block_size); });
       }
-      std::size_t first = static_cast<std::size_t>(t.begin / block_size);
-      std::size_t n = static_cast<std::size_t>((t.end - t.begin + block_size - 1) / block_size);
-      std::unique_ptr<std::byte[]> out(new std::byte[n * ZSTD_compressBound(block_size)]);
-      std::unique_ptr<ZSTD_CCtx, std::size_t (*)(ZSTD_CCtx*)> cctx(ZSTD_createCCtx(),
-                                                                   ZSTD_freeCCtx);
-      CAIRN_TRY_ASSIGN(
-          std::uint64_t used,
-          compress_run(
-              it, first, n, [&](std::size_t q) { return it.src + t.begin + q * block_size; },
-              [&](std::size_t q) { return std::min(block_size, t.end - t.begin - q * block_size); },
-              out.get(), cctx.get()));
-      std::uint64_t at = cursor.fetch_add(used);
-      place(it, first, n, at);
-      auto w = writer->write_at(at, {out.get(), static_cast<std::size_t>(used)});
       if (!w) return std::move(w).err().with_key(it.key);
       return ok();
     }
@@ -353,26 +337,13 @@ inline result<void> write_items(storage_ref st,
       starts.push_back(off);
       off += n;
     }
-    result<void> w = ok();
-    if (!compress) {
-      w = writer->write_at(it.file_offset + t.begin, {buf.get(), static_cast<std::size_t>(off)});
-    } else {
-      std::size_t n = t.last_tile - t.first_tile;
-      std::unique_ptr<std::byte[]> out(new std::byte[n * ZSTD_compressBound(block_size)]);
-      std::unique_ptr<ZSTD_CCtx, std::size_t (*)(ZSTD_CCtx*)> cctx(ZSTD_createCCtx(),
-                                                                   ZSTD_freeCCtx);
-      auto used = compress_run(
-          it, t.first_tile, n, [&](std::size_t q) { return buf.get() + starts[q]; },
-          [&](std::size_t q) { return (q + 1 < n ? starts[q + 1] : off) - starts[q]; }, out.get(),
-          cctx.get());
-      if (!used) {
-        w = std::move(used).err();
-      } else {
-        std::uint64_t at = cursor.fetch_add(*used);
-        place(it, t.first_tile, n, at);
-        w = writer->write_at(at, {out.get(), static_cast<std::size_t>(*used)});
-      }
-    }
+    const std::size_t n = t.last_tile - t.first_tile;
+    result<void> w =
+        compress ? compress_and_append(
+                       it, t.first_tile, n, [&](std::size_t q) { return buf.get() + starts[q]; },
+                       [&](std::size_t q) { return (q + 1 < n ? starts[q + 1] : off) - starts[q]; })
+                 : writer->write_at(it.file_offset + t.begin,
+                                    {buf.get(), static_cast<std::size_t>(off)});
     buffers->give(std::move(buf));
     if (!w) return std::move(w).err().with_key(it.key);
     return ok();
@@ -481,9 +452,6 @@ struct written_save {
   bytes assemble_report;
   /// Whatever the strategy keeps on this rank between phases.
   std::any local;
-  std::string common_name;
-  extent common_extent;
-  std::map<std::string, common_record> common_records;
 };
 
 }  // namespace detail
@@ -560,6 +528,54 @@ class save_strategy {
   }
 };
 
+namespace detail {
+
+/// A common-state object as written: its name, extent (file index unset) and where each value
+/// lies in it.
+struct common_state {
+  std::string name;
+  extent where;
+  std::map<std::string, common_record> records;
+};
+
+/// Writes `commons` (path -> common_value pairs) into object `name`, checksummed per block.
+template <class Commons>
+result<common_state> write_common_state(storage_ref st,
+                                        std::string name,
+                                        const Commons& commons,
+                                        std::uint64_t block_size) {
+  common_state cs{std::move(name), {}, {}};
+  bytes buf;
+  for (const auto& [path, v] : commons) {
+    cs.records[path] = common_record{v.kind, v.type, buf.size(), v.data.size()};
+    buf.insert(buf.end(), v.data.begin(), v.data.end());
+  }
+  cs.where.nbytes = buf.size();
+  cs.where.checksums = block_checksums(buf, block_size);
+  if (auto w = st.put(cs.name, buf); !w) return std::move(w).err().with_file(st.describe(cs.name));
+  return cs;
+}
+
+/// Records a written common state in `m`, its file last.
+inline void add_common_state(checkpoint_metadata& m, common_state cs) {
+  cs.where.file = static_cast<std::uint32_t>(m.files.size());
+  m.files.push_back(file_record{cs.name, 0, cs.where.nbytes});
+  m.common = std::move(cs.where);
+  m.commons = std::move(cs.records);
+}
+
+/// The commit of a native checkpoint: `metadata.json`, written atomically, after checking that
+/// this reader loads it back.
+inline result<void> put_metadata(storage_ref st, const checkpoint_metadata& m) {
+  std::string json = to_json(m);
+  CAIRN_TRY(metadata_from_json(json, st.describe(metadata_name)));
+  if (auto p = st.put(metadata_name, std::as_bytes(std::span(json))); !p)
+    return std::move(p).err().with_file(st.describe(metadata_name));
+  return ok();
+}
+
+}  // namespace detail
+
 /// cairn's own format (docs/format.md): one data file per writing rank, chunks tiled into
 /// checksum blocks, `metadata.json` written last by rank 0. The default strategy.
 class native_strategy final : public save_strategy {
@@ -594,16 +610,10 @@ class native_strategy final : public save_strategy {
     }
     out.report = std::move(sums.data());
     if (rank == 0 && !plan.commons.empty()) {
-      bytes buf;
-      for (const auto& [path, v] : plan.commons) {
-        out.common_records[path] = common_record{v.kind, v.type, buf.size(), v.data.size()};
-        buf.insert(buf.end(), v.data.begin(), v.data.end());
-      }
-      out.common_name = common_file_name(plan.save_id);
-      out.common_extent.nbytes = buf.size();
-      out.common_extent.checksums = block_checksums(buf, opt.block_size);
-      if (auto w = st.put(out.common_name, buf); !w)
-        return std::move(w).err().with_file(st.describe(out.common_name));
+      CAIRN_TRY_ASSIGN(detail::common_state cs,
+                       detail::write_common_state(st, common_file_name(plan.save_id), plan.commons,
+                                                  opt.block_size));
+      out.local = std::move(cs);
     }
     return ok();
   }
@@ -617,17 +627,9 @@ class native_strategy final : public save_strategy {
     apply_reports(layout, reports);
     checkpoint_metadata& m = layout.metadata;
     m.content_metadata = opt.content_metadata;
-    if (!plan.commons.empty()) {
-      w.common_extent.file = static_cast<std::uint32_t>(m.files.size());
-      m.files.push_back(file_record{w.common_name, 0, w.common_extent.nbytes});
-      m.common = w.common_extent;
-      m.commons = std::move(w.common_records);
-    }
-    std::string json = to_json(m);
-    // Never commit metadata this reader could not load back.
-    CAIRN_TRY(metadata_from_json(json, st.describe(metadata_name)));
-    if (auto p = st.put(metadata_name, std::as_bytes(std::span(json))); !p)
-      return std::move(p).err().with_file(st.describe(metadata_name));
+    if (auto* cs = std::any_cast<detail::common_state>(&w.local))
+      detail::add_common_state(m, std::move(*cs));
+    CAIRN_TRY(detail::put_metadata(st, m));
     detail::remove_unreferenced(st, m);
     return ok();
   }
@@ -656,7 +658,7 @@ class native_strategy final : public save_strategy {
     const save_layout& layout = plan.layout;
     if (layout.file_of_rank[plan.rank] >= 0)
       (void)st.remove(layout.metadata.files[layout.file_of_rank[plan.rank]].name);
-    if (!w.common_name.empty()) (void)st.remove(w.common_name);
+    if (const auto* cs = std::any_cast<detail::common_state>(&w.local)) (void)st.remove(cs->name);
   }
 };
 

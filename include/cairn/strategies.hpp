@@ -8,7 +8,6 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <set>
 #include <string>
 #include <vector>
@@ -21,28 +20,6 @@
 #include "cairn/save.hpp"
 
 namespace cairn {
-
-namespace detail {
-
-/// An object_writer into memory (for small files written whole with `put`, atomically).
-class buffer_writer final : public object_writer {
- public:
-  result<void> write_at(std::uint64_t offset, std::span<const std::byte> data) override {
-    std::lock_guard lock(mu_);
-    if (buf_.size() < offset + data.size()) buf_.resize(offset + data.size());
-    std::copy(data.begin(), data.end(), buf_.begin() + static_cast<std::ptrdiff_t>(offset));
-    return ok();
-  }
-  result<void> finish() override { return ok(); }
-  /// Everything written.
-  const bytes& data() const noexcept { return buf_; }
-
- private:
-  std::mutex mu_;
-  bytes buf_;
-};
-
-}  // namespace detail
 
 /// Saves in the PyTorch Distributed Checkpoint layout that Megatron-core's `torch_dist` backend
 /// also uses, so `torch.distributed.checkpoint.load` and Megatron load it:
@@ -78,7 +55,6 @@ class torch_dist_strategy final : public save_strategy {
       std::string name = data_name(plan.rank, plan.save_id);
       std::string where = st.describe(name);
       CAIRN_TRY_ASSIGN(auto w, st.open_writer(name));
-      out.local = name;
       std::uint64_t off = 0;
       for (std::size_t i = 0; i < plan.items.size(); ++i) {
         const detail::write_item& it = plan.items[i];
@@ -128,27 +104,12 @@ class torch_dist_strategy final : public save_strategy {
           continue;
         }
         const tensor_record& rec = layout.metadata.tensors.at(slot.key);
-        auto [it, fresh] = m.state_dict_metadata.try_emplace(
-            slot.key, dcp::tensor_meta{rec.type, rec.global_shape, {}});
-        auto& chunks = std::get<dcp::tensor_meta>(it->second).chunks;
-        const box& region = rec.chunks.at(slot.chunk).region;
-        m.storage_data.push_back(
-            {{slot.key, region.offset, static_cast<std::int64_t>(chunks.size())},
-             {file, off, len}});
-        chunks.push_back({region.offset, region.size});
+        convert::detail::add_dcp_chunk(m, slot.key, rec.type, rec.global_shape,
+                                       rec.chunks.at(slot.chunk).region, {file, off, len});
       }
     }
     // Megatron's common.pt and metadata.json, then .metadata: the commit.
-    if (!plan.commons.empty()) {
-      std::vector<std::pair<pickle::value, pickle::value>> entries;
-      for (const auto& [path, c] : plan.commons)
-        entries.emplace_back(pickle::value::string(path), convert::detail::common_to_pickle(c));
-      detail::buffer_writer buf;
-      CAIRN_TRY(torch_zip::write_archive(buf, 0, "common", pickle::value::dict(std::move(entries)),
-                                         {}, st.describe(megatron_common_name)));
-      if (auto p = st.put(megatron_common_name, buf.data()); !p)
-        return std::move(p).err().with_file(st.describe(megatron_common_name));
-    }
+    if (!plan.commons.empty()) CAIRN_TRY(convert::detail::put_common_pt(st, plan.commons));
     if (auto p = st.put(metadata_name,
                         std::as_bytes(std::span(convert::detail::megatron_metadata_json)));
         !p)
@@ -166,8 +127,8 @@ class torch_dist_strategy final : public save_strategy {
     return ok();
   }
 
-  void abandon(const planned_save&, const written_save& w, storage_ref st) const override {
-    if (const auto* name = std::any_cast<std::string>(&w.local)) (void)st.remove(*name);
+  void abandon(const planned_save& plan, const written_save&, storage_ref st) const override {
+    if (!plan.items.empty()) (void)st.remove(data_name(plan.rank, plan.save_id));
   }
 
  private:
@@ -241,13 +202,12 @@ class safetensors_strategy final : public save_strategy {
                      convert::native_source::over(st, shards(plan, reports), opt.io_threads));
     CAIRN_TRY_ASSIGN(auto files, convert::detail::safetensors_files(src->tensors(), copt));
     std::vector<int> owner = owners(files, reports.size());
-    std::vector<std::string> written;
+    auto& written = out.local.emplace<std::vector<std::string>>();  // for abandon
     convert::convert_stats stats;
     convert::detail::slab_buffers buffers;
     for (std::size_t f = 0; f < files.size(); ++f) {
       if (owner[f] != plan.rank) continue;
       written.push_back(files[f].first);
-      out.local = written;
       CAIRN_TRY(convert::detail::write_safetensors_file(*src, st, files[f].first, files[f].second,
                                                         copt, stats, 0, &buffers));
     }
@@ -256,7 +216,7 @@ class safetensors_strategy final : public save_strategy {
 
   result<void> commit(planned_save& plan,
                       written_save&,
-                      const std::vector<bytes>& reports,
+                      const std::vector<bytes>&,
                       const std::vector<bytes>&,
                       storage_ref st,
                       const save_options& opt) const override {
@@ -269,8 +229,7 @@ class safetensors_strategy final : public save_strategy {
       CAIRN_TRY_ASSIGN(safetensors::index ix, convert::detail::safetensors_index(files, copt));
       CAIRN_TRY(safetensors::write_index(st, safetensors::index_name, ix));
     }
-    (void)reports;
-    for (const auto& f : plan.layout.metadata.files) (void)st.remove(f.name);
+    for (const auto& f : plan.layout.metadata.files) (void)st.remove(f.name);  // the shards
     return ok();
   }
 

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <span>
@@ -472,6 +473,54 @@ inline constexpr std::string_view megatron_metadata_json =
     "{\"sharded_backend\": \"torch_dist\", \"sharded_backend_version\": 1, "
     "\"common_backend\": \"torch\", \"common_backend_version\": 1}";
 
+/// Records chunk `region` of tensor `key` (`type`, `global_shape`), stored at `where`, in DCP
+/// metadata.
+inline void add_dcp_chunk(dcp::metadata& m,
+                          const std::string& key,
+                          dtype type,
+                          const shape& global_shape,
+                          const box& region,
+                          dcp::storage_info where) {
+  auto [it, fresh] =
+      m.state_dict_metadata.try_emplace(key, dcp::tensor_meta{type, global_shape, {}});
+  auto& chunks = std::get<dcp::tensor_meta>(it->second).chunks;
+  m.storage_data.push_back(
+      {{key, region.offset, static_cast<std::int64_t>(chunks.size())}, std::move(where)});
+  chunks.push_back({region.offset, region.size});
+}
+
+/// An object_writer into memory (for small files written whole with `put`, atomically).
+class buffer_writer final : public object_writer {
+ public:
+  result<void> write_at(std::uint64_t offset, std::span<const std::byte> data) override {
+    std::lock_guard lock(mu_);
+    if (buf_.size() < offset + data.size()) buf_.resize(offset + data.size());
+    std::copy(data.begin(), data.end(), buf_.begin() + static_cast<std::ptrdiff_t>(offset));
+    return ok();
+  }
+  result<void> finish() override { return ok(); }
+  /// Everything written.
+  const bytes& data() const noexcept { return buf_; }
+
+ private:
+  std::mutex mu_;
+  bytes buf_;
+};
+
+/// Writes Megatron's `common.pt` (`torch.save` of {path: Python value}) with `put`.
+template <class Commons>
+result<void> put_common_pt(storage_ref st, const Commons& commons) {
+  std::vector<std::pair<pickle::value, pickle::value>> entries;
+  for (const auto& [path, c] : commons)
+    entries.emplace_back(pickle::value::string(path), common_to_pickle(c));
+  buffer_writer buf;
+  CAIRN_TRY(torch_zip::write_archive(buf, 0, "common", pickle::value::dict(std::move(entries)), {},
+                                     st.describe(megatron_common_name)));
+  if (auto p = st.put(megatron_common_name, buf.data()); !p)
+    return std::move(p).err().with_file(st.describe(megatron_common_name));
+  return ok();
+}
+
 inline result<void> write_torch_dist(source& src,
                                      storage_ref dst,
                                      const convert_options& opt,
@@ -483,23 +532,18 @@ inline result<void> write_torch_dist(source& src,
   for (const auto& t : src.tensors()) ts.push_back(&t);
   CAIRN_TRY_ASSIGN(auto out, dst.open_writer(data_name));
   std::uint64_t off = 0;
-  std::map<std::string, std::int64_t> item_index;
-  CAIRN_TRY(pump(src, plan_jobs(ts, opt), opt, stats, total,
-                 [&](const slab_job& job, std::span<const std::byte> bytes) -> result<void> {
-                   const std::string& key = job.t->key;
-                   CAIRN_TRY_ASSIGN(std::uint64_t len,
-                                    torch_zip::write_tensor_item(
-                                        *out, off, {key, job.out_type, job.region.size, bytes},
-                                        dst.describe(data_name)));
-                   auto [it, fresh] = m.state_dict_metadata.try_emplace(
-                       key, dcp::tensor_meta{job.out_type, job.t->global_shape, {}});
-                   std::get<dcp::tensor_meta>(it->second)
-                       .chunks.push_back({job.region.offset, job.region.size});
-                   m.storage_data.push_back(
-                       {{key, job.region.offset, item_index[key]++}, {data_name, off, len}});
-                   off += len;
-                   return ok();
-                 }));
+  CAIRN_TRY(pump(
+      src, plan_jobs(ts, opt), opt, stats, total,
+      [&](const slab_job& job, std::span<const std::byte> bytes) -> result<void> {
+        const std::string& key = job.t->key;
+        CAIRN_TRY_ASSIGN(
+            std::uint64_t len,
+            torch_zip::write_tensor_item(*out, off, {key, job.out_type, job.region.size, bytes},
+                                         dst.describe(data_name)));
+        add_dcp_chunk(m, key, job.out_type, job.t->global_shape, job.region, {data_name, off, len});
+        off += len;
+        return ok();
+      }));
   {
     auto f = out->finish();
     if (!f) return std::move(f).err().with_file(dst.describe(data_name));
@@ -508,14 +552,8 @@ inline result<void> write_torch_dist(source& src,
   stats.tensors = ts.size();
   CAIRN_TRY_ASSIGN(auto commons, src.commons());
   if (!commons.empty()) {
-    std::vector<std::pair<pickle::value, pickle::value>> entries;
-    for (const auto& [path, c] : commons)
-      entries.emplace_back(pickle::value::string(path), common_to_pickle(c));
-    CAIRN_TRY_ASSIGN(auto w, dst.open_writer("common.pt"));
-    CAIRN_TRY(torch_zip::write_archive(*w, 0, "common", pickle::value::dict(std::move(entries)), {},
-                                       dst.describe("common.pt")));
-    CAIRN_TRY(w->finish());
-    stats.files.emplace_back("common.pt");
+    CAIRN_TRY(put_common_pt(dst, commons));
+    stats.files.emplace_back(megatron_common_name);
   }
   CAIRN_TRY(dcp::write(dst, m, opt.dcp_flavor));
   stats.files.emplace_back(dcp::metadata_name);
@@ -571,23 +609,14 @@ inline result<void> write_native(source& src,
   stats.tensors = ts.size();
   CAIRN_TRY_ASSIGN(auto commons, src.commons());
   if (!commons.empty()) {
-    bytes buf;
-    for (const auto& [path, v] : commons) {
-      m.commons[path] = common_record{v.kind, v.type, buf.size(), v.data.size()};
-      buf.insert(buf.end(), v.data.begin(), v.data.end());
-    }
-    std::string name = common_file_name(m.save_id);
-    CAIRN_TRY(dst.put(name, buf));
-    m.common =
-        extent{static_cast<std::uint32_t>(m.files.size()), 0, buf.size(), block_checksums(buf, B)};
-    m.files.push_back(file_record{name, 0, buf.size()});
-    stats.files.push_back(name);
+    CAIRN_TRY_ASSIGN(
+        cairn::detail::common_state cs,
+        cairn::detail::write_common_state(dst, common_file_name(m.save_id), commons, B));
+    stats.files.push_back(cs.name);
+    cairn::detail::add_common_state(m, std::move(cs));
   }
   m.version = 1;  // nothing tiled
-  std::string json = to_json(m);
-  CAIRN_TRY(metadata_from_json(json, dst.describe(metadata_name)));
-  if (auto p = dst.put(metadata_name, std::as_bytes(std::span(json))); !p)
-    return std::move(p).err().with_file(dst.describe(metadata_name));
+  CAIRN_TRY(cairn::detail::put_metadata(dst, m));
   stats.files.emplace_back(metadata_name);
   return ok();
 }
