@@ -25,6 +25,7 @@ enum class errc {
   integrity,              ///< shards overlap, leave gaps or disagree across ranks
   unsupported_version,    ///< the checkpoint was written by a newer format version
   comm,                   ///< a collective failed or another rank reported an error
+  resource,               ///< memory ran out, or a size read from a file exceeds what cairn accepts
 };
 
 /// A short lower-case name for an error code, e.g. "corrupt".
@@ -50,6 +51,8 @@ constexpr const char* errc_name(errc c) noexcept {
       return "unsupported version";
     case errc::comm:
       return "comm";
+    case errc::resource:
+      return "resource";
   }
   return "unknown";
 }

@@ -21,9 +21,39 @@ namespace cairn {
 /// A tensor shape or an N-d coordinate (element units).
 using shape = std::vector<std::int64_t>;
 
-/// Number of elements of a shape (1 for a rank-0 shape).
+/// Number of elements of a shape (1 for a rank-0 shape). The shape must be valid (see
+/// `checked_numel`): shapes read from files are checked when they are parsed.
 inline std::int64_t numel(const shape& s) noexcept {
   return std::accumulate(s.begin(), s.end(), std::int64_t{1}, std::multiplies<>());
+}
+
+/// The most elements, or bytes, one tensor may have (2^62): products and sums of sizes below it
+/// cannot overflow 64-bit arithmetic.
+inline constexpr std::int64_t max_tensor_bytes = std::int64_t{1} << 62;
+
+/// `numel(s)` when every extent is >= 0 and `numel(s) * elem_size` stays within
+/// `max_tensor_bytes`; nullopt otherwise (a negative extent, or a size that would overflow).
+/// Every shape taken from a file goes through this before it is used.
+///
+/// ```
+/// checked_numel({1 << 20, 1 << 20}, 4)   // 2^40 (elements; 2^42 bytes)
+/// checked_numel({1ll << 32, 1ll << 32})  // nullopt
+/// ```
+inline std::optional<std::int64_t> checked_numel(const shape& s,
+                                                 std::size_t elem_size = 1) noexcept {
+  if (elem_size == 0 || elem_size > static_cast<std::size_t>(max_tensor_bytes)) return std::nullopt;
+  std::int64_t n = static_cast<std::int64_t>(elem_size);
+  bool zero = false;
+  for (std::int64_t d : s) {
+    if (d < 0) return std::nullopt;
+    if (d == 0) zero = true;
+  }
+  if (zero) return 0;
+  for (std::int64_t d : s) {
+    if (d > max_tensor_bytes / n) return std::nullopt;
+    n *= d;
+  }
+  return n / static_cast<std::int64_t>(elem_size);
 }
 
 /// A half-open range [begin, end) of elements of the flattened local block, as a distributed
@@ -81,11 +111,13 @@ inline result<void> validate_layout(const tensor_layout& t, std::size_t data_ele
   for (std::size_t a = 0; a < rank; ++a) {
     if (block[a] < 0 || t.global_offset[a] < 0 || t.global_shape[a] < 0)
       return fail("negative extent or offset on axis " + std::to_string(a));
-    if (t.global_offset[a] + block[a] > t.global_shape[a])
+    if (block[a] > t.global_shape[a] || t.global_offset[a] > t.global_shape[a] - block[a])
       return fail("block [" + std::to_string(t.global_offset[a]) + ", " +
                   std::to_string(t.global_offset[a] + block[a]) + ") on axis " + std::to_string(a) +
                   " exceeds global size " + std::to_string(t.global_shape[a]));
   }
+  if (!checked_numel(t.global_shape, dtype_size(t.type)))
+    return fail("global shape has more than 2^62 bytes");
   if (t.flattened_range) {
     auto [b, e] = *t.flattened_range;
     if (b < 0 || e < b || e > numel(t.local_shape))
