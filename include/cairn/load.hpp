@@ -25,6 +25,7 @@
 #include "cairn/format/metadata.hpp"
 #include "cairn/format/native.hpp"
 #include "cairn/plan/box.hpp"
+#include "cairn/plan/cover.hpp"
 #include "cairn/save.hpp"
 #include "cairn/storage/storage.hpp"
 #include "cairn/tree/visit.hpp"
@@ -135,32 +136,48 @@ struct copy_job {
 };
 
 /// Adds the jobs that fill `dst_box` (row-major at `dst`) from the chunks of `rec`. Fails
-/// when the saved chunks do not cover the part of `dst_box` inside the saved tensor (a
-/// checkpoint saved with access-integrity validation off may have gaps).
+/// unless the chunks it uses tile the part of `dst_box` inside the saved tensor exactly: two
+/// chunks that overlap there, or a gap (a checkpoint saved with access-integrity validation off,
+/// a chunk listed twice, a shifted offset) are errc::integrity errors naming the key and the
+/// elements involved, so a load never leaves part of its target unwritten or filled twice.
 inline result<void> plan_copies(const tensor_record& rec,
                                 const std::string& key,
                                 const box& dst_box,
                                 std::byte* dst,
                                 std::vector<copy_job>& jobs) {
-  std::int64_t covered = 0;
-  for (const auto& c : rec.chunks)
-    if (auto x = intersect(c.region, dst_box)) {
-      covered += x->volume();
-      jobs.push_back(copy_job{&c, std::move(*x), dst, dst_box, dtype_size(rec.type), key});
-    }
-  std::int64_t wanted = 0;
-  if (dst_box.size.empty()) {
-    wanted = 1;
-  } else if (auto inside =
-                 intersect(dst_box, box{shape(rec.global_shape.size(), 0), rec.global_shape})) {
-    wanted = inside->volume();
+  std::optional<box> inside;
+  if (dst_box.size.empty())
+    inside = dst_box;
+  else
+    inside = intersect(dst_box, box{shape(rec.global_shape.size(), 0), rec.global_shape});
+  if (!inside) return ok();  // all padding (allow_shape_mismatch): nothing was saved there
+  const std::size_t first = jobs.size();
+  std::vector<box> parts;
+  for (const auto& c : rec.chunks) {
+    std::optional<box> x =
+        dst_box.size.empty() ? std::optional<box>(c.region) : intersect(c.region, *inside);
+    if (!x) continue;
+    parts.push_back(*x);
+    jobs.push_back(copy_job{&c, std::move(*x), dst, dst_box, dtype_size(rec.type), key});
   }
-  if (covered != wanted)
-    return std::move(make_error(errc::integrity, "the checkpoint's chunks cover " +
-                                                     std::to_string(covered) + " of the " +
-                                                     std::to_string(wanted) + " elements of " +
-                                                     dst_box.str() + " (it was saved with gaps)"))
+  if (auto p = check_exact_cover(parts, *inside)) {
+    std::string a = jobs[first + p->first].chunk->region.str();
+    std::string b = jobs[first + p->second].chunk->region.str();
+    jobs.resize(first);
+    if (p->what == cover_problem::kind::overlap)
+      return std::move(make_error(errc::integrity,
+                                  "the checkpoint's chunks " + a + " and " + b + " both hold " +
+                                      p->shared.str() + " (elements of " + inside->str() +
+                                      " this rank loads): the checkpoint is corrupt or was saved "
+                                      "with overlapping shards"))
+          .with_key(key);
+    return std::move(make_error(errc::integrity,
+                                "the checkpoint's chunks cover " + std::to_string(p->covered) +
+                                    " of the " + std::to_string(p->wanted) + " elements of " +
+                                    inside->str() +
+                                    " (it was saved with gaps, or its metadata is corrupt)"))
         .with_key(key);
+  }
   return ok();
 }
 
@@ -306,7 +323,7 @@ inline result<checkpoint_metadata> read_metadata_collective(storage_ref st, comm
   bytes msg;
   if (comm.rank() == 0) {
     binary_writer w;
-    auto m = read_any_metadata_json(st);
+    auto m = catch_all("reading the metadata", [&] { return read_any_metadata_json(st); });
     put_error(w, m ? std::nullopt : std::optional<error>(m.err()));
     w.u8(m && m->foreign);
     w.str(m ? m->json : std::string());
@@ -686,8 +703,8 @@ inline result<load_stats> load_leaves(const leaf_list& tree_leaves,
     } else if (auto r = load_leaves_local(leaves, st, *m, opt, stats, skip); !r) {
       failure = std::move(r).err().with_rank(comm.rank());
     }
-  } catch (const exception& e) {
-    failure = error(e.err()).with_rank(comm.rank());
+  } catch (...) {
+    failure = current_exception_error("loading").with_rank(comm.rank());
   }
   if (!shared.empty()) {
     // Every reader must have its pieces before they are broadcast.
@@ -710,8 +727,8 @@ inline result<load_stats> load_leaves(const leaf_list& tree_leaves,
           break;
         }
     }
-  } catch (const exception& e) {
-    failure = error(e.err()).with_rank(comm.rank());
+  } catch (...) {
+    failure = current_exception_error("loading").with_rank(comm.rank());
   }
   auto [status, payloads] = exchange_status(comm, failure);
   if (failure) return std::move(*failure);
@@ -732,11 +749,11 @@ result<load_stats> try_load(Tree& tree,
                             storage_ref st,
                             comm_ref comm,
                             const load_options& opt = {}) {
-  leaf_list leaves = flatten(tree);
   try {
+    leaf_list leaves = flatten(tree);
     return detail::load_leaves(leaves, st, comm, opt);
-  } catch (const exception& e) {
-    return error(e.err()).with_rank(comm.rank());
+  } catch (...) {
+    return detail::current_exception_error("loading").with_rank(comm.rank());
   }
 }
 
@@ -748,8 +765,10 @@ load_stats load(Tree& tree, storage_ref st, comm_ref comm, const load_options& o
 
 /// Reads only the common values of a checkpoint (no tensors), by path.
 inline result<std::map<std::string, common_value>> load_common(storage_ref st) {
-  CAIRN_TRY_ASSIGN(auto m, read_metadata(st));
-  return detail::read_commons(st, m);
+  return detail::catch_all("load_common", [&]() -> result<std::map<std::string, common_value>> {
+    CAIRN_TRY_ASSIGN(auto m, read_metadata(st));
+    return detail::read_commons(st, m);
+  });
 }
 
 /// Reads the named tensors whole (any saved sharding), on one process. An empty `keys` reads
@@ -757,27 +776,42 @@ inline result<std::map<std::string, common_value>> load_common(storage_ref st) {
 inline result<std::map<std::string, tensor_data>> load_tensors(storage_ref st,
                                                                std::vector<std::string> keys = {},
                                                                int threads = 2) {
-  CAIRN_TRY_ASSIGN(auto m, read_metadata(st));
-  if (keys.empty())
-    for (const auto& [k, t] : m.tensors) keys.push_back(k);
-  std::map<std::string, tensor_data> out;
-  std::vector<detail::copy_job> jobs;
-  for (const auto& k : keys) {
-    auto it = m.tensors.find(k);
-    if (it == m.tensors.end())
-      return std::move(make_error(errc::not_found, "tensor is not in the checkpoint")).with_key(k);
-    tensor_data& d = out[k];
-    d.type = it->second.type;
-    d.global_shape = it->second.global_shape;
-    d.data.resize(it->second.nbytes());
-  }
-  for (auto& [k, d] : out)
-    CAIRN_TRY(detail::plan_copies(m.tensors.at(k), k,
-                                  box{shape(d.global_shape.size(), 0), d.global_shape},
-                                  d.data.data(), jobs));
-  load_stats stats;
-  CAIRN_TRY(detail::run_copies(st, m, jobs, threads, stats));
-  return out;
+  return detail::catch_all("load_tensors", [&]() -> result<std::map<std::string, tensor_data>> {
+    CAIRN_TRY_ASSIGN(auto m, read_metadata(st));
+    if (keys.empty())
+      for (const auto& [k, t] : m.tensors) keys.push_back(k);
+    std::map<std::string, tensor_data> out;
+    // Plan first: memory is sized by what the metadata claims, so the claim is checked before
+    // anything is allocated (chunks that tile every tensor exactly, files as large as said).
+    std::vector<detail::copy_job> jobs;
+    std::map<std::string, std::pair<std::size_t, std::size_t>> job_range;  // key -> [first, end)
+    std::set<std::uint32_t> files;
+    for (const auto& k : keys) {
+      auto it = m.tensors.find(k);
+      if (it == m.tensors.end())
+        return std::move(make_error(errc::not_found, "tensor is not in the checkpoint"))
+            .with_key(k);
+      if (job_range.count(k)) continue;
+      const tensor_record& rec = it->second;
+      std::size_t first = jobs.size();
+      CAIRN_TRY(detail::plan_copies(
+          rec, k, box{shape(rec.global_shape.size(), 0), rec.global_shape}, nullptr, jobs));
+      job_range[k] = {first, jobs.size()};
+      for (std::size_t j = first; j < jobs.size(); ++j) files.insert(jobs[j].chunk->where.file);
+    }
+    for (std::uint32_t f : files) CAIRN_TRY(check_file_holds(st, m, f));
+    for (const auto& [k, range] : job_range) {
+      const tensor_record& rec = m.tensors.at(k);
+      tensor_data& d = out[k];
+      d.type = rec.type;
+      d.global_shape = rec.global_shape;
+      d.data.resize(rec.nbytes());
+      for (std::size_t j = range.first; j < range.second; ++j) jobs[j].dst = d.data.data();
+    }
+    load_stats stats;
+    CAIRN_TRY(detail::run_copies(st, m, jobs, threads, stats));
+    return out;
+  });
 }
 
 }  // namespace cairn

@@ -526,6 +526,19 @@ class save_strategy {
   virtual void abandon(const planned_save& plan, const written_save& w, storage_ref st) const {
     (void)plan, (void)w, (void)st;
   }
+  /// Called on rank 0 when `commit` failed: whether storage holds this save's commit anyway
+  /// (the write happened but its acknowledgement was lost: a dropped server reply, a rename
+  /// whose directory fsync failed). `true`: the save is committed after all; `false`: it is
+  /// not, and every rank may `abandon` what it wrote; an error: the outcome is unknown, and
+  /// nothing is removed (the next successful save removes what is left). The default answers
+  /// "unknown", which is always safe.
+  virtual result<bool> committed(const planned_save& plan,
+                                 const written_save& w,
+                                 storage_ref st) const {
+    (void)plan, (void)w, (void)st;
+    return make_error(errc::io, "the " + std::string(name()) +
+                                    " strategy cannot tell whether its commit took effect");
+  }
 };
 
 namespace detail {
@@ -564,14 +577,31 @@ inline void add_common_state(checkpoint_metadata& m, common_state cs) {
   m.commons = std::move(cs.records);
 }
 
+/// Puts a commit object and checks that storage holds all of it afterwards (one `size` call): a
+/// backend that reports success for a short write (a lying disk) gets one more `put`; if the
+/// object is still wrong, the commit fails (and `save_strategy::committed` decides what that
+/// means).
+inline result<void> put_checked(storage_ref st,
+                                std::string_view name,
+                                std::span<const std::byte> data) {
+  for (int attempt = 0;; ++attempt) {
+    if (auto p = st.put(name, data); !p) return std::move(p).err().with_file(st.describe(name));
+    CAIRN_TRY_ASSIGN(std::uint64_t n, st.size(name));
+    if (n == data.size()) return ok();
+    if (attempt > 0)
+      return std::move(make_error(errc::io, "storage reported the write of " +
+                                                std::to_string(data.size()) +
+                                                " bytes as done, but holds " + std::to_string(n)))
+          .with_file(st.describe(name));
+  }
+}
+
 /// The commit of a native checkpoint: `metadata.json`, written atomically, after checking that
 /// this reader loads it back.
 inline result<void> put_metadata(storage_ref st, const checkpoint_metadata& m) {
   std::string json = to_json(m);
   CAIRN_TRY(metadata_from_json(json, st.describe(metadata_name)));
-  if (auto p = st.put(metadata_name, std::as_bytes(std::span(json))); !p)
-    return std::move(p).err().with_file(st.describe(metadata_name));
-  return ok();
+  return put_checked(st, metadata_name, std::as_bytes(std::span(json)));
 }
 
 }  // namespace detail
@@ -627,8 +657,8 @@ class native_strategy final : public save_strategy {
     apply_reports(layout, reports);
     checkpoint_metadata& m = layout.metadata;
     m.content_metadata = opt.content_metadata;
-    if (auto* cs = std::any_cast<detail::common_state>(&w.local))
-      detail::add_common_state(m, std::move(*cs));
+    if (const auto* cs = std::any_cast<detail::common_state>(&w.local))
+      detail::add_common_state(m, *cs);  // a copy: abandon still needs its name
     CAIRN_TRY(detail::put_metadata(st, m));
     detail::remove_unreferenced(st, m);
     return ok();
@@ -660,6 +690,15 @@ class native_strategy final : public save_strategy {
       (void)st.remove(layout.metadata.files[layout.file_of_rank[plan.rank]].name);
     if (const auto* cs = std::any_cast<detail::common_state>(&w.local)) (void)st.remove(cs->name);
   }
+  /// Committed when `metadata.json` is there and names this save's id.
+  result<bool> committed(const planned_save& plan,
+                         const written_save&,
+                         storage_ref st) const override {
+    CAIRN_TRY_ASSIGN(bool present, st.exists(metadata_name));
+    if (!present) return false;
+    CAIRN_TRY_ASSIGN(checkpoint_metadata m, read_metadata(st));
+    return m.save_id == plan.save_id;
+  }
 };
 
 namespace detail {
@@ -683,7 +722,9 @@ inline result<void> plan_phase(const leaf_list& leaves,
   out.rank = rank;
   save_stats& stats = out.stats;
   stats = save_stats{};
-  if (opt.block_size == 0) return make_error(errc::invalid_argument, "block_size must be > 0");
+  if (opt.block_size == 0 || opt.block_size > max_block_size)
+    return make_error(errc::invalid_argument,
+                      "block_size must be between 1 and " + std::to_string(max_block_size));
   if (opt.zstd_level < 0 || opt.zstd_level > ZSTD_maxCLevel())
     return make_error(errc::invalid_argument,
                       "zstd_level must be 0 (off) to " + std::to_string(ZSTD_maxCLevel()));
@@ -746,8 +787,8 @@ inline result<void> plan_phase(const leaf_list& leaves,
       me.checkpoint_exists = !layout->empty();
       me.save_id = new_save_id();
     }
-  } catch (const exception& e) {
-    me.failure = e.err();
+  } catch (...) {
+    me.failure = current_exception_error("planning the save");
   }
 
   // 2. Agree on the plan. With a warm plan cache, ranks exchange only hashes; otherwise every
@@ -884,10 +925,8 @@ inline written_save write_phase(planned_save& plan,
   const save_strategy& strategy = strategy_of(opt);
   try {
     if (auto w = strategy.write(plan, st, opt, buffers, out); !w) out.failure = std::move(w).err();
-  } catch (const exception& e) {
-    out.failure = e.err();
-  } catch (const std::exception& e) {
-    out.failure = make_error(errc::io, std::string("save strategy failed: ") + e.what());
+  } catch (...) {
+    out.failure = current_exception_error("writing the save");
   }
   if (out.failure) {
     if (out.failure->rank < 0) out.failure->rank = plan.rank;
@@ -915,8 +954,8 @@ inline result<save_stats> commit_phase(
     std::optional<error> failure;
     try {
       if (auto a = strategy.assemble(plan, reports, st, opt, w); !a) failure = std::move(a).err();
-    } catch (const exception& e) {
-      failure = e.err();
+    } catch (...) {
+      failure = current_exception_error("assembling the save");
     }
     if (failure && failure->rank < 0) failure->rank = rank;
     auto [status2, payloads2] = exchange_status(comm, failure, w.assemble_report);
@@ -926,22 +965,42 @@ inline result<save_stats> commit_phase(
     }
     assembled = std::move(payloads2);
   }
+  // Rank 0 commits. A failed commit may still have happened (a lost acknowledgement): read
+  // storage back before anyone removes anything; when even that fails, remove nothing.
   std::optional<error> commit_failure;
+  bool outcome_unknown = false;
   if (rank == 0) {
-    try {
-      if (auto c = strategy.commit(plan, w, reports, assembled, st, opt); !c)
+    auto c = catch_all("committing the save",
+                       [&] { return strategy.commit(plan, w, reports, assembled, st, opt); });
+    if (!c) {
+      auto done =
+          catch_all("reading the commit back", [&] { return strategy.committed(plan, w, st); });
+      if (done && *done) {
+        // Committed after all. Files of a replaced checkpoint stay until the next save: the
+        // commit may not be durable yet.
+      } else if (done) {
         commit_failure = std::move(c).err();
-    } catch (const exception& e) {
-      commit_failure = e.err();
+      } else {
+        outcome_unknown = true;
+        commit_failure = std::move(c).err();
+        commit_failure->message += "; whether the commit took effect is unknown (" +
+                                   done.err().describe() +
+                                   "), so nothing was removed: the next save cleans up";
+      }
+    } else {
+      // Temporary objects of puts that never finished (killed processes): every put of this
+      // save is done, so any left under the root are garbage.
+      (void)st.remove_temporaries("");
     }
   }
   binary_writer cw;
   put_error(cw, commit_failure);
+  cw.u8(outcome_unknown);
   bytes commit = std::move(cw.data());
   comm.broadcast(commit, 0);
   binary_reader cr(commit);
   if (auto f = get_error(cr)) {
-    strategy.abandon(plan, w, st);
+    if (!cr.u8()) strategy.abandon(plan, w, st);
     return std::move(*f).with_rank(0);
   }
   save_stats& stats = plan.stats;
@@ -979,11 +1038,11 @@ result<save_stats> try_save(const Tree& tree,
                             comm_ref comm,
                             const save_options& opt = {}) {
   // Visiting needs non-const access to build leaf views; save never writes through them.
-  leaf_list leaves = flatten(const_cast<Tree&>(tree));
   try {
+    leaf_list leaves = flatten(const_cast<Tree&>(tree));
     return detail::save_leaves(leaves, st, comm, opt);
-  } catch (const exception& e) {
-    return error(e.err()).with_rank(comm.rank());
+  } catch (...) {
+    return detail::current_exception_error("saving").with_rank(comm.rank());
   }
 }
 

@@ -31,13 +31,16 @@ namespace cairn {
 /// - rank 0 writes Megatron's `common.pt` (common values as Python values) and
 ///   `metadata.json`, and `.metadata` last: the commit.
 ///
-/// Files of a replaced checkpoint are removed only after `.metadata` is replaced. DCP has no
-/// checksums: `load` reads this layout unverified.
+/// A committed checkpoint is never replaced in place: `common.pt` has a fixed name, so a save
+/// over a committed checkpoint could leave one generation's `.metadata` beside another's common
+/// values. Save every checkpoint to a new place, as Megatron does. DCP has no checksums: `load`
+/// reads this layout unverified.
 class torch_dist_strategy final : public save_strategy {
  public:
   /// `f`: which torch module paths `.metadata` names (torch 2.x, or 1.13's prototype).
   explicit torch_dist_strategy(dcp::flavor f = dcp::flavor::torch2) : flavor_(f) {}
   std::string_view name() const noexcept override { return "torch_dist"; }
+  bool can_overwrite() const noexcept override { return false; }
 
   /// The data file of `rank` for a save id.
   static std::string data_name(int rank, const std::string& save_id) {
@@ -86,7 +89,7 @@ class torch_dist_strategy final : public save_strategy {
   }
 
   result<void> commit(planned_save& plan,
-                      written_save&,
+                      written_save& w,
                       const std::vector<bytes>& reports,
                       const std::vector<bytes>&,
                       storage_ref st,
@@ -109,12 +112,14 @@ class torch_dist_strategy final : public save_strategy {
       }
     }
     // Megatron's common.pt and metadata.json, then .metadata: the commit.
+    w.local = true;  // abandon removes common.pt and metadata.json too
     if (!plan.commons.empty()) CAIRN_TRY(convert::detail::put_common_pt(st, plan.commons));
     if (auto p = st.put(metadata_name,
                         std::as_bytes(std::span(convert::detail::megatron_metadata_json)));
         !p)
       return std::move(p).err().with_file(st.describe(metadata_name));
-    CAIRN_TRY(dcp::write(st, m, flavor_));
+    CAIRN_TRY_ASSIGN(std::string dcp_bytes, dcp::encode(m, flavor_));
+    CAIRN_TRY(detail::put_checked(st, dcp::metadata_name, std::as_bytes(std::span(dcp_bytes))));
     // Data files of a checkpoint this one replaced.
     if (auto names = st.list("")) {
       std::set<std::string> referenced;
@@ -127,8 +132,26 @@ class torch_dist_strategy final : public save_strategy {
     return ok();
   }
 
-  void abandon(const planned_save& plan, const written_save&, storage_ref st) const override {
+  void abandon(const planned_save& plan, const written_save& w, storage_ref st) const override {
     if (!plan.items.empty()) (void)st.remove(data_name(plan.rank, plan.save_id));
+    if (w.local.has_value()) {  // rank 0 got as far as the commit, in a fresh place
+      (void)st.remove("common.pt");
+      (void)st.remove(metadata_name);
+    }
+  }
+
+  /// Committed when `.metadata` is there and names this save's data files.
+  result<bool> committed(const planned_save& plan,
+                         const written_save&,
+                         storage_ref st) const override {
+    CAIRN_TRY_ASSIGN(bool present, st.exists(dcp::metadata_name));
+    if (!present) return false;
+    CAIRN_TRY_ASSIGN(dcp::metadata m, dcp::read(st));
+    const std::string mine = "." + plan.save_id + ".distcp";
+    for (const auto& [k, v] : m.storage_data)
+      if (v.relative_path.ends_with(mine)) return true;
+    return m.storage_data.empty() && plan.layout.metadata.tensors.empty() &&
+           plan.layout.metadata.objects.empty();
   }
 
  private:
@@ -237,6 +260,13 @@ class safetensors_strategy final : public save_strategy {
     native_.abandon(plan, w, st);
     if (const auto* names = std::any_cast<std::vector<std::string>>(&w.local))
       for (const auto& n : *names) (void)st.remove(n);
+  }
+
+  /// Committed when the index is there (`one_file` has nothing to commit after `assemble`).
+  /// These layouts never replace a checkpoint, so what is there is this save's.
+  result<bool> committed(const planned_save&, const written_save&, storage_ref st) const override {
+    if (layout_ == convert::strategy::one_file) return true;
+    return st.exists(safetensors::index_name);
   }
 
  private:

@@ -178,10 +178,10 @@ TEST_CASE("a Python value that does not fit the target's dtype fails naming the 
   REQUIRE(!r);
   CHECK(r.err().key == "step");
   CHECK(r.err().code == cairn::errc::mismatch);
-  w.step = 77;  // fits: loaded as int32
-  so.overwrite = true;
-  cairn::save(w, mem, one, so);
-  cairn::load(n, mem, one);
+  w.step = 77;                  // fits: loaded as int32
+  cairn::memory_storage fresh;  // torch_dist never replaces a checkpoint in place
+  cairn::save(w, fresh, one, so);
+  cairn::load(n, fresh, one);
   CHECK(n.step == 77);
 }
 
@@ -243,7 +243,7 @@ TEST_CASE("safetensors output is byte-identical for the same state on any number
   CHECK(outputs[0] == outputs[1]);
 }
 
-TEST_CASE("a torch_dist save that fails on one rank keeps the previous checkpoint loadable") {
+TEST_CASE("torch_dist never writes over a committed checkpoint; a failed save leaves nothing") {
   cairn::memory_storage mem;
   cairn::torch_dist_strategy td;
   cairn::save_options so;
@@ -254,16 +254,35 @@ TEST_CASE("a torch_dist save that fails on one rank keeps the previous checkpoin
     cairn::save(s, mem, comm, so);
   });
   auto before = sorted_names(mem);
-  cairn::faulty_storage faulty(mem);
-  faulty.fail_after_writes(1);
+  // common.pt has a fixed name: replacing it before the commit would change the committed
+  // checkpoint, so overwrite is refused before anything is written.
   so.overwrite = true;
   cairn::run_ranks(2, [&](cairn::thread_communicator& comm) {
     train_state s;
     make_state(s, comm.rank(), 2, 5.0f);
-    auto r = cairn::try_save(s, faulty, comm, so);
-    CHECK(!r);
+    auto r = cairn::try_save(s, mem, comm, so);
+    REQUIRE(!r);
+    CHECK(r.err().code == cairn::errc::already_exists);
   });
   CHECK(sorted_names(mem) == before);
+  // A save into a fresh place that fails at any write leaves nothing behind.
+  for (std::uint64_t k = 0; k < 8; ++k) {
+    cairn::memory_storage other;
+    cairn::faulty_storage faulty(other);
+    faulty.fail_after_writes(k);
+    bool ok = true;
+    std::mutex mu;
+    cairn::run_ranks(2, [&](cairn::thread_communicator& comm) {
+      train_state s;
+      make_state(s, comm.rank(), 2, 5.0f);
+      auto r = cairn::try_save(s, faulty, comm, so);
+      std::lock_guard lock(mu);
+      ok = ok && r.has_value();
+    });
+    if (ok) break;  // k was past the last write
+    INFO("failing write " << k);
+    CHECK(sorted_names(other).empty());
+  }
   cairn::run_ranks(3, [&](cairn::thread_communicator& comm) {
     std::vector<float> w(4 * 5);
     cairn::state_dict sd;

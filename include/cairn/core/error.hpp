@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <new>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -186,6 +187,39 @@ class [[nodiscard]] result<void> {
 
 /// Success for result<void>: `return cairn::ok();`.
 inline result<void> ok() { return {}; }
+
+namespace detail {
+
+/// The exception being handled (call only inside a `catch`) as an error: `cairn::exception`
+/// gives its error, `std::bad_alloc` errc::resource ("out of memory while <what>"), any other
+/// `std::exception` errc::io with its message.
+inline error current_exception_error(const char* what) noexcept {
+  try {
+    throw;
+  } catch (const exception& e) {
+    return e.err();
+  } catch (const std::bad_alloc&) {
+    return make_error(errc::resource, std::string("out of memory while ") + what);
+  } catch (const std::exception& e) {
+    return make_error(errc::io, std::string(what) + " failed: " + e.what());
+  } catch (...) {
+    return make_error(errc::io, std::string(what) + " failed: unknown exception");
+  }
+}
+
+/// Runs `f` (which returns a result) and turns anything it throws into an error (see
+/// `current_exception_error`), so that no exception other than `cairn::exception` leaves a
+/// throwing API call and none leaves a `try_*` one.
+template <class F>
+auto catch_all(const char* what, F&& f) noexcept -> decltype(f()) {
+  try {
+    return f();
+  } catch (...) {
+    return current_exception_error(what);
+  }
+}
+
+}  // namespace detail
 
 }  // namespace cairn
 

@@ -84,10 +84,12 @@ inline result<layout_reader> reader_of(storage_ref st, const std::string& layout
 /// in cairn's terms. Fails with errc::incomplete_checkpoint when there is none, and with
 /// errc::unsupported_version for a foreign layout whose reader this program does not include.
 inline result<checkpoint_metadata> read_any_metadata(storage_ref st) {
-  CAIRN_TRY_ASSIGN(std::string layout, detect_layout(st));
-  if (layout.empty() || layout == "cairn") return read_metadata(st);  // or its error
-  CAIRN_TRY_ASSIGN(layout_reader reader, detail::reader_of(st, layout));
-  return reader(st);
+  return detail::catch_all("reading the metadata", [&]() -> result<checkpoint_metadata> {
+    CAIRN_TRY_ASSIGN(std::string layout, detect_layout(st));
+    if (layout.empty() || layout == "cairn") return read_metadata(st);  // or its error
+    CAIRN_TRY_ASSIGN(layout_reader reader, detail::reader_of(st, layout));
+    return reader(st);
+  });
 }
 
 /// `read_any_metadata` as JSON, for sending to other ranks: a native `metadata.json` as it is
@@ -96,7 +98,9 @@ struct metadata_json {
   std::string json;
   bool foreign = false;
 };
-inline result<metadata_json> read_any_metadata_json(storage_ref st) {
+
+namespace detail {
+inline result<metadata_json> read_any_metadata_json_impl(storage_ref st) {
   CAIRN_TRY_ASSIGN(std::string layout, detect_layout(st));
   if (layout.empty() || layout == "cairn") {
     CAIRN_TRY_ASSIGN(std::string json, read_metadata_json(st));
@@ -105,6 +109,13 @@ inline result<metadata_json> read_any_metadata_json(storage_ref st) {
   CAIRN_TRY_ASSIGN(layout_reader reader, detail::reader_of(st, layout));
   CAIRN_TRY_ASSIGN(checkpoint_metadata m, reader(st));
   return metadata_json{to_json(m), true};
+}
+}  // namespace detail
+
+/// Reads `metadata_json` from `st` (see `read_any_metadata`).
+inline result<metadata_json> read_any_metadata_json(storage_ref st) {
+  return detail::catch_all("reading the metadata",
+                           [&] { return detail::read_any_metadata_json_impl(st); });
 }
 
 namespace detail {

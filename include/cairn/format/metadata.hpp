@@ -6,6 +6,7 @@
 #include <simdjson.h>
 
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <optional>
 #include <string>
@@ -28,6 +29,9 @@ inline constexpr int format_version = 3;
 inline constexpr std::string_view metadata_name = "metadata.json";
 /// Default checksum block size (bytes).
 inline constexpr std::uint64_t default_block_size = std::uint64_t{1} << 20;
+/// Largest checksum block size a save accepts and a reader trusts (64 MiB): readers size their
+/// buffers by it, so a file claiming more is rejected as corrupt.
+inline constexpr std::uint64_t max_block_size = std::uint64_t{64} << 20;
 
 /// A data or common-state file of the checkpoint.
 struct file_record {
@@ -194,7 +198,13 @@ inline const char* common_kind_name(common_kind k) {
 
 }  // namespace detail
 
-/// Encodes metadata as JSON (one tensor per line, so large checkpoints stay diffable).
+/// The last member of `metadata.json`: `"metadata_checksum":"<16 hex digits>"`, the XXH3-64 of
+/// every byte of the document before it. Written since format version 3; a document without it
+/// (written by an older cairn) is read unchecked.
+inline constexpr std::string_view metadata_checksum_member = "\"metadata_checksum\":";
+
+/// Encodes metadata as JSON (one tensor per line, so large checkpoints stay diffable), with its
+/// own checksum last (see `metadata_checksum_member`).
 inline std::string to_json(const checkpoint_metadata& m) {
   using detail::json_string;
   fmt::memory_buffer out;
@@ -296,8 +306,28 @@ inline std::string to_json(const checkpoint_metadata& m) {
     }
     fmt::format_to(o, "}}}}");
   }
-  fmt::format_to(o, "\n}}\n");
+  // The document's own checksum, last: XXH3-64 of every byte before its member.
+  fmt::format_to(o, ",\n");
+  const std::uint64_t self = checksum(std::as_bytes(std::span(out.data(), out.size())));
+  fmt::format_to(o, "{}\"{}\"\n}}\n", metadata_checksum_member, checksum_hex(self));
   return fmt::to_string(out);
+}
+
+/// `json` (a `metadata.json` document, perhaps edited by hand) with its `metadata_checksum`
+/// recomputed, so that it loads again. The load-side checks do not rely on the checksum alone:
+/// whoever can rewrite the file can rewrite its checksum.
+inline std::string reseal_metadata_json(std::string_view json) {
+  std::string body(json);
+  if (std::size_t at = body.rfind(metadata_checksum_member); at != std::string::npos) {
+    body.resize(at);
+  } else {
+    std::size_t end = body.find_last_not_of(" \t\r\n");  // the closing brace
+    body.resize(end == std::string::npos ? 0 : end);
+    body.resize(body.find_last_not_of(" \t\r\n") + 1);
+    body += ",\n";
+  }
+  const std::uint64_t self = checksum(std::as_bytes(std::span(body.data(), body.size())));
+  return body + std::string(metadata_checksum_member) + "\"" + checksum_hex(self) + "\"\n}\n";
 }
 
 /// Decodes `metadata.json`. `where` names the file in errors. Rejects a newer format version
@@ -310,6 +340,19 @@ inline result<checkpoint_metadata> metadata_from_json(std::string_view json,
     return std::move(make_error(errc::corrupt, "malformed metadata: " + msg)).with_file(where);
   };
   checkpoint_metadata m;
+  // The document's checksum first: a flipped digit in an offset or a key must not load.
+  if (std::size_t at = json.rfind(metadata_checksum_member); at != std::string_view::npos) {
+    std::string_view rest = json.substr(at + metadata_checksum_member.size());
+    std::optional<std::uint64_t> want;
+    if (rest.size() >= 18 && rest[0] == '"' && rest[17] == '"')
+      want = parse_checksum_hex(rest.substr(1, 16));
+    if (!want) return corrupt("unreadable metadata_checksum");
+    if (checksum(std::as_bytes(std::span(json.data(), at))) != *want)
+      return std::move(make_error(errc::corrupt,
+                                  "metadata checksum mismatch: metadata.json was changed or "
+                                  "damaged after it was written"))
+          .with_file(where);
+  }
   try {
     dom::parser parser;
     padded_string padded(json);
@@ -324,7 +367,10 @@ inline result<checkpoint_metadata> metadata_from_json(std::string_view json,
           .with_file(where);
     if (version < 1) return corrupt("bad version " + std::to_string(version));
     m.version = static_cast<int>(version);
-    m.world_size = static_cast<int>(std::int64_t(doc["world_size"]));
+    std::int64_t world = doc["world_size"];
+    if (world < 0 || world > (std::int64_t{1} << 30))
+      return corrupt("bad world_size " + std::to_string(world));
+    m.world_size = static_cast<int>(world);
     m.save_id = std::string(std::string_view(doc["save_id"]));
     m.block_size = std::uint64_t(doc["block_size"]);
     // A common value's "kind" and "dtype" members.
@@ -357,10 +403,19 @@ inline result<checkpoint_metadata> metadata_from_json(std::string_view json,
           if (auto bad_kind = kind_and_dtype(v, k, c.kind, c.type)) return std::move(*bad_kind);
           std::string_view hex = v["hex"];
           auto nibble = [](char h) {
-            return h >= 'a' ? h - 'a' + 10 : h >= 'A' ? h - 'A' + 10 : h - '0';
+            return h >= '0' && h <= '9'   ? h - '0'
+                   : h >= 'a' && h <= 'f' ? h - 'a' + 10
+                   : h >= 'A' && h <= 'F' ? h - 'A' + 10
+                                          : -1;
           };
-          for (std::size_t i = 0; i + 1 < hex.size(); i += 2)
-            c.data.push_back(static_cast<std::byte>(nibble(hex[i]) * 16 + nibble(hex[i + 1])));
+          if (hex.size() % 2)
+            return corrupt("odd-length hex for common value '" + std::string(k) + "'");
+          for (std::size_t i = 0; i + 1 < hex.size(); i += 2) {
+            int hi = nibble(hex[i]), lo = nibble(hex[i + 1]);
+            if (hi < 0 || lo < 0)
+              return corrupt("bad hex for common value '" + std::string(k) + "'");
+            c.data.push_back(static_cast<std::byte>(hi * 16 + lo));
+          }
           m.inline_commons.emplace(std::string(k), std::move(c));
         }
     } else if (checksum_name != "xxh3-64") {
@@ -369,7 +424,9 @@ inline result<checkpoint_metadata> metadata_from_json(std::string_view json,
                                       "' is not supported (this cairn knows xxh3-64)"))
           .with_file(where);
     }
-    if (m.block_size == 0) return corrupt("block_size is 0");
+    if (m.block_size == 0 || m.block_size > max_block_size)
+      return corrupt("block_size " + std::to_string(m.block_size) + " is outside [1, " +
+                     std::to_string(max_block_size) + "]");
     auto ints = [](dom::element e) {
       shape s;
       for (dom::element v : dom::array(e)) s.push_back(std::int64_t(v));
@@ -379,7 +436,9 @@ inline result<checkpoint_metadata> metadata_from_json(std::string_view json,
     // `blocks`: the checksum count the extent must have (by default one per block).
     auto read_extent = [&](dom::object e, std::int64_t blocks = -1) {
       extent x;
-      x.file = static_cast<std::uint32_t>(std::uint64_t(e["file"]));
+      std::uint64_t file = e["file"];
+      if (file > std::numeric_limits<std::uint32_t>::max()) bad = "file index out of range";
+      x.file = static_cast<std::uint32_t>(file);
       x.byte_offset = std::uint64_t(e["byte_offset"]);
       x.nbytes = std::uint64_t(e["bytes"]);
       for (dom::element c : dom::array(e["checksums"])) {
@@ -388,7 +447,8 @@ inline result<checkpoint_metadata> metadata_from_json(std::string_view json,
         x.checksums.push_back(v.value_or(0));
       }
       if (blocks < 0)
-        blocks = static_cast<std::int64_t>((x.nbytes + m.block_size - 1) / m.block_size);
+        blocks =
+            static_cast<std::int64_t>(x.nbytes / m.block_size + (x.nbytes % m.block_size != 0));
       std::int64_t data_blocks = blocks;
       if (!m.verified()) blocks = 0;
       if (x.checksums.size() != static_cast<std::uint64_t>(blocks))
@@ -412,7 +472,9 @@ inline result<checkpoint_metadata> metadata_from_json(std::string_view json,
     for (dom::object f : dom::array(doc["files"])) {
       file_record r;
       r.name = std::string(std::string_view(f["name"]));
-      r.rank = static_cast<int>(std::int64_t(f["rank"]));
+      std::int64_t rank = f["rank"];
+      if (rank < 0 || rank > (std::int64_t{1} << 30)) return corrupt("bad file rank");
+      r.rank = static_cast<int>(rank);
       r.nbytes = std::uint64_t(f["bytes"]);
       m.files.push_back(std::move(r));
     }
@@ -424,6 +486,9 @@ inline result<checkpoint_metadata> metadata_from_json(std::string_view json,
       if (!dt) return corrupt("unknown dtype for tensor '" + std::string(k) + "'");
       t.type = *dt;
       t.global_shape = ints(v["shape"]);
+      if (!checked_numel(t.global_shape, dtype_size(t.type)))
+        return corrupt("tensor '" + std::string(k) +
+                       "' has a negative extent or more than 2^62 bytes");
       for (dom::object c : dom::array(v["chunks"])) {
         chunk_record cr;
         cr.region.offset = ints(c["offset"]);
@@ -431,6 +496,13 @@ inline result<checkpoint_metadata> metadata_from_json(std::string_view json,
         if (cr.region.offset.size() != t.global_shape.size() ||
             cr.region.size.size() != t.global_shape.size())
           return corrupt("chunk rank differs from tensor rank for '" + std::string(k) + "'");
+        // Inside the tensor before anything is computed from it (sizes then cannot overflow).
+        for (std::size_t a = 0; a < t.global_shape.size(); ++a)
+          if (cr.region.offset[a] < 0 || cr.region.size[a] < 0 ||
+              cr.region.size[a] > t.global_shape[a] ||
+              cr.region.offset[a] > t.global_shape[a] - cr.region.size[a])
+            return corrupt("chunk " + cr.region.str() + " of '" + std::string(k) +
+                           "' lies outside the tensor");
         dom::element tiles;
         if (c["tiles"].get(tiles) == SUCCESS) {
           if (!m.verified()) return corrupt("an unverified layout has tiled chunks");
@@ -484,10 +556,6 @@ inline result<checkpoint_metadata> metadata_from_json(std::string_view json,
     for (const auto& [k, t] : m.tensors) {
       for (const auto& c : t.chunks) {
         if (!check_extent(c.where)) return corrupt("a chunk of '" + k + "' lies outside its file");
-        for (std::size_t a = 0; a < t.global_shape.size(); ++a)
-          if (c.region.offset[a] < 0 || c.region.size[a] < 0 ||
-              c.region.offset[a] + c.region.size[a] > t.global_shape[a])
-            return corrupt("chunk " + c.region.str() + " of '" + k + "' lies outside the tensor");
         if (c.where.nbytes != static_cast<std::uint64_t>(c.region.volume()) * dtype_size(t.type))
           return corrupt(
               "chunk " + c.region.str() + " of '" + k + "' has " + std::to_string(c.where.nbytes) +

@@ -14,6 +14,7 @@
 #include "cairn/detail/parallel.hpp"
 #include "cairn/format/checksum.hpp"
 #include "cairn/format/metadata.hpp"
+#include "cairn/plan/cover.hpp"
 #include "cairn/storage/storage.hpp"
 
 namespace cairn {
@@ -40,8 +41,10 @@ inline result<std::string> read_metadata_json(storage_ref st) {
 
 /// Reads and decodes the committed metadata (see `read_metadata_json`).
 inline result<checkpoint_metadata> read_metadata(storage_ref st) {
-  CAIRN_TRY_ASSIGN(std::string json, read_metadata_json(st));
-  return metadata_from_json(json, st.describe(metadata_name));
+  return detail::catch_all("reading the metadata", [&]() -> result<checkpoint_metadata> {
+    CAIRN_TRY_ASSIGN(std::string json, read_metadata_json(st));
+    return metadata_from_json(json, st.describe(metadata_name));
+  });
 }
 
 /// The user's content metadata of a checkpoint, read without touching any data file.
@@ -156,15 +159,45 @@ inline result<void> read_verified_blocks(storage_ref st,
   return ok();
 }
 
-/// Reads a whole extent and verifies it.
+/// Checks that file `f` of `m` holds at least the bytes the metadata says it does, so that
+/// memory sized by what the metadata claims is never allocated for a file that cannot fill it.
+inline result<void> check_file_holds(storage_ref st,
+                                     const checkpoint_metadata& m,
+                                     std::uint32_t f) {
+  if (f >= m.files.size())
+    return make_error(errc::corrupt,
+                      "malformed metadata: file index " + std::to_string(f) + " is out of range");
+  const file_record& r = m.files[f];
+  auto n = st.size(r.name);
+  if (!n) return std::move(n).err().with_file(st.describe(r.name));
+  if (*n < r.nbytes)
+    return std::move(make_error(errc::corrupt, "the file holds " + std::to_string(*n) +
+                                                   " bytes, the metadata says " +
+                                                   std::to_string(r.nbytes) + ": it is truncated"))
+        .with_file(st.describe(r.name));
+  return ok();
+}
+
+/// Reads a whole extent and verifies it. The buffer grows as verified blocks arrive (up to
+/// `max_io_bytes` at a time), so memory follows what the file really holds, never only what the
+/// metadata claims: a truncated file or a block that does not decompress ends the read early.
 inline result<std::vector<std::byte>> read_extent(storage_ref st,
                                                   const checkpoint_metadata& m,
                                                   const extent& e,
                                                   const std::string& key,
                                                   const std::string& what) {
-  std::vector<std::byte> buf(e.nbytes);
+  std::vector<std::byte> buf;
   if (e.nbytes == 0) return buf;
-  CAIRN_TRY(read_verified_blocks(st, m, e, 0, (e.nbytes - 1) / m.block_size, buf, key, what));
+  const std::uint64_t B = m.block_size;
+  const std::uint64_t blocks = e.nbytes / B + (e.nbytes % B != 0);
+  const std::uint64_t per_read = std::max<std::uint64_t>(1, max_io_bytes / B);
+  for (std::uint64_t b = 0; b < blocks; b += per_read) {
+    const std::uint64_t last = std::min(blocks, b + per_read) - 1;
+    const std::uint64_t end = std::min(e.nbytes, (last + 1) * B);
+    buf.resize(static_cast<std::size_t>(end));
+    std::span<std::byte> part(buf.data() + b * B, static_cast<std::size_t>(end - b * B));
+    CAIRN_TRY(read_verified_blocks(st, m, e, b, last, part, key, what));
+  }
   return buf;
 }
 
@@ -174,10 +207,8 @@ struct verify_problem {
   error err;
 };
 
-/// Recomputes every checksum of every chunk, object and the common state, and checks every
-/// data file's size. Returns all problems found (empty when the checkpoint is intact); fails
-/// only when the metadata itself cannot be read.
-inline result<std::vector<verify_problem>> verify_checkpoint(storage_ref st, int threads = 2) {
+namespace detail {
+inline result<std::vector<verify_problem>> verify_checkpoint_impl(storage_ref st, int threads) {
   CAIRN_TRY_ASSIGN(checkpoint_metadata m, read_metadata(st));
   struct item {
     std::string label, key;
@@ -190,6 +221,25 @@ inline result<std::vector<verify_problem>> verify_checkpoint(storage_ref st, int
   for (const auto& [k, o] : m.objects) items.push_back({"object '" + k + "'", o.key, &o.where});
   if (m.common) items.push_back({"common state", "", &*m.common});
   std::vector<verify_problem> problems;
+  // Every tensor's chunks must tile it exactly: checksums cannot tell a shifted or duplicated
+  // chunk from a good one.
+  for (const auto& [k, t] : m.tensors) {
+    std::vector<box> regions;
+    regions.reserve(t.chunks.size());
+    for (const auto& c : t.chunks) regions.push_back(c.region);
+    const box whole{shape(t.global_shape.size(), 0), t.global_shape};
+    if (auto p = check_exact_cover(regions, whole)) {
+      std::string msg = p->what == cover_problem::kind::overlap
+                            ? "chunks " + regions[p->first].str() + " and " +
+                                  regions[p->second].str() + " overlap at " + p->shared.str()
+                            : "chunks cover " + std::to_string(p->covered) + " of " +
+                                  std::to_string(p->wanted) + " elements";
+      error e = make_error(errc::integrity, std::move(msg));
+      e.key = k;
+      e.file = st.describe(metadata_name);
+      problems.push_back({"tensor '" + k + "'", std::move(e)});
+    }
+  }
   for (const auto& f : m.files) {
     auto sz = st.size(f.name);
     if (!sz) {
@@ -225,6 +275,15 @@ inline result<std::vector<verify_problem>> verify_checkpoint(storage_ref st, int
   for (std::size_t i = 0; i < items.size(); ++i)
     if (found[i]) problems.push_back({items[i].label, std::move(*found[i])});
   return problems;
+}
+}  // namespace detail
+
+/// Recomputes every checksum of every chunk, object and the common state, and checks every
+/// data file's size. Returns all problems found (empty when the checkpoint is intact); fails
+/// only when the metadata itself cannot be read.
+inline result<std::vector<verify_problem>> verify_checkpoint(storage_ref st, int threads = 2) {
+  return detail::catch_all("verifying the checkpoint",
+                           [&] { return detail::verify_checkpoint_impl(st, threads); });
 }
 
 }  // namespace cairn

@@ -376,6 +376,32 @@ class file_storage {
     return ok();
   }
 
+  /// Deletes the temporary files of `put`s that never finished (see `is_temp_name`) under the
+  /// root whose names start with `prefix`; returns how many. Call it only when no `put` into
+  /// these names is in flight (a save does, after its commit): a concurrent `put`'s temporary
+  /// would be removed under it, failing that put.
+  result<std::size_t> remove_temporaries(std::string_view prefix) {
+    namespace fs = std::filesystem;
+    CAIRN_TRY(detail::check_prefix(prefix));
+    std::error_code ec;
+    if (!fs::is_directory(root_, ec)) return std::size_t{0};
+    std::size_t removed = 0;
+    fs::recursive_directory_iterator it(root_, ec), end;
+    for (; !ec && it != end; it.increment(ec)) {
+      std::error_code ec2;
+      if (!it->is_regular_file(ec2) || !is_temp_name(it->path().filename().native())) continue;
+      // The name the temporary stands for: ".<name>.tmp.<pid>.<hex>" beside `name`.
+      const std::string file = it->path().filename().string();
+      const std::string target = file.substr(1, file.rfind(".tmp.") - 1);
+      std::string rel =
+          fs::relative(it->path().parent_path() / target, root_, ec2).generic_string();
+      if (ec2 || !rel.starts_with(prefix)) continue;
+      if (::unlink(it->path().c_str()) == 0) ++removed;
+    }
+    if (ec) return fs_error(ec, "list", root_.string());
+    return removed;
+  }
+
   /// The full path of `name`: `(root() / name).string()`.
   std::string describe(std::string_view name) const { return full_path(name).string(); }
 
@@ -487,5 +513,6 @@ class file_storage {
 };
 
 static_assert(storage<file_storage>);
+static_assert(storage_with_temporaries<file_storage>);
 
 }  // namespace cairn

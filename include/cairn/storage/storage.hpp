@@ -58,6 +58,16 @@ concept storage = requires(S& s,
   { cs.describe(name) } -> std::convertible_to<std::string>;
 };
 
+/// An optional member of a storage backend: `remove_temporaries(prefix)` deletes the temporary
+/// objects that `put`s which never finished (a killed process) left under `prefix`, and returns
+/// how many it removed. Backends whose `put` stages through visible-to-nobody temporaries
+/// (file_storage's hidden `.<name>.tmp.*` files) provide it; a save calls it after it commits,
+/// when every put of that save is done. `storage_ref` reports 0 for backends without it.
+template <class S>
+concept storage_with_temporaries = requires(S& s, std::string_view prefix) {
+  { s.remove_temporaries(prefix) } -> std::same_as<result<std::size_t>>;
+};
+
 /// A non-owning, type-erased reference to any `storage`. Cheap to copy; the referenced backend
 /// must outlive it.
 class storage_ref {
@@ -83,6 +93,10 @@ class storage_ref {
   }
   result<void> remove(std::string_view name) const { return vt_->remove(self_, name); }
   std::string describe(std::string_view name) const { return vt_->describe(self_, name); }
+  /// The backend's `remove_temporaries` (see `storage_with_temporaries`), or 0 without one.
+  result<std::size_t> remove_temporaries(std::string_view prefix) const {
+    return vt_->remove_temporaries(self_, prefix);
+  }
 
  private:
   struct vtable {
@@ -94,6 +108,7 @@ class storage_ref {
     result<std::vector<std::string>> (*list)(void*, std::string_view);
     result<void> (*remove)(void*, std::string_view);
     std::string (*describe)(const void*, std::string_view);
+    result<std::size_t> (*remove_temporaries)(void*, std::string_view);
   };
   template <class S>
   static constexpr vtable vtable_for = {
@@ -110,6 +125,12 @@ class storage_ref {
       [](void* s, std::string_view n) { return static_cast<S*>(s)->remove(n); },
       [](const void* s, std::string_view n) -> std::string {
         return static_cast<const S*>(s)->describe(n);
+      },
+      [](void* s, std::string_view p) -> result<std::size_t> {
+        if constexpr (storage_with_temporaries<S>)
+          return static_cast<S*>(s)->remove_temporaries(p);
+        else
+          return (void)s, (void)p, std::size_t{0};
       },
   };
   void* self_;
