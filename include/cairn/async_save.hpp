@@ -155,11 +155,11 @@ class async_saver {
                            storage_ref st,
                            comm_ref comm,
                            const save_options& opt = {}) {
-    leaf_list leaves = flatten(const_cast<Tree&>(tree));
     try {
+      leaf_list leaves = flatten(const_cast<Tree&>(tree));
       return save_leaves(leaves, st, comm, opt);
-    } catch (const exception& e) {
-      return error(e.err()).with_rank(comm.rank());
+    } catch (...) {
+      return detail::current_exception_error("starting an async save").with_rank(comm.rank());
     }
   }
 
@@ -175,8 +175,8 @@ class async_saver {
     result<save_stats> r = [&]() -> result<save_stats> {
       try {
         return detail::commit_phase(f.plan, f.written, f.st, f.comm, f.opt);
-      } catch (const exception& e) {
-        return error(e.err()).with_rank(f.comm.rank());
+      } catch (...) {
+        return detail::current_exception_error("committing an async save").with_rank(f.comm.rank());
       }
     }();
     pool_.reset();
@@ -277,13 +277,12 @@ class async_saver {
     flight_.emplace(flight{seq, std::move(plan), {}, st, comm, opt});
     flight* f = &*flight_;
     worker_ = std::thread([this, f] {
-      detail::writer_slot slot(opt_.max_writers_per_node, opt_.writer_lock_dir);
       try {
+        detail::writer_slot slot(opt_.max_writers_per_node, opt_.writer_lock_dir);
         f->written = detail::write_phase(f->plan, f->st, f->opt, &buffers_);
-      } catch (const exception& e) {
-        f->written.failure = error(e.err()).with_rank(f->plan.rank);
-      } catch (const std::exception& e) {
-        f->written.failure = make_error(errc::io, e.what()).with_rank(f->plan.rank);
+      } catch (...) {
+        f->written.failure =
+            detail::current_exception_error("writing an async save").with_rank(f->plan.rank);
       }
     });
     started.stall_ms = ms(t0, clock::now());

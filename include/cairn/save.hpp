@@ -351,6 +351,18 @@ inline result<void> write_items(storage_ref st,
   if (!r) return std::move(r).err().with_file(st.describe(name));
   auto f = writer->finish();
   if (!f) return std::move(f).err().with_file(st.describe(name));
+  // Storage must now hold the whole object: a backend that reported a short write or an
+  // unfinished object as done is caught here, before the commit, not by a later load.
+  std::uint64_t expected = cursor.load();
+  if (!compress)
+    for (const auto& it : items) expected = std::max(expected, it.file_offset + it.nbytes);
+  auto held = st.size(name);
+  if (!held) return std::move(held).err().with_file(st.describe(name));
+  if (*held != expected)
+    return std::move(make_error(errc::io, "storage holds " + std::to_string(*held) +
+                                              " bytes after " + std::to_string(expected) +
+                                              " were written and reported done"))
+        .with_file(st.describe(name));
   if (compress) {
     for (auto& it : items) {
       if (!it.block_offsets.empty())
@@ -688,7 +700,11 @@ class native_strategy final : public save_strategy {
     const save_layout& layout = plan.layout;
     if (layout.file_of_rank[plan.rank] >= 0)
       (void)st.remove(layout.metadata.files[layout.file_of_rank[plan.rank]].name);
-    if (const auto* cs = std::any_cast<detail::common_state>(&w.local)) (void)st.remove(cs->name);
+    // Rank 0's common state, also when its put failed after all (a lost acknowledgement).
+    if (const auto* cs = std::any_cast<detail::common_state>(&w.local))
+      (void)st.remove(cs->name);
+    else if (plan.rank == 0 && !plan.commons.empty())
+      (void)st.remove(common_file_name(plan.save_id));
   }
   /// Committed when `metadata.json` is there and names this save's id.
   result<bool> committed(const planned_save& plan,

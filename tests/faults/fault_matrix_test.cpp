@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "cairn/async_save.hpp"
 #include "cairn/cairn.hpp"
 #include "cairn/storage/fault_injection.hpp"
 
@@ -84,13 +85,24 @@ cairn::save_options save_opts(bool zstd, bool overwrite) {
 
 /// Saves generation `gen` on save_world thread ranks; the outcome every rank saw (all alike,
 /// checked), as an error code or nullopt for success.
-std::optional<cairn::errc> save_gen(cairn::storage_ref st, int gen, const cairn::save_options& so) {
+std::optional<cairn::errc> save_gen(cairn::storage_ref st,
+                                    int gen,
+                                    const cairn::save_options& so,
+                                    bool async = false) {
   std::mutex mu;
   std::vector<std::optional<cairn::errc>> outcome;
   std::vector<std::string> messages;
   cairn::run_ranks(save_world, [&](cairn::thread_communicator& comm) {
     rank_state s(comm.rank(), save_world, gen);
-    auto r = cairn::try_save(s.sd, st, comm, so);
+    cairn::result<cairn::save_stats> r = cairn::make_error(cairn::errc::io, "not run");
+    if (async) {
+      // Staged and written in the background; the commit happens at wait() on every rank.
+      cairn::async_saver saver;
+      auto h = saver.save(s.sd, st, comm, so);
+      r = h ? h->wait() : cairn::result<cairn::save_stats>(h.err());
+    } else {
+      r = cairn::try_save(s.sd, st, comm, so);
+    }
     std::lock_guard lock(mu);
     outcome.push_back(r ? std::nullopt : std::optional(r.err().code));
     messages.push_back(r ? "ok" : r.err().describe());
@@ -145,7 +157,9 @@ void check_no_garbage(cairn::memory_storage& mem) {
 }  // namespace
 
 TEST_CASE("fault matrix: every storage operation of a save fails in every way") {
-  for (bool zstd : {false, true}) {
+  // (zstd, async): plain, compressed, and through async_saver.
+  for (auto [zstd, async] :
+       {std::pair{false, false}, std::pair{true, false}, std::pair{false, true}}) {
     for (bool fresh : {true, false}) {
       // Count the operations of an unfaulted save.
       std::uint64_t ops = 0;
@@ -153,7 +167,7 @@ TEST_CASE("fault matrix: every storage operation of a save fails in every way") 
         cairn::memory_storage mem;
         if (!fresh) REQUIRE(!save_gen(mem, 1, save_opts(zstd, false)));
         cairn::faulty_storage faulty(mem);
-        REQUIRE(!save_gen(faulty, 2, save_opts(zstd, !fresh)));
+        REQUIRE(!save_gen(faulty, 2, save_opts(zstd, !fresh), async));
         ops = faulty.ops();
       }
       REQUIRE(ops > 10);
@@ -164,13 +178,13 @@ TEST_CASE("fault matrix: every storage operation of a save fails in every way") 
           if (!fresh) REQUIRE(!save_gen(mem, 1, save_opts(zstd, false)));
           cairn::faulty_storage faulty(mem);
           faulty.fail_op(k, mode);
-          auto outcome = save_gen(faulty, 2, save_opts(zstd, !fresh));
+          auto outcome = save_gen(faulty, 2, save_opts(zstd, !fresh), async);
           if (!faulty.fault_fired()) {
             CHECK(!outcome);
             CHECK(k >= ops / 2);  // the operation count varies a little with thread timing
             break;
           }
-          INFO("zstd=" << zstd << " fresh=" << fresh
+          INFO("zstd=" << zstd << " async=" << async << " fresh=" << fresh
                        << " mode=" << std::string(cairn::fault_mode_name(mode)) << " k=" << k
                        << " fault at: " << faulty.fault_site());
           auto loaded = load_gen(mem);
@@ -200,7 +214,7 @@ TEST_CASE("fault matrix: every storage operation of a save fails in every way") 
           check_no_garbage(mem);
         }
       }
-      MESSAGE("save matrix zstd=" << zstd << " fresh=" << fresh << ": " << ops
+      MESSAGE("save matrix zstd=" << zstd << " async=" << async << " fresh=" << fresh << ": " << ops
                                   << " operations x 5 modes: " << failed << " failed, " << succeeded
                                   << " committed, " << refused << " committed but refused on load");
     }
