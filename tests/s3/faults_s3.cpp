@@ -42,7 +42,7 @@ TEST_CASE("a server answering 503 SlowDown to 25% of requests: save and load sti
     cairn::load(rs.sd, st, comm);
     CHECK(rs.holds());
   });
-  std::string stats = run("curl -s " + proxy.endpoint() + "/__stats");
+  std::string stats = http_get(proxy.endpoint() + "/__stats");
   MESSAGE("proxy: " << stats);
   CHECK(stats.find("\"slowdowns\":0") == std::string::npos);
 }

@@ -1,9 +1,11 @@
 // Test fixtures for the s3 backend: an s3rver process on 127.0.0.1 (from .deps/, installed by
-// scripts/bootstrap), node helper scripts (the 503 SlowDown proxy, the AWS SDK reference signer
-// and reader), and options pointing s3_storage at them.
+// scripts/bootstrap), node helper scripts (the 503 SlowDown proxy, the header-echoing server, the
+// AWS SDK reference signer and reader), an HTTP GET through libcurl, and options pointing
+// s3_storage at them.
 #pragma once
 
 #include <arpa/inet.h>
+#include <curl/curl.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <spawn.h>
@@ -144,7 +146,8 @@ struct s3rver {
   std::string endpoint() const { return "http://127.0.0.1:" + std::to_string(port); }
 };
 
-/// A node process whose first stdout line is "PORT <n>" (the SlowDown proxy).
+/// A node script started with `args` and a file name last, to which it writes "PORT <n>" once
+/// listening (the SlowDown proxy, the echoing server).
 struct node_server {
   child proc;
   int port = 0;
@@ -185,6 +188,32 @@ inline cairn::s3_options options_for(const std::string& endpoint) {
   o.stall_timeout = std::chrono::seconds(5);
   o.part_size = std::size_t{1} << 20;  // small parts: tests exercise multipart uploads
   return o;
+}
+
+/// The body of an HTTP GET of `url`, made with libcurl; the tests never run curl(1), which
+/// a bare system does not have. Throws when the request fails or the status is not 200.
+inline std::string http_get(const std::string& url) {
+  CURL* h = ::curl_easy_init();
+  if (!h) throw std::runtime_error("curl_easy_init failed");
+  std::string body;
+  auto on_data = +[](char* p, std::size_t size, std::size_t n, void* ud) -> std::size_t {
+    static_cast<std::string*>(ud)->append(p, size * n);
+    return size * n;
+  };
+  ::curl_easy_setopt(h, CURLOPT_URL, url.c_str());
+  ::curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+  ::curl_easy_setopt(h, CURLOPT_TIMEOUT, 20L);
+  ::curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_data);
+  ::curl_easy_setopt(h, CURLOPT_WRITEDATA, &body);
+  CURLcode rc = ::curl_easy_perform(h);
+  long status = 0;
+  ::curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
+  ::curl_easy_cleanup(h);
+  if (rc != CURLE_OK)
+    throw std::runtime_error("GET " + url + " failed: " + ::curl_easy_strerror(rc));
+  if (status != 200)
+    throw std::runtime_error("GET " + url + " answered HTTP status " + std::to_string(status));
+  return body;
 }
 
 /// Runs a shell command and returns its stdout (throws on a non-zero exit).

@@ -42,6 +42,7 @@ namespace cairn {
 /// Options of s3_storage. Empty strings mean "from the environment" (see each field).
 struct s3_options {
   /// "http(s)://host[:port]"; empty: AWS_ENDPOINT_URL, else AWS (virtual-hosted addressing).
+  /// Any other scheme, a path or user info is refused (errc::invalid_argument).
   std::string endpoint;
   /// Empty: AWS_REGION, else AWS_DEFAULT_REGION, else "us-east-1".
   std::string region;
@@ -113,10 +114,197 @@ inline result<std::pair<std::string, std::string>> parse_s3_uri(std::string_view
   while (!prefix.empty() && prefix.back() == '/') prefix.pop_back();
   if (bucket.empty())
     return make_error(errc::invalid_argument, "no bucket in \"" + std::string(uri) + "\"");
+  // The bucket becomes part of the host name (virtual-hosted addressing) and of the URL path:
+  // '@', ':', '#', '?' or '%' in it could point requests at another host.
+  for (char c : bucket) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '.' || c == '-' || c == '_';
+    if (!ok)
+      return make_error(errc::invalid_argument,
+                        "bad bucket name in \"" + std::string(uri) +
+                            "\" (S3 bucket names hold letters, digits, '.', '-' and '_')");
+  }
   if (!prefix.empty() && !name_problem(prefix).empty())
     return make_error(errc::invalid_argument,
                       "bad prefix in \"" + std::string(uri) + "\": " + name_problem(prefix));
   return std::pair{bucket, prefix};
+}
+
+/// An S3 endpoint split into its scheme ("http" or "https") and "host[:port]".
+struct s3_endpoint {
+  std::string scheme, hostport;
+};
+
+/// Parses an endpoint "http(s)://host[:port][/]" (no scheme: https). Any other scheme
+/// (`file://`, `ftp://`, ...), user info, a path, a query or characters that do not belong in a
+/// host name are errc::invalid_argument: libcurl would otherwise follow them (a `file://`
+/// endpoint writes local files).
+inline result<s3_endpoint> parse_s3_endpoint(std::string_view endpoint) {
+  auto bad = [&](const std::string& why) -> error {
+    // User info ("user:password@") is not repeated in the error.
+    std::string shown(endpoint);
+    if (std::size_t at = shown.rfind('@'); at != std::string::npos) {
+      std::size_t sep = shown.find("://");
+      std::size_t from = sep == std::string::npos || sep > at ? 0 : sep + 3;
+      shown.replace(from, at + 1 - from, "[user info]@");
+    }
+    return make_error(errc::invalid_argument, "bad S3 endpoint \"" + shown + "\": " + why);
+  };
+  s3_endpoint out{"https", ""};
+  std::string_view rest = endpoint;
+  if (std::size_t sep = rest.find("://"); sep != std::string_view::npos) {
+    out.scheme = std::string(rest.substr(0, sep));
+    std::transform(out.scheme.begin(), out.scheme.end(), out.scheme.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    if (out.scheme != "http" && out.scheme != "https")
+      return bad("the scheme \"" + std::string(rest.substr(0, sep)) +
+                 "\" is not allowed (only http:// and https://)");
+    rest.remove_prefix(sep + 3);
+  }
+  while (!rest.empty() && rest.back() == '/') rest.remove_suffix(1);
+  if (rest.empty()) return bad("no host");
+  for (char c : rest) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '.' || c == '-' || c == '_' || c == ':' || c == '[' || c == ']';
+    if (c == '@') return bad("user info is not allowed (credentials come from s3_options)");
+    if (!ok)
+      return bad(static_cast<unsigned char>(c) < 0x20 || c == 0x7f
+                     ? "a control character (expected http(s)://host[:port])"
+                     : "the character '" + std::string(1, c) +
+                           "' (expected http(s)://host[:port], no path or query)");
+  }
+  out.hostport = std::string(rest);
+  return out;
+}
+
+/// Longest text a server (or libcurl) contributes to one error message, in bytes.
+inline constexpr std::size_t max_server_text = 300;
+
+/// Replaces every occurrence of credential material in `text` with "[redacted]":
+/// - each of `secrets` (secret key, session token, signature), also percent-encoded, and any
+///   piece of one at least 16 characters long (a truncated echo);
+/// - `authorization` (the Authorization header value sent), whole;
+/// - the value after "Signature=", "X-Amz-Signature", "X-Amz-Credential=",
+///   "x-amz-security-token", "Authorization" (those two followed by ':' or '=') and
+///   "AWS4-HMAC-SHA256 Credential=", in any case;
+/// - every run of exactly 64 hex digits (the form of SigV4 signatures).
+inline std::string redact_credentials(std::string text,
+                                      std::span<const std::string> secrets,
+                                      std::string_view authorization = {}) {
+  static constexpr std::string_view mark = "[redacted]";
+  auto lower = [](std::string_view v) {
+    std::string l(v);
+    std::transform(l.begin(), l.end(), l.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    return l;
+  };
+  auto replace_all = [&](std::string_view what) {
+    if (what.empty()) return;
+    for (std::size_t at = text.find(what); at != std::string::npos;
+         at = text.find(what, at + mark.size()))
+      text.replace(at, what.size(), mark);
+  };
+  replace_all(authorization);
+  constexpr std::size_t min_piece = 16;
+  for (const std::string& s : secrets) {
+    if (s.empty()) continue;
+    replace_all(s);
+    replace_all(sigv4::uri_encode(s, false));
+    if (s.size() < min_piece) continue;
+    // Pieces: find any 16-character window of the secret, then grow the match both ways.
+    for (std::size_t w = 0; w + min_piece <= s.size(); ++w) {
+      std::string_view piece = std::string_view(s).substr(w, min_piece);
+      for (std::size_t at = text.find(piece); at != std::string::npos; at = text.find(piece, at)) {
+        std::size_t b = at, e = at + min_piece, sb = w, se = w + min_piece;
+        while (b > 0 && sb > 0 && text[b - 1] == s[sb - 1]) --b, --sb;
+        while (e < text.size() && se < s.size() && text[e] == s[se]) ++e, ++se;
+        text.replace(b, e - b, mark);
+        at = b + mark.size();
+      }
+    }
+  }
+  // Named values: from after the name (and, where the name does not end in '=', a ':' or '='
+  // between quotes and spaces) to the end of the value.
+  struct named {
+    std::string_view name;
+    bool needs_separator;  // "name: value", "name=value", "\"name\": \"value\""
+    bool stops_at_space;   // the value is one token (else it runs to the end of the line)
+  };
+  auto is_end = [](char c, bool stops_at_space) {
+    return c == '\r' || c == '\n' || c == '"' || c == '\'' || c == '<' || c == '>' || c == '&' ||
+           c == '}' || (stops_at_space && (c == ' ' || c == '\t' || c == ',' || c == ';'));
+  };
+  auto is_gap = [](char c) { return c == '"' || c == '\'' || c == ' ' || c == '\t'; };
+  for (const named& n :
+       {named{"signature=", false, true}, named{"x-amz-credential=", false, true},
+        named{"x-amz-signature", true, true}, named{"x-amz-security-token", true, false},
+        named{"authorization", true, false}, named{"aws4-hmac-sha256 credential=", false, false}}) {
+    std::string l = lower(text);
+    for (std::size_t at = l.find(n.name); at != std::string::npos; at = l.find(n.name, at + 1)) {
+      std::size_t b = at + n.name.size();
+      if (n.needs_separator) {
+        while (b < l.size() && b - at - n.name.size() < 4 && is_gap(l[b])) ++b;
+        if (b >= l.size() || (l[b] != ':' && l[b] != '=')) continue;
+        ++b;
+      }
+      for (int gap = 0; b < l.size() && gap < 4 && is_gap(l[b]); ++gap) ++b;
+      std::size_t e = b;
+      while (e < l.size() && !is_end(l[e], n.stops_at_space)) ++e;
+      if (e > b && l.compare(b, e - b, mark) != 0) {
+        text.replace(b, e - b, mark);
+        l.replace(b, e - b, mark);
+      }
+    }
+  }
+  auto hexdigit = [](char c) {
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+  };
+  for (std::size_t i = 0; i < text.size();) {
+    if (!hexdigit(text[i])) {
+      ++i;
+      continue;
+    }
+    std::size_t e = i;
+    while (e < text.size() && hexdigit(text[e])) ++e;
+    if (e - i == 64) {
+      text.replace(i, 64, mark);
+      i += mark.size();
+    } else {
+      i = e;
+    }
+  }
+  return text;
+}
+
+/// Text from a server or libcurl made fit for an error message: at most 4 KiB looked at,
+/// credential material redacted (redact_credentials), control characters turned into spaces,
+/// and at most max_server_text bytes kept (cut on a UTF-8 boundary, "..." appended).
+inline std::string safe_server_text(std::string_view raw,
+                                    std::span<const std::string> secrets,
+                                    std::string_view authorization = {}) {
+  std::string text = redact_credentials(std::string(raw.substr(0, 4096)), secrets, authorization);
+  for (char& c : text) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = ' ';
+  }
+  if (text.size() > max_server_text || raw.size() > 4096) {
+    std::size_t cut = std::min(text.size(), max_server_text);
+    while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
+    text.resize(cut);
+    text += "...";
+  }
+  return text;
+}
+
+/// An S3 error code (`<Code>`) as sent when it looks like one (letters, digits, '.', '_', '-',
+/// at most 64 characters); empty otherwise, so that a hostile server cannot put text there.
+inline std::string s3_error_code_of(std::string_view code) {
+  if (code.empty() || code.size() > 64) return {};
+  for (char c : code) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '.' || c == '-' || c == '_';
+    if (!ok) return {};
+  }
+  return std::string(code);
 }
 
 /// The text of the first <tag>...</tag> in `xml`, entities decoded; empty when absent.
@@ -239,6 +427,8 @@ struct s3_http_response {
   bool bogus_range = false;  ///< a 206 whose Content-Range lies past the object's end (no body)
   CURLcode curl = CURLE_OK;
   std::string curl_error;
+  std::string authorization;  ///< the Authorization header the request carried (for redaction)
+  std::string signature;      ///< its signature
 };
 
 /// Shared state of an s3_storage: configuration, handle pool, request bound, counters. Writers
@@ -262,19 +452,21 @@ class s3_client {
     if (opt_.session_token.empty()) opt_.session_token = env("AWS_SESSION_TOKEN");
     const bool custom = !opt_.endpoint.empty();
     path_style_ = opt_.path_style.value_or(custom);
-    std::string scheme = "https", hostport = "s3." + opt_.region + ".amazonaws.com";
-    if (custom) {
-      std::string e = opt_.endpoint;
-      std::size_t sep = e.find("://");
-      if (sep != std::string::npos) {
-        scheme = e.substr(0, sep);
-        e = e.substr(sep + 3);
-      }
-      while (!e.empty() && e.back() == '/') e.pop_back();
-      hostport = e;
+    for (char c : opt_.region) {
+      if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_')
+        throw exception(make_error(
+            errc::invalid_argument,
+            "bad S3 region \"" + opt_.region + "\" (letters, digits, '-' and '_' only)"));
     }
-    host_ = path_style_ ? hostport : bucket_ + "." + hostport;
-    base_url_ = scheme + "://" + host_;
+    s3_endpoint ep{"https", "s3." + opt_.region + ".amazonaws.com"};
+    if (custom) {
+      auto parsed = parse_s3_endpoint(opt_.endpoint);
+      if (!parsed) throw exception(parsed.err());
+      ep = *parsed;
+    }
+    endpoint_ = ep.scheme + "://" + ep.hostport;
+    host_ = path_style_ ? ep.hostport : bucket_ + "." + ep.hostport;
+    base_url_ = ep.scheme + "://" + host_;
     if (opt_.part_size == 0) opt_.part_size = std::size_t{16} << 20;
     if (opt_.max_concurrent_requests < 1) opt_.max_concurrent_requests = 1;
     if (opt_.max_attempts < 1) opt_.max_attempts = 1;
@@ -288,6 +480,8 @@ class s3_client {
 
   const s3_options& options() const { return opt_; }
   const std::string& bucket() const { return bucket_; }
+  /// "scheme://host[:port]" of the server (without the bucket).
+  const std::string& endpoint() const { return endpoint_; }
 
   /// The object key of a storage name.
   std::string key_of(std::string_view name) const {
@@ -342,14 +536,12 @@ class s3_client {
       bool retry = false;
       if (resp.curl != CURLE_OK) {
         last = std::string("curl: ") + ::curl_easy_strerror(resp.curl) +
-               (resp.curl_error.empty() ? "" : " (" + resp.curl_error + ")");
+               (resp.curl_error.empty() ? "" : " (" + server_text(resp.curl_error, resp) + ")");
         retry = resp.curl != CURLE_URL_MALFORMAT && resp.curl != CURLE_UNSUPPORTED_PROTOCOL &&
                 resp.curl != CURLE_OUT_OF_MEMORY;
       } else {
         std::string code = sigv4_error_code(resp);
-        last = "last HTTP status " + std::to_string(resp.status) +
-               (code.empty() ? "" : " " + code) +
-               (resp.text.empty() ? "" : ": " + detail::xml_first(resp.text, "Message"));
+        last = "last HTTP status " + std::to_string(resp.status) + status_text(resp, code);
         retry = resp.status >= 500 || code == "SlowDown" || code == "RequestTimeout" ||
                 code == "InternalError" || resp.status == 429 ||
                 // CompleteMultipartUpload may fail with 200 and an <Error> body.
@@ -375,10 +567,10 @@ class s3_client {
         double secs = std::chrono::duration<double>(clock::now() - start).count();
         char took[32];
         std::snprintf(took, sizeof took, "%.1f", secs);
-        error e = make_error(errc::io, "S3 " + std::string(what) + " of key \"" + r.key +
-                                           "\" in bucket \"" + bucket_ + "\" gave up after " +
-                                           std::to_string(attempt + 1) + " attempt(s) in " + took +
-                                           " s: " + last);
+        error e = make_error(
+            errc::io, redact("S3 " + std::string(what) + " of key \"" + r.key + "\" in bucket \"" +
+                             bucket_ + "\" gave up after " + std::to_string(attempt + 1) +
+                             " attempt(s) in " + took + " s: " + last));
         e.file = describe(name);
         e.rank = opt_.rank;
         return e;
@@ -387,17 +579,48 @@ class s3_client {
     }
   }
 
-  /// An error for an answer that is not a success.
+  /// An error for an answer that is not a success. A 404 saying NoSuchBucket, or a 404
+  /// without an error code (HEAD) while the bucket itself answers 404, is bucket_missing().
   error http_error(const s3_http_response& resp,
                    std::string_view what,
                    const std::string& key,
-                   std::string_view name) const {
+                   std::string_view name) {
     std::string code = sigv4_error_code(resp);
-    std::string msg = detail::xml_first(resp.text, "Message");
+    const std::string request = "S3 " + std::string(what) + " of key \"" + key + "\"";
+    if (resp.status == 404 && code == "NoSuchBucket")
+      return bucket_missing(name, request + " answered 404 NoSuchBucket");
+    if (resp.status == 404 && code.empty()) {
+      auto there = check_bucket(name);
+      if (!there) return there.err();
+    }
     error e = make_error(resp.status == 404 ? errc::not_found : errc::io,
-                         "S3 " + std::string(what) + " of key \"" + key + "\" in bucket \"" +
-                             bucket_ + "\" failed: HTTP status " + std::to_string(resp.status) +
-                             (code.empty() ? "" : " " + code) + (msg.empty() ? "" : ": " + msg));
+                         redact(request + " in bucket \"" + bucket_ + "\" failed: HTTP status " +
+                                std::to_string(resp.status) + status_text(resp, code)));
+    e.file = describe(name);
+    e.rank = opt_.rank;
+    return e;
+  }
+
+  /// Resolves the 404 of a request on object `name` that has no body to say why (HEAD): ok when
+  /// the bucket exists (known from an earlier check, or HEAD of the bucket says so, or cannot
+  /// tell), bucket_missing() when the bucket answers 404. Remembers that the bucket exists.
+  result<void> check_bucket(std::string_view name) {
+    if (bucket_exists_.load()) return ok();
+    s3_http_request r;
+    r.method = "HEAD";
+    CAIRN_TRY_ASSIGN(auto resp, perform(r, "HeadBucket", name));
+    if (resp.status == 404)
+      return bucket_missing(
+          name, "S3 HEAD of key \"" + key_of(name) + "\" and of the bucket answered 404");
+    // 403 (no s3:ListBucket) and redirects (another region) also say the bucket is there.
+    if ((resp.status >= 200 && resp.status < 400) || resp.status == 403) bucket_exists_.store(true);
+    return ok();
+  }
+
+  /// errc::not_found "bucket 'b' does not exist at http://host:port (`why`)".
+  error bucket_missing(std::string_view name, const std::string& why) const {
+    error e = make_error(errc::not_found, "bucket '" + bucket_ + "' does not exist at " +
+                                              endpoint_ + " (" + redact(why) + ")");
     e.file = describe(name);
     e.rank = opt_.rank;
     return e;
@@ -426,9 +649,37 @@ class s3_client {
       parts_{0}, bytes_put_{0}, mp_completed_{0}, mp_aborted_{0}, heads_{0}, lists_{0}, deletes_{0};
 
  private:
+  /// The S3 error code of an answer (<Code>), empty when absent or not shaped like one.
   static std::string sigv4_error_code(const s3_http_response& resp) {
     if (resp.text.empty()) return {};
-    return detail::xml_first(resp.text, "Code");
+    return s3_error_code_of(detail::xml_first(resp.text, "Code"));
+  }
+
+  /// `text` with every occurrence of the secret key and the session token replaced.
+  std::string redact(std::string text) const {
+    for (const std::string& secret : {cred_.secret_key, cred_.session_token}) {
+      if (secret.empty()) continue;
+      for (std::size_t at = text.find(secret); at != std::string::npos;
+           at = text.find(secret, at + 10))
+        text.replace(at, secret.size(), "[redacted]");
+    }
+    return text;
+  }
+
+  /// Text from the server or libcurl, fit for an error message (see safe_server_text): the
+  /// secret key, the session token, and the signature and Authorization header that `resp`'s
+  /// request carried are redacted.
+  std::string server_text(std::string_view raw, const s3_http_response& resp) const {
+    const std::string secrets[] = {cred_.secret_key, cred_.session_token, resp.signature};
+    return safe_server_text(raw, secrets, resp.authorization);
+  }
+
+  /// " Code: message" of an error answer (only <Code> and <Message> of its body are read, made
+  /// safe), or "".
+  std::string status_text(const s3_http_response& resp, const std::string& code) const {
+    std::string msg =
+        resp.text.empty() ? std::string() : server_text(xml_first(resp.text, "Message"), resp);
+    return (code.empty() ? "" : " " + code) + (msg.empty() ? "" : ": " + msg);
   }
 
   struct transfer {
@@ -590,6 +841,8 @@ class s3_client {
     char errbuf[CURL_ERROR_SIZE] = {};
     const std::string url = base_url_ + path_of(r.key) + (query.empty() ? "" : "?" + query);
     auto sig = sign(r, sigv4::amz_date(std::time(nullptr)));
+    resp.authorization = sig.authorization;
+    resp.signature = sig.signature;
     curl_slist* hl = nullptr;
     auto add = [&](const std::string& s) { hl = ::curl_slist_append(hl, s.c_str()); };
     add("Host: " + host_);
@@ -601,6 +854,17 @@ class s3_client {
     add("Expect:");
     if (r.method != "PUT" && r.method != "POST") add("Transfer-Encoding:");
     ::curl_easy_setopt(h, CURLOPT_URL, url.c_str());
+    // Only HTTP(S), also after a redirect (none is followed): an endpoint or a Location header
+    // must never make libcurl read or write files or speak another protocol.
+#if LIBCURL_VERSION_NUM >= 0x075500
+    ::curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
+    ::curl_easy_setopt(h, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
+#else
+    ::curl_easy_setopt(h, CURLOPT_PROTOCOLS, static_cast<long>(CURLPROTO_HTTP | CURLPROTO_HTTPS));
+    ::curl_easy_setopt(h, CURLOPT_REDIR_PROTOCOLS,
+                       static_cast<long>(CURLPROTO_HTTP | CURLPROTO_HTTPS));
+#endif
+    ::curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
     ::curl_easy_setopt(h, CURLOPT_HTTPHEADER, hl);
     ::curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
     ::curl_easy_setopt(h, CURLOPT_ERRORBUFFER, errbuf);
@@ -643,8 +907,9 @@ class s3_client {
   std::string bucket_, prefix_;
   s3_options opt_;
   bool path_style_ = true;
-  std::string host_, base_url_;
+  std::string host_, base_url_, endpoint_;
   sigv4::credentials cred_;
+  std::atomic<bool> bucket_exists_{false};
   std::mutex mu_;
   std::condition_variable slots_cv_;
   int in_flight_ = 0;
@@ -924,11 +1189,19 @@ class s3_writer final : public object_writer {
 /// - Every request is retried with exponential backoff and jitter on 5xx, SlowDown,
 ///   RequestTimeout and connection errors, within s3_options::deadline; a request that gives up
 ///   is an errc::io error naming the key, the attempts and the last HTTP status or curl error.
+/// - A bucket that does not exist is errc::not_found "bucket 'b' does not exist at <endpoint>"
+///   from every call, `exists` included (a HEAD 404 is resolved with a HEAD of the bucket, once
+///   per storage while the bucket exists).
+/// - Error messages carry only the `<Code>` and `<Message>` of a server's error answer, bounded
+///   in length, with credential material (secret key, session token, signatures, Authorization
+///   header) redacted, whatever the server sends back.
+/// - Only http:// and https:// are spoken (libcurl is restricted to them, redirects included).
 ///
 /// Every member is thread-safe. Copying is not allowed; moving is.
 class s3_storage {
  public:
-  /// Opens `s3://bucket[/prefix]`; throws cairn::exception (errc::invalid_argument) on a bad URI.
+  /// Opens `s3://bucket[/prefix]`; throws cairn::exception (errc::invalid_argument) on a bad URI
+  /// or bucket name, or an endpoint that is not `http(s)://host[:port]` (e.g. `file://`).
   explicit s3_storage(std::string_view uri, s3_options opt = {}) {
     auto parsed = detail::parse_s3_uri(uri);
     if (!parsed) throw exception(parsed.err());
@@ -1102,6 +1375,8 @@ class s3_storage {
     r.key = c_->key_of(name);
     CAIRN_TRY_ASSIGN(auto resp, c_->perform(r, "HEAD", name));
     if (resp.status == 200 || resp.status == 404) ++c_->heads_;
+    // A HEAD answer has no body: a 404 may mean "no such key" or "no such bucket".
+    if (resp.status == 404) CAIRN_TRY(c_->check_bucket(name));
     return resp;
   }
 
