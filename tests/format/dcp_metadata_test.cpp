@@ -102,3 +102,22 @@ TEST_CASE("save-time invariants: inside, no overlap, full cover") {
            cairn::format_detail::as_bytes(cairn::pickle::dumps(cairn::pickle::value::list())), "m")
            .has_value());
 }
+
+TEST_CASE("shapes that overflow are rejected by validate and by the reader") {
+  const std::int64_t e62 = std::int64_t{1} << 62;
+  cairn::dcp::metadata m;
+  m.state_dict_metadata["w"] = cairn::dcp::tensor_meta{cairn::dtype::u8, {e62}, {{{e62}, {e62}}}};
+  CHECK(cairn::dcp::validate(m).err().code == cairn::errc::integrity);
+  m.state_dict_metadata["w"] = cairn::dcp::tensor_meta{cairn::dtype::f32, {e62}, {{{0}, {e62}}}};
+  CHECK(!cairn::dcp::validate(m));
+  // Written without validation (to_value), read back: the reader refuses it.
+  std::string bytes = cairn::pickle::dumps(cairn::dcp::to_value(m), 4);
+  auto r = cairn::dcp::decode(cairn::format_detail::as_bytes(bytes), ".metadata");
+  REQUIRE(!r);
+  CHECK(r.err().code == cairn::errc::corrupt);
+  CHECK(r.err().key == "w");
+  // A chunk of another rank than its tensor.
+  m.state_dict_metadata["w"] = cairn::dcp::tensor_meta{cairn::dtype::f32, {4}, {{{0, 0}, {4, 1}}}};
+  bytes = cairn::pickle::dumps(cairn::dcp::to_value(m), 4);
+  CHECK(!cairn::dcp::decode(cairn::format_detail::as_bytes(bytes), ".metadata"));
+}

@@ -180,3 +180,11 @@ TEST_CASE("model.safetensors.index.json round-trips and matches transformers' fo
   REQUIRE(!bad);
   CHECK(bad.err().file == "idx.json");
 }
+
+TEST_CASE("an index whose total_size does not fit 64 bits is corrupt") {
+  CHECK(!st::index_from_json(R"({"metadata":{"total_size":1e300},"weight_map":{}})", "i"));
+  CHECK(!st::index_from_json(R"({"metadata":{"total_size":-1},"weight_map":{}})", "i"));
+  CHECK(st::index_from_json(R"({"metadata":{"total_size":1e3},"weight_map":{}})", "i")
+            .value()
+            .total_size == 1000);
+}

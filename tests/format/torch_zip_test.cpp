@@ -99,3 +99,91 @@ TEST_CASE("archives concatenated in one object (DCP .distcp items) and strided v
   }
   CHECK(!tz::open_zip(m, "__0_0.distcp", 0, 10));
 }
+
+TEST_CASE("tensors with overflowing, negative or non-integer sizes are not tensors") {
+  namespace pk = cairn::pickle;
+  const std::int64_t e32 = std::int64_t{1} << 32, e62 = std::int64_t{1} << 62;
+  auto make = [](std::vector<pk::value> dims, std::vector<pk::value> strides, pk::value off) {
+    pk::value pid =
+        pk::value::tuple({pk::value::string("storage"), pk::value::global("torch", "FloatStorage"),
+                          pk::value::string("0"), pk::value::string("cpu"), pk::value::integer(1)});
+    return pk::value::instance(
+        "torch._utils", "_rebuild_tensor_v2",
+        pk::value::tuple({pk::value::persistent(pid), off, pk::value::tuple(std::move(dims)),
+                          pk::value::tuple(std::move(strides)), pk::value::boolean(false),
+                          pk::value::none()}),
+        pk::value(), false);
+  };
+  auto i = [](std::int64_t x) { return pk::value::integer(x); };
+  CHECK(tz::as_tensor(make({i(2), i(3)}, {i(3), i(1)}, i(0))));
+  CHECK(!tz::as_tensor(make({i(e32), i(e32)}, {i(e32), i(1)}, i(0))));
+  CHECK(!tz::as_tensor(make({i(e62), i(e62), i(0)}, {i(1), i(1), i(1)}, i(0))));
+  CHECK(!tz::as_tensor(make({i(-1)}, {i(1)}, i(0))));
+  CHECK(!tz::as_tensor(make({i(2)}, {i(-1)}, i(0))));
+  CHECK(!tz::as_tensor(make({i(2)}, {i(1)}, i(-5))));
+  CHECK(!tz::as_tensor(make({pk::value::string("2")}, {i(1)}, i(0))));
+  CHECK(!tz::as_tensor(make({i(2)}, {i(1)}, pk::value::none())));
+  // A Parameter around a Parameter around a tensor is one; a value built by hand around itself
+  // is not (and does not recurse forever).
+  pk::value t = make({i(2)}, {i(1)}, i(0));
+  auto param = [](pk::value x) {
+    return pk::value::instance("torch._utils", "_rebuild_parameter", pk::value::tuple({x}),
+                               pk::value(), false);
+  };
+  CHECK(tz::as_tensor(param(param(t))));
+  pk::value self = param(pk::value::none());
+  self.obj->args = pk::value::list({self});
+  CHECK(!tz::as_tensor(self));
+  self.obj->args = pk::value();  // break the cycle the test made
+  // find_tensors skips the invalid ones.
+  pk::value root = pk::value::dict(
+      {{pk::value::string("ok"), t}, {pk::value::string("bad"), make({i(-1)}, {i(1)}, i(0))}});
+  auto found = tz::find_tensors(root);
+  REQUIRE(found.size() == 1);
+  CHECK(found[0].first == "ok");
+}
+
+TEST_CASE("read_tensor checks a view against its storage before allocating") {
+  cairn::memory_storage m;
+  std::vector<float> x{1, 2, 3, 4};
+  tz::write_pt(m, "t.pt", {{"t", cairn::dtype::f32, {4}, std::as_bytes(std::span(x))}}).value();
+  auto a = tz::open_archive(m, "t.pt").value();
+  auto t = tz::find_tensors(a.root).at(0).second;
+  const std::int64_t big = (std::int64_t{1} << 62) + 1;
+  auto bad = [&](cairn::shape dims, cairn::shape strides, std::int64_t off) {
+    tz::tensor_ref r = t;
+    r.dims = std::move(dims);
+    r.strides = std::move(strides);
+    r.storage_offset = off;
+    auto got = tz::read_tensor(a, r);
+    REQUIRE(!got);
+    return got.err().code;
+  };
+  CHECK(bad({3, big}, {big, 1}, 0) == cairn::errc::corrupt);
+  CHECK(bad({4}, {-1}, 3) == cairn::errc::corrupt);
+  CHECK(bad({4}, {1}, std::int64_t{1} << 62) == cairn::errc::corrupt);
+  CHECK(bad({2, 2}, {1 << 30, 1}, 0) == cairn::errc::corrupt);  // past the storage
+  // A broadcast view (stride 0, as `expand` saves) is gathered; a huge one is refused.
+  tz::tensor_ref e = t;
+  e.dims = {3, 4};
+  e.strides = {0, 1};
+  auto rows = tz::read_tensor(a, e).value();
+  REQUIRE(rows.size() == 48);
+  CHECK(std::memcmp(rows.data() + 32, x.data(), 16) == 0);
+  e.dims = {std::int64_t{1} << 40, 4};
+  CHECK(tz::read_tensor(a, e).err().code == cairn::errc::resource);
+}
+
+TEST_CASE("zip ranges that overflow are corrupt errors") {
+  cairn::memory_storage m;
+  std::vector<std::int32_t> x{1};
+  auto w = m.open_writer("a.distcp").value();
+  auto len =
+      tz::write_tensor_item(*w, 0, {"t", cairn::dtype::i32, {1}, std::as_bytes(std::span(x))})
+          .value();
+  w->finish().value();
+  CHECK(tz::open_zip(m, "a.distcp", 0, len));
+  CHECK(tz::open_zip(m, "a.distcp", UINT64_MAX - 10, 100).err().code == cairn::errc::corrupt);
+  CHECK(tz::open_zip(m, "a.distcp", 16, len).err().code == cairn::errc::corrupt);
+  CHECK(tz::open_zip(m, "a.distcp", 0, std::uint64_t{1} << 62).err().code == cairn::errc::corrupt);
+}

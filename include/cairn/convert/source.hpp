@@ -199,9 +199,11 @@ class native_source final : public source {
 /// whose chunks it overlaps, each item only over the byte span the box needs.
 class dcp_source final : public source {
  public:
-  /// Reads and parses `.metadata` on `st` (which must outlive the source).
+  /// Reads and parses `.metadata` on `st` (which must outlive the source), and checks that the
+  /// files hold the data it claims (`dcp::check_storage`), so no tensor is larger than them.
   static result<std::unique_ptr<dcp_source>> open(storage_ref st) {
     CAIRN_TRY_ASSIGN(dcp::metadata m, dcp::read(st));
+    CAIRN_TRY(dcp::check_storage(st, m));
     std::unique_ptr<dcp_source> s(new dcp_source(st));
     for (const auto& [fqn, item] : m.state_dict_metadata) {
       if (const auto* t = std::get_if<dcp::tensor_meta>(&item))
@@ -210,6 +212,8 @@ class dcp_source final : public source {
         s->others_.push_back(fqn);
     }
     s->m_ = std::move(m);
+    for (const auto& [idx, info] : s->m_.storage_data)
+      if (idx.offset) s->where_.emplace(std::make_pair(idx.fqn, *idx.offset), &info);
     return s;
   }
   std::string_view kind() const noexcept override { return "dcp"; }
@@ -263,13 +267,16 @@ class dcp_source final : public source {
                           const box& cb,
                           const box& region,
                           std::size_t es) {
-    const dcp::storage_info* where = m_.find(r.key, c.offsets);
+    auto w = where_.find(std::make_pair(r.key, c.offsets));
+    const dcp::storage_info* where = w == where_.end() ? nullptr : w->second;
     if (!where)
       return std::move(
                  make_error(errc::corrupt, "dcp: no storage_data entry for chunk " + cb.str()))
           .with_key(r.key)
           .with_file(st_.describe(dcp::metadata_name));
-    CAIRN_TRY_ASSIGN(const torch_zip::archive* a, archive_of(*where));
+    auto opened = archive_of(*where);
+    if (!opened) return std::move(opened).err().with_key(r.key);
+    const torch_zip::archive* a = *opened;
     auto ref = torch_zip::as_tensor(a->root);
     if (!ref || ref->type != tm.type || numel(ref->dims) != cb.volume())
       return std::move(make_error(errc::corrupt, "dcp: item of chunk " + cb.str() + " is not a " +
@@ -297,12 +304,16 @@ class dcp_source final : public source {
         return std::move(make_error(errc::corrupt, "dcp: item has no storage record"))
             .with_key(r.key)
             .with_file(st_.describe(where->relative_path));
-      std::uint64_t first = static_cast<std::uint64_t>(ref->storage_offset + lo) * es;
-      buf.resize(static_cast<std::size_t>(hi - lo) * es);
-      if (first + buf.size() > rec->size)
+      // as_tensor checked the view (offset within 2^62); compare in elements, without overflow.
+      const std::uint64_t elems = rec->size / es;
+      const auto so = static_cast<std::uint64_t>(ref->storage_offset);
+      if (so > elems || static_cast<std::uint64_t>(hi) > elems - so)
         return std::move(make_error(errc::corrupt, "dcp: tensor view exceeds its storage"))
             .with_key(r.key)
             .with_file(st_.describe(where->relative_path));
+      std::uint64_t first = (so + static_cast<std::uint64_t>(lo)) * es;
+      CAIRN_TRY_ASSIGN(buf, format_detail::buffer(static_cast<std::uint64_t>(hi - lo) * es,
+                                                  st_.describe(where->relative_path), r.key));
       auto rd = a->zip.read(*rec, first, buf);
       if (!rd) return std::move(rd).err().with_key(r.key);
       base = lo;
@@ -322,6 +333,8 @@ class dcp_source final : public source {
   std::vector<tensor_entry> tensors_;
   std::vector<std::string> others_;
   std::map<std::pair<std::string, std::uint64_t>, torch_zip::archive> archives_;
+  /// (fqn, chunk offsets) -> where the chunk's item is (`storage_data` is a list).
+  std::map<std::pair<std::string, shape>, const dcp::storage_info*> where_;
 };
 
 /// Opens whatever readable layout is on `st`: a cairn checkpoint (`metadata.json` saying

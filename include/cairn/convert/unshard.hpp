@@ -679,12 +679,16 @@ inline result<std::map<std::string, tensor_data>> consolidate(source& src,
     tensor_data d;
     d.type = output_dtype(t.type, to);
     d.global_shape = t.global_shape;
-    d.data.resize(static_cast<std::size_t>(numel(t.global_shape)) * dtype_size(d.type));
+    // The source checked the shape against its files; memory may still run out (resource).
+    CAIRN_TRY_ASSIGN(
+        d.data,
+        format_detail::buffer(
+            static_cast<std::uint64_t>(numel(t.global_shape)) * dtype_size(d.type), {}, t.key));
     box whole{shape(t.global_shape.size(), 0), t.global_shape};
     if (d.type == t.type) {
       CAIRN_TRY(src.read_box(t.key, whole, d.data));
     } else {
-      tmp.resize(static_cast<std::size_t>(t.nbytes()));
+      CAIRN_TRY_ASSIGN(tmp, format_detail::buffer(t.nbytes(), {}, t.key));
       CAIRN_TRY(src.read_box(t.key, whole, tmp));
       convert_elements(t.type, d.type, tmp, d.data);
     }

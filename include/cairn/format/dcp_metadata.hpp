@@ -4,6 +4,7 @@
 // MCoreMetadata subclass). Layout notes in docs/torch-formats.md.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -101,8 +102,13 @@ inline result<void> validate(const metadata& m) {
       if (c.offsets.size() != t->size.size() || c.sizes.size() != t->size.size())
         return std::move(make_error(errc::integrity, "dcp: chunk rank differs from the tensor's"))
             .with_key(fqn);
+      if (!format_detail::file_numel(t->size, dtype_size(t->type)))
+        return std::move(
+                   make_error(errc::invalid_argument, "dcp: tensor size has more than 2^62 bytes"))
+            .with_key(fqn);
       for (std::size_t a = 0; a < c.sizes.size(); ++a)
-        if (c.offsets[a] < 0 || c.sizes[a] < 0 || c.offsets[a] + c.sizes[a] > t->size[a])
+        if (c.offsets[a] < 0 || c.sizes[a] < 0 || c.offsets[a] > t->size[a] ||
+            c.sizes[a] > t->size[a] - c.offsets[a])
           return std::move(make_error(errc::integrity, "dcp: chunk lies outside the tensor"))
               .with_key(fqn);
       total += numel(c.sizes);
@@ -218,16 +224,23 @@ inline result<std::string> encode(const metadata& m, flavor f = flavor::torch2) 
 }
 
 namespace detail {
+/// A `torch.Size((ints...))` or a plain tuple/list of ints as a shape (extents unchecked).
 inline std::optional<shape> as_shape(const value& v) {
-  if (v.is_object() && v.obj->name == "Size" && !v.obj->args.elements().empty())
-    return as_shape(v.obj->args.elements()[0]);
-  if (!v.is_sequence()) return std::nullopt;
+  const value* p = &v;
+  if (p->is_object() && p->obj->name == "Size" && !p->obj->args.elements().empty())
+    p = &p->obj->args.elements()[0];
+  if (!p->is_sequence()) return std::nullopt;
   shape s;
-  for (const auto& x : v.elements()) {
+  for (const auto& x : p->elements()) {
     if (!x.is_int()) return std::nullopt;
     s.push_back(x.i);
   }
   return s;
+}
+inline std::string shape_str(const shape& s) {
+  std::string out = "(";
+  for (std::size_t a = 0; a < s.size(); ++a) out += (a ? ", " : "") + std::to_string(s[a]);
+  return out + ")";
 }
 inline bool ends_with(std::string_view s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
@@ -285,6 +298,11 @@ inline result<metadata> from_value(const pickle::value& root, std::string_view f
     auto sz = detail::as_shape(*size);
     if (!sz) return bad("size is not a torch.Size", fqn);
     t.size = *sz;
+    if (!format_detail::file_numel(t.size, dtype_size(t.type)))
+      return bad(
+          "size " + detail::shape_str(t.size) + " has a negative extent or more than 2^62 bytes",
+          fqn);
+    if (!chunks->is_sequence()) return bad("chunks is a " + chunks->describe(), fqn);
     for (const auto& c : chunks->elements()) {
       if (!c.is_object()) return bad("chunk is a " + c.describe(), fqn);
       const value* off = c.obj->attr("offsets");
@@ -292,7 +310,18 @@ inline result<metadata> from_value(const pickle::value& root, std::string_view f
       auto a = off ? detail::as_shape(*off) : std::nullopt;
       auto b = szs ? detail::as_shape(*szs) : std::nullopt;
       if (!a || !b || a->size() != b->size()) return bad("malformed chunk", fqn);
-      t.chunks.push_back({*a, *b});
+      // Inside the tensor (so its volume cannot overflow either), compared without overflow.
+      if (a->size() != t.size.size())
+        return bad("chunk of rank " + std::to_string(a->size()) + " in a tensor of rank " +
+                       std::to_string(t.size.size()),
+                   fqn);
+      for (std::size_t ax = 0; ax < a->size(); ++ax)
+        if ((*a)[ax] < 0 || (*b)[ax] < 0 || (*a)[ax] > t.size[ax] ||
+            (*b)[ax] > t.size[ax] - (*a)[ax])
+          return bad("chunk offsets " + detail::shape_str(*a) + " sizes " + detail::shape_str(*b) +
+                         " lie outside the tensor of size " + detail::shape_str(t.size),
+                     fqn);
+      t.chunks.push_back({std::move(*a), std::move(*b)});
     }
     m.state_dict_metadata.emplace(fqn, std::move(t));
   }
@@ -319,6 +348,7 @@ inline result<metadata> from_value(const pickle::value& root, std::string_view f
       if (!rp || !rp->is_string() || !so || !so->is_int() || !len || !len->is_int() || so->i < 0 ||
           len->i < 0)
         return bad("malformed _StorageInfo", ix.fqn);
+      // Both are below 2^63, so offset + length cannot overflow 64 bits.
       info.relative_path = rp->str;
       info.offset = static_cast<std::uint64_t>(so->i);
       info.length = static_cast<std::uint64_t>(len->i);
@@ -338,6 +368,72 @@ inline result<metadata> from_value(const pickle::value& root, std::string_view f
 inline result<metadata> decode(std::span<const std::byte> bytes, std::string_view file = {}) {
   CAIRN_TRY_ASSIGN(pickle::value root, pickle::load(bytes, file));
   return from_value(root, file);
+}
+
+/// Checks that the data `m` claims is there, before anything is sized by it: every item's
+/// byte range lies inside its file on `st` (one `size` per file), items of one file do not
+/// overlap, every tensor chunk has an item at least as large as the chunk's bytes, and a
+/// tensor's chunks hold at least as many elements as the tensor. So the bytes of all tensors
+/// are at most the bytes of the files. `errc::corrupt` naming the key, file and offset.
+inline result<void> check_storage(storage_ref st, const metadata& m) {
+  std::map<std::pair<std::string, shape>, const storage_info*> where;
+  std::map<std::string, std::vector<std::pair<const storage_info*, const index*>>> by_file;
+  for (const auto& [ix, info] : m.storage_data) {
+    if (ix.offset) where.emplace(std::make_pair(ix.fqn, *ix.offset), &info);
+    by_file[info.relative_path].emplace_back(&info, &ix);
+  }
+  for (auto& [name, items] : by_file) {
+    CAIRN_TRY_ASSIGN(std::uint64_t size, st.size(name));
+    std::string file = st.describe(name);
+    std::sort(items.begin(), items.end(),
+              [](const auto& a, const auto& b) { return a.first->offset < b.first->offset; });
+    std::uint64_t end = 0;
+    for (const auto& [info, ix] : items) {
+      if (info->offset > size || info->length > size - info->offset)
+        return format_detail::corrupt("dcp: item bytes [" + std::to_string(info->offset) + ", +" +
+                                          std::to_string(info->length) +
+                                          ") lie past the end of the file (" +
+                                          std::to_string(size) + " bytes)",
+                                      file, ix->fqn, std::min(info->offset, size));
+      if (info->offset < end && info->length > 0)
+        return format_detail::corrupt("dcp: item overlaps the previous item of its file", file,
+                                      ix->fqn, info->offset);
+      end = std::max(end, info->offset + info->length);
+    }
+  }
+  for (const auto& [fqn, item] : m.state_dict_metadata) {
+    const auto* t = std::get_if<tensor_meta>(&item);
+    if (!t) continue;
+    const std::uint64_t es = dtype_size(t->type);
+    std::uint64_t covered = 0;  // at most 2^62 per chunk (checked by the reader): no overflow
+    for (const auto& c : t->chunks) {
+      auto w = where.find(std::make_pair(fqn, c.offsets));
+      auto n = format_detail::file_numel(c.sizes, es);
+      if (w == where.end() || !n)
+        return std::move(
+                   make_error(errc::corrupt,
+                              "dcp: chunk at offsets " + detail::shape_str(c.offsets) +
+                                  (n ? " has no storage_data entry" : " has an invalid size")))
+            .with_key(fqn)
+            .with_file(st.describe(metadata_name));
+      if (static_cast<std::uint64_t>(*n) * es > w->second->length)
+        return format_detail::corrupt(
+            "dcp: chunk of " + std::to_string(static_cast<std::uint64_t>(*n) * es) +
+                " bytes stored in an item of " + std::to_string(w->second->length),
+            st.describe(w->second->relative_path), fqn, w->second->offset);
+      covered =
+          std::min<std::uint64_t>(covered + static_cast<std::uint64_t>(*n), std::uint64_t{1} << 63);
+    }
+    auto need = format_detail::file_numel(t->size, es);
+    if (!need || covered < static_cast<std::uint64_t>(*need))
+      return std::move(make_error(errc::corrupt, "dcp: chunks hold " + std::to_string(covered) +
+                                                     " of the tensor's " +
+                                                     std::to_string(need ? *need : -1) +
+                                                     " elements"))
+          .with_key(fqn)
+          .with_file(st.describe(metadata_name));
+  }
+  return ok();
 }
 
 /// Reads and parses the `.metadata` object of a checkpoint on `st` (`name` defaults to it).

@@ -54,7 +54,7 @@ inline std::optional<std::tuple<std::string, shape, shape>> parse_object_unique_
       if (j == i) return s.empty() ? std::optional<shape>(out) : std::nullopt;
       std::int64_t v = 0;
       for (std::size_t k = i; k < j; ++k) {
-        if (s[k] < '0' || s[k] > '9') return std::nullopt;
+        if (s[k] < '0' || s[k] > '9' || v > (INT64_MAX - (s[k] - '0')) / 10) return std::nullopt;
         v = v * 10 + (s[k] - '0');
       }
       out.push_back(v);
@@ -139,6 +139,7 @@ inline result<std::uint32_t> file_index_of(storage_ref st,
 /// supported; non-contiguous ones fail naming the key (convert those with `cairn convert`).
 inline result<checkpoint_metadata> dcp_as_metadata(storage_ref st) {
   CAIRN_TRY_ASSIGN(dcp::metadata d, dcp::read(st));
+  CAIRN_TRY(dcp::check_storage(st, d));
   checkpoint_metadata m;
   m.layout = "torch_dist";
   m.block_size = foreign_read_block;
@@ -176,17 +177,19 @@ inline result<checkpoint_metadata> dcp_as_metadata(storage_ref st) {
       s *= ref->dims[ax];
     }
     const torch_zip::record* rec = a.zip.find(a.prefix + "/data/" + ref->storage_key);
+    // as_tensor checked the view: offset and volume * es are within 2^62.
     std::uint64_t es = dtype_size(type);
-    std::uint64_t first = static_cast<std::uint64_t>(ref->storage_offset) * es;
+    auto so = static_cast<std::uint64_t>(ref->storage_offset);
     std::uint64_t n = static_cast<std::uint64_t>(volume) * es;
-    if (!rec || first > rec->size || n > rec->size - first)
+    if (!rec || so > rec->size / es || n > rec->size - so * es)
       return std::move(make_error(errc::corrupt,
                                   "dcp: tensor storage record is missing or "
                                   "shorter than the tensor"))
           .with_key(key)
           .with_file(file);
     CAIRN_TRY_ASSIGN(std::uint32_t fi, detail::file_index_of(st, m, files, info.relative_path));
-    return std::make_pair(fi, info.offset + rec->data_offset + first);
+    // offset < 2^63 (from the pickle) and data_offset + so * es <= length < 2^63: no overflow.
+    return std::make_pair(fi, info.offset + rec->data_offset + so * es);
   };
   for (const auto& [fqn, item] : d.state_dict_metadata) {
     if (const auto* t = std::get_if<dcp::tensor_meta>(&item)) {
@@ -235,7 +238,7 @@ inline result<checkpoint_metadata> dcp_as_metadata(storage_ref st) {
         if (k.type == pickle::value::kind::string)
           if (auto c = detail::common_from_pickle(v)) m.inline_commons.emplace(k.str, *c);
   }
-  m.world_size = 0;
+  m.world_size = 1;  // at least one rank saved it, even with no tensor files
   for (const auto& f : m.files) m.world_size = std::max(m.world_size, f.rank + 1);
   return m;
 }

@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <set>
 #include <span>
 #include <string>
@@ -27,6 +28,10 @@ namespace cairn::safetensors {
 
 /// Largest header the reference reader accepts (`MAX_HEADER_SIZE`).
 inline constexpr std::uint64_t max_header_size = 100'000'000;
+
+/// Largest index (`model.safetensors.index.json`) read: as large as a header may be, since an
+/// index names each tensor once as a header does.
+inline constexpr std::uint64_t max_index_size = max_header_size;
 
 /// A tensor to be written: name, dtype and shape (row-major, little-endian data).
 struct tensor_decl {
@@ -103,21 +108,12 @@ constexpr int dtype_rank(dtype t) noexcept {
   return 0;
 }
 
+/// Bytes of a tensor of `dims` and `t`; `ok` false for a negative extent or more than
+/// `max_tensor_bytes` (see `format_detail::file_numel`).
 inline std::uint64_t checked_nbytes(const shape& dims, dtype t, bool& ok) {
-  unsigned __int128 n = dtype_size(t);
-  ok = true;
-  for (auto d : dims) {
-    if (d < 0) {
-      ok = false;
-      return 0;
-    }
-    n *= static_cast<std::uint64_t>(d);
-    if (n > (static_cast<unsigned __int128>(1) << 62)) {
-      ok = false;
-      return 0;
-    }
-  }
-  return static_cast<std::uint64_t>(n);
+  auto n = format_detail::file_numel(dims, dtype_size(t));
+  ok = n.has_value();
+  return ok ? static_cast<std::uint64_t>(*n) * dtype_size(t) : 0;
 }
 }  // namespace detail
 
@@ -324,6 +320,8 @@ inline result<header> parse_header(std::string_view json,
   std::string cur_key;
   if (json.empty() || json.front() != '{')
     return format_detail::corrupt("safetensors: header does not start with '{'", file, {}, 8);
+  if (h.data_start > file_size)
+    return format_detail::corrupt("safetensors: header runs past the end of the file", file, {}, 0);
   try {
     dom::parser parser;
     padded_string padded(json);
@@ -367,9 +365,9 @@ inline result<header> parse_header(std::string_view json,
         return format_detail::corrupt("safetensors: missing shape", file, cur_key, 8);
       for (dom::element d : shp) {
         std::uint64_t x;
-        if (d.get_uint64().get(x) || x > (std::uint64_t{1} << 62))
-          return format_detail::corrupt("safetensors: shape has a non-integer or negative entry",
-                                        file, cur_key, 8);
+        if (d.get_uint64().get(x) || x > static_cast<std::uint64_t>(max_tensor_bytes))
+          return format_detail::corrupt(
+              "safetensors: shape has a non-integer, negative or huge entry", file, cur_key, 8);
         t.dims.push_back(static_cast<std::int64_t>(x));
       }
       if (e["data_offsets"].get_array().get(offs) || offs.size() != 2)
@@ -380,7 +378,12 @@ inline result<header> parse_header(std::string_view json,
                                       cur_key, 8);
       if (t.end < t.begin)
         return format_detail::corrupt("safetensors: data_offsets end before they begin", file,
-                                      cur_key, h.data_start + t.begin);
+                                      cur_key, h.data_start);
+      if (t.end > file_size - h.data_start)
+        return format_detail::corrupt("safetensors: data_offsets end at " + std::to_string(t.end) +
+                                          ", past the " + std::to_string(file_size - h.data_start) +
+                                          " bytes of data in the file",
+                                      file, cur_key, h.data_start);
       bool ok;
       std::uint64_t n = detail::checked_nbytes(t.dims, t.type, ok);
       if (!ok || n != t.end - t.begin)
@@ -394,6 +397,9 @@ inline result<header> parse_header(std::string_view json,
   } catch (const simdjson_error& e) {
     return format_detail::corrupt(std::string("safetensors: malformed header JSON: ") + e.what(),
                                   file, cur_key, 8);
+  } catch (const std::bad_alloc&) {
+    return format_detail::fail(errc::resource, "safetensors: out of memory parsing the header",
+                               file, cur_key, 8);
   }
   std::stable_sort(h.tensors.begin(), h.tensors.end(),
                    [](const tensor_info& a, const tensor_info& b) {
@@ -434,9 +440,9 @@ inline result<header> read_header(storage_ref st, std::string_view name) {
                                       " runs past the end of the file (" + std::to_string(size) +
                                       " bytes)",
                                   file, {}, 0);
-  std::string json(static_cast<std::size_t>(n), '\0');
-  CAIRN_TRY(st.read(name, 8, std::as_writable_bytes(std::span(json))));
-  return parse_header(json, size, file);
+  CAIRN_TRY_ASSIGN(std::vector<std::byte> json, format_detail::read_bytes(st, name, 8, n));
+  return parse_header(std::string_view(reinterpret_cast<const char*>(json.data()), json.size()),
+                      size, file);
 }
 
 /// Reads `out.size()` bytes starting at byte `offset` of tensor `key` (a partial load).
@@ -533,7 +539,7 @@ inline result<index> index_from_json(std::string_view json, std::string_view fil
           double d;
           if (!v.get_uint64().get(n))
             ix.total_size = n;
-          else if (!v.get_double().get(d) && d >= 0)
+          else if (!v.get_double().get(d) && d >= 0 && d < 18446744073709551616.0)
             ix.total_size = static_cast<std::uint64_t>(d);
           else
             return format_detail::corrupt("safetensors index: total_size is not a number", file,
@@ -556,6 +562,8 @@ inline result<index> index_from_json(std::string_view json, std::string_view fil
   } catch (const simdjson_error& e) {
     return format_detail::corrupt(std::string("safetensors index: malformed JSON: ") + e.what(),
                                   file);
+  } catch (const std::bad_alloc&) {
+    return format_detail::fail(errc::resource, "safetensors index: out of memory", file);
   }
   return ix;
 }
@@ -566,12 +574,17 @@ inline result<void> write_index(storage_ref st, std::string_view name, const ind
   return st.put(name, format_detail::as_bytes(json));
 }
 
-/// Reads the index object `name`.
+/// Reads the index object `name` (`errc::resource` past `max_index_size`).
 inline result<index> read_index(storage_ref st, std::string_view name) {
   CAIRN_TRY_ASSIGN(std::uint64_t size, st.size(name));
-  std::string json(static_cast<std::size_t>(size), '\0');
-  CAIRN_TRY(st.read(name, 0, std::as_writable_bytes(std::span(json))));
-  return index_from_json(json, st.describe(name));
+  if (size > max_index_size)
+    return format_detail::fail(errc::resource,
+                               "safetensors index: " + std::to_string(size) + " bytes exceed " +
+                                   std::to_string(max_index_size),
+                               st.describe(name));
+  CAIRN_TRY_ASSIGN(std::vector<std::byte> json, format_detail::read_bytes(st, name, 0, size));
+  return index_from_json(std::string_view(reinterpret_cast<const char*>(json.data()), json.size()),
+                         st.describe(name));
 }
 
 }  // namespace cairn::safetensors

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -272,9 +273,10 @@ struct zip_archive {
     if (out.empty()) return ok();
     return st.read(object, base + r.data_offset + offset, out);
   }
-  /// Reads a whole record, checking its CRC-32.
+  /// Reads a whole record, checking its CRC-32 (`errc::resource` when it does not fit in
+  /// memory; its size was checked against the archive when it was opened).
   result<std::vector<std::byte>> read_all(const record& r) const {
-    std::vector<std::byte> buf(static_cast<std::size_t>(r.size));
+    CAIRN_TRY_ASSIGN(std::vector<std::byte> buf, format_detail::buffer(r.size, file, r.name));
     CAIRN_TRY(read(r, 0, buf));
     if (crc32(0, buf) != r.crc)
       return format_detail::corrupt("zip: CRC-32 mismatch", file, r.name, base + r.data_offset);
@@ -283,7 +285,9 @@ struct zip_archive {
 };
 
 /// Opens the archive in `object` at `[base, base + length)`; `length == 0` means up to the end
-/// of the object. Handles zip64; rejects compressed records with `errc::corrupt`.
+/// of the object. Handles zip64; rejects compressed records with `errc::corrupt`. Every offset
+/// and size in the archive is checked against `length` (and `length` against the object, by
+/// reading the archive's end) before anything is allocated by it.
 inline result<zip_archive> open_zip(storage_ref st,
                                     std::string_view object,
                                     std::uint64_t base = 0,
@@ -298,7 +302,11 @@ inline result<zip_archive> open_zip(storage_ref st,
     z.length = length = size - base;
   }
   if (length < 22) return format_detail::corrupt("zip: too short for an archive", file, {}, base);
+  if (!format_detail::add(base, length))
+    return format_detail::corrupt("zip: archive range overflows", file, {}, base);
   std::uint64_t tail_len = std::min<std::uint64_t>(length, 22 + 65535 + 20);
+  // Reading the last bytes also proves that the object holds `[base, base + length)`: a read
+  // past its end fails, so every size below, once checked against `length`, is backed by data.
   CAIRN_TRY_ASSIGN(auto tail,
                    format_detail::read_bytes(st, object, base + length - tail_len, tail_len));
   std::int64_t at = -1;
@@ -316,7 +324,7 @@ inline result<zip_archive> open_zip(storage_ref st,
   if ((n == 0xFFFF || cd_size == 0xFFFFFFFFu || cd_off == 0xFFFFFFFFu) && at >= 20 &&
       load_le(e - 20, 4) == 0x07064b50) {
     std::uint64_t z64 = load_le(e - 12, 8);
-    if (z64 + 56 > length)
+    if (z64 > length || 56 > length - z64)
       return format_detail::corrupt("zip: bad zip64 locator", file, {}, base + eocd_pos - 20);
     CAIRN_TRY_ASSIGN(auto r, format_detail::read_bytes(st, object, base + z64, 56));
     if (load_le(r.data(), 4) != 0x06064b50)
@@ -368,7 +376,7 @@ inline result<zip_archive> open_zip(storage_ref st,
                                     file, r.name, where);
     if (csize != usize)
       return format_detail::corrupt("zip: stored record sizes differ", file, r.name, where);
-    if (off + 30 > length)
+    if (off > length || 30 > length - off)
       return format_detail::corrupt("zip: local header out of bounds", file, r.name, where);
     CAIRN_TRY_ASSIGN(auto lh, format_detail::read_bytes(st, object, base + off, 30));
     if (load_le(lh.data(), 4) != 0x04034b50)
@@ -612,6 +620,11 @@ inline result<archive> open_archive(storage_ref st,
   const record* ver = z.find(prefix + "/.data/version");
   if (!ver) ver = z.find(prefix + "/version");
   if (!ver) return format_detail::corrupt("torch.save: no version record", z.file, prefix, base);
+  for (const record* small : {ver, z.find(prefix + "/byteorder")})
+    if (small && small->size > 64)
+      return format_detail::corrupt(
+          "torch.save: " + std::to_string(small->size) + "-byte record where a word is expected",
+          z.file, small->name, base + small->data_offset);
   CAIRN_TRY_ASSIGN(auto vb, z.read_all(*ver));
   std::string vs(reinterpret_cast<const char*>(vb.data()), vb.size());
   long v = std::strtol(vs.c_str(), nullptr, 10);
@@ -638,27 +651,61 @@ inline result<archive> open_archive(storage_ref st,
   return archive{std::move(z), std::move(prefix), std::move(root).value()};
 }
 
+namespace detail {
+/// True when `dims` and `strides` (of one length) describe a view of `elem_size`-byte elements
+/// whose sizes, strides, offset and extent all stay within `max_tensor_bytes` (torch has no
+/// negative strides). Then `numel(dims)` and every index computation below cannot overflow.
+inline bool valid_view(const shape& dims,
+                       const shape& strides,
+                       std::int64_t storage_offset,
+                       std::size_t elem_size) noexcept {
+  if (dims.size() != strides.size() || storage_offset < 0 || storage_offset > max_tensor_bytes ||
+      !format_detail::file_numel(dims, elem_size))
+    return false;
+  for (auto s : strides)
+    if (s < 0 || s > max_tensor_bytes) return false;
+  return true;
+}
+
+/// The last element a non-empty view touches, or nullopt past `max_tensor_bytes`.
+inline std::optional<std::uint64_t> view_last_element(const tensor_ref& t) noexcept {
+  unsigned __int128 hi = static_cast<std::uint64_t>(t.storage_offset);
+  for (std::size_t d = 0; d < t.dims.size(); ++d)
+    hi += static_cast<unsigned __int128>(t.dims[d] - 1) * static_cast<std::uint64_t>(t.strides[d]);
+  if (hi > static_cast<std::uint64_t>(max_tensor_bytes)) return std::nullopt;
+  return static_cast<std::uint64_t>(hi);
+}
+}  // namespace detail
+
 /// Decodes a tensor node (`_rebuild_tensor_v2`/`_v3`, or a `Parameter` around one) into a
-/// `tensor_ref`; nullopt when `v` is not a tensor.
+/// `tensor_ref`; nullopt when `v` is not a tensor, or not a valid one (sizes, strides and offset
+/// must be integers, non-negative and within `max_tensor_bytes`).
 inline std::optional<tensor_ref> as_tensor(const pickle::value& v) {
-  if (!v.is_object()) return std::nullopt;
-  const pickle::object& o = *v.obj;
+  using K = pickle::value::kind;
+  // A Parameter wraps its tensor in its first argument. A few levels at most: a value loaded
+  // from a file cannot contain itself, but one built by hand could.
+  const pickle::value* p = &v;
+  for (int level = 0;; ++level) {
+    if (!p->is_object()) return std::nullopt;
+    const pickle::object& o = *p->obj;
+    bool param = o.is("torch._utils", "_rebuild_parameter") ||
+                 o.is("torch._utils", "_rebuild_parameter_with_state") ||
+                 o.is("torch.nn.parameter", "Parameter");
+    if (!param) break;
+    if (o.args.elements().empty() || level == 4) return std::nullopt;
+    p = &o.args.elements()[0];
+  }
+  const pickle::object& o = *p->obj;
   const auto& a = o.args.elements();
-  if ((o.is("torch._utils", "_rebuild_parameter") ||
-       o.is("torch._utils", "_rebuild_parameter_with_state") ||
-       o.is("torch.nn.parameter", "Parameter")) &&
-      !a.empty())
-    return as_tensor(a[0]);
   bool v2 = o.is("torch._utils", "_rebuild_tensor_v2"),
        v3 = o.is("torch._utils", "_rebuild_tensor_v3");
-  if (!(v2 || v3) || a.size() < 4 || a[0].type != pickle::value::kind::persistent_id)
+  if (!(v2 || v3) || a.size() < 4 || a[0].type != K::persistent_id || a[0].elements().empty())
     return std::nullopt;
   const auto& pid = a[0].elements()[0].elements();
-  if (pid.size() < 5 || pid[0].str != "storage" || pid[1].type != pickle::value::kind::global)
-    return std::nullopt;
+  if (pid.size() < 5 || pid[0].str != "storage" || pid[1].type != K::global) return std::nullopt;
   tensor_ref t;
   if (v3) {
-    if (a.size() < 7 || a[6].type != pickle::value::kind::global) return std::nullopt;
+    if (a.size() < 7 || a[6].type != K::global) return std::nullopt;
     auto d = dtype_from_torch_name(a[6].name);
     if (!d) return std::nullopt;
     t.type = *d;
@@ -667,75 +714,147 @@ inline std::optional<tensor_ref> as_tensor(const pickle::value& v) {
     if (!d) return std::nullopt;
     t.type = *d;
   }
-  t.storage_key =
-      pid[2].type == pickle::value::kind::string ? pid[2].str : std::to_string(pid[2].i);
+  if (pid[2].type == K::string)
+    t.storage_key = pid[2].str;
+  else if (pid[2].type == K::integer)
+    t.storage_key = std::to_string(pid[2].i);
+  else
+    return std::nullopt;
+  if (!a[1].is_int() || !a[2].is_sequence() || !a[3].is_sequence()) return std::nullopt;
   t.storage_offset = a[1].i;
-  for (const auto& x : a[2].elements()) t.dims.push_back(x.i);
-  for (const auto& x : a[3].elements()) t.strides.push_back(x.i);
-  if (t.strides.size() != t.dims.size()) return std::nullopt;
+  for (const auto& x : a[2].elements()) {
+    if (!x.is_int()) return std::nullopt;
+    t.dims.push_back(x.i);
+  }
+  for (const auto& x : a[3].elements()) {
+    if (!x.is_int()) return std::nullopt;
+    t.strides.push_back(x.i);
+  }
+  if (!detail::valid_view(t.dims, t.strides, t.storage_offset, dtype_size(t.type)))
+    return std::nullopt;
   return t;
 }
 
+/// Bytes of all the paths `find_tensors` returns, at most (a file can share one tensor under
+/// many deep paths; 256 MiB is far above any real state dict's keys).
+inline constexpr std::uint64_t max_found_path_bytes = std::uint64_t{256} << 20;
+
 /// Every tensor in `root`, keyed by its path: dict keys and list/tuple indices joined with '.'
-/// (`{"model": {"w": t}}` -> "model.w"). A bare tensor is keyed "".
+/// (`{"model": {"w": t}}` -> "model.w"). A bare tensor is keyed "". Iterative; a value nested
+/// deeper than `pickle::load_limits{}.max_depth` (impossible for one `load` returned with the
+/// default limits) or whose paths exceed `max_found_path_bytes` throws `cairn::exception`
+/// (`errc::resource`).
 inline std::vector<std::pair<std::string, tensor_ref>> find_tensors(const pickle::value& root) {
   std::vector<std::pair<std::string, tensor_ref>> out;
-  auto join = [](const std::string& p, const std::string& k) {
-    return p.empty() ? k : p + "." + k;
+  std::uint64_t path_bytes = 0;
+  struct frame {
+    const pickle::value* v;
+    std::string path;
+    std::size_t next = 0;
   };
-  auto walk = [&](auto& self, const pickle::value& v, const std::string& path) -> void {
-    if (auto t = as_tensor(v)) {
-      out.emplace_back(path, std::move(*t));
-      return;
-    }
+  auto key_of = [](const pickle::value& k) { return k.is_string() ? k.str : std::to_string(k.i); };
+  // The next child of frame `f` and its key, or nullptr when it has no more.
+  auto next_child = [&](frame& f, std::string& key) -> const pickle::value* {
+    const pickle::value& v = *f.v;
     if (v.is_dict()) {
-      for (const auto& [k, x] : *v.entries)
-        self(self, x, join(path, k.is_string() ? k.str : std::to_string(k.i)));
-    } else if (v.is_sequence()) {
-      for (std::size_t i = 0; i < v.elements().size(); ++i)
-        self(self, v.elements()[i], join(path, std::to_string(i)));
-    } else if (v.is_object()) {  // OrderedDict(...) with SETITEMS, or BUILD dict state
-      for (const auto& [k, x] : v.obj->dict_items)
-        self(self, x, join(path, k.is_string() ? k.str : std::to_string(k.i)));
+      if (f.next >= v.entries->size()) return nullptr;
+      const auto& e = (*v.entries)[f.next++];
+      key = key_of(e.first);
+      return &e.second;
+    }
+    if (v.is_sequence()) {
+      if (f.next >= v.elements().size()) return nullptr;
+      key = std::to_string(f.next);
+      return &v.elements()[f.next++];
+    }
+    if (v.is_object()) {  // OrderedDict(...) with SETITEMS, or BUILD dict state
+      if (f.next >= v.obj->dict_items.size()) return nullptr;
+      const auto& e = v.obj->dict_items[f.next++];
+      key = key_of(e.first);
+      return &e.second;
+    }
+    return nullptr;
+  };
+  auto fail = [](std::string msg) {
+    throw exception(make_error(errc::resource, "torch.save: " + std::move(msg)));
+  };
+  std::vector<frame> path;
+  auto visit = [&](const pickle::value& v, std::string p) {
+    if (auto t = as_tensor(v)) {
+      path_bytes += p.size();
+      if (path_bytes > max_found_path_bytes)
+        fail("tensor paths exceed " + std::to_string(max_found_path_bytes) + " bytes");
+      out.emplace_back(std::move(p), std::move(*t));
+    } else if (v.is_dict() || v.is_sequence() || v.is_object()) {
+      if (path.size() >= pickle::load_limits{}.max_depth)
+        fail("containers nest deeper than " + std::to_string(pickle::load_limits{}.max_depth));
+      path.push_back({&v, std::move(p)});
     }
   };
-  walk(walk, root, "");
+  visit(root, "");
+  std::string key;
+  while (!path.empty()) {
+    const pickle::value* c = next_child(path.back(), key);
+    if (!c) {
+      path.pop_back();
+      continue;
+    }
+    const std::string& p = path.back().path;
+    visit(*c, p.empty() ? key : p + "." + key);
+  }
   return out;
 }
 
+/// Largest view `read_tensor` materializes beyond the size of its storage: a view with
+/// overlapping elements (stride 0, as `expand` makes) can claim far more elements than the file
+/// holds.
+inline constexpr std::uint64_t max_expanded_view_bytes = std::uint64_t{256} << 20;
+
 /// Reads tensor `t` of archive `a` as contiguous row-major bytes (views with any strides and
-/// storage offset are gathered), checking the storage bounds.
+/// storage offset are gathered), checking the view against its storage record before
+/// allocating anything.
 inline result<std::vector<std::byte>> read_tensor(const archive& a, const tensor_ref& t) {
   const std::string rec_name = a.prefix + "/data/" + t.storage_key;
   const record* r = a.zip.find(rec_name);
   if (!r) return format_detail::corrupt("torch.save: missing storage record", a.zip.file, rec_name);
   const std::size_t es = dtype_size(t.type);
-  std::int64_t n = numel(t.dims);
-  std::vector<std::byte> out(static_cast<std::size_t>(n) * es);
-  if (n == 0) return out;
+  if (!detail::valid_view(t.dims, t.strides, t.storage_offset, es))
+    return format_detail::corrupt(
+        "torch.save: tensor sizes, strides or offset are negative or "
+        "exceed 2^62 bytes",
+        a.zip.file, rec_name, a.zip.base + r->data_offset);
+  const std::int64_t n = numel(t.dims);
+  const std::uint64_t bytes = static_cast<std::uint64_t>(n) * es;
+  if (n == 0) return std::vector<std::byte>();
   // Element range touched by the view, to bound-check and read once.
-  std::int64_t lo = t.storage_offset, hi = t.storage_offset;
-  for (std::size_t d = 0; d < t.dims.size(); ++d) {
-    std::int64_t span = (t.dims[d] - 1) * t.strides[d];
-    (span < 0 ? lo : hi) += span;
-  }
-  if (lo < 0 || static_cast<std::uint64_t>(hi + 1) * es > r->size)
+  const auto lo = static_cast<std::uint64_t>(t.storage_offset);
+  const auto hi = detail::view_last_element(t);
+  if (!hi || *hi >= r->size / es)
     return format_detail::corrupt(
         "torch.save: tensor view exceeds its storage (" + std::to_string(r->size) + " bytes)",
         a.zip.file, rec_name, a.zip.base + r->data_offset);
-  std::vector<std::byte> buf(static_cast<std::size_t>(hi - lo + 1) * es);
-  CAIRN_TRY(a.zip.read(*r, static_cast<std::uint64_t>(lo) * es, buf));
+  if (bytes > r->size && bytes > max_expanded_view_bytes)
+    return format_detail::fail(errc::resource,
+                               "torch.save: a view of " + std::to_string(bytes) +
+                                   " bytes over a storage of " + std::to_string(r->size) +
+                                   " bytes (overlapping strides) is not materialized",
+                               a.zip.file, rec_name, a.zip.base + r->data_offset);
+  CAIRN_TRY_ASSIGN(std::vector<std::byte> buf,
+                   format_detail::buffer((*hi - lo + 1) * es, a.zip.file, rec_name));
+  CAIRN_TRY(a.zip.read(*r, lo * es, buf));
   bool contiguous = true;
   for (std::int64_t d = static_cast<std::int64_t>(t.dims.size()) - 1, s = 1; d >= 0; --d) {
     if (t.dims[d] != 1 && t.strides[d] != s) contiguous = false;
     s *= t.dims[d];
   }
   if (contiguous) return buf;
+  CAIRN_TRY_ASSIGN(std::vector<std::byte> out, format_detail::buffer(bytes, a.zip.file, rec_name));
   std::vector<std::int64_t> idx(t.dims.size(), 0);
   for (std::int64_t i = 0; i < n; ++i) {
-    std::int64_t src = t.storage_offset - lo;
+    std::int64_t src = 0;
     for (std::size_t d = 0; d < idx.size(); ++d) src += idx[d] * t.strides[d];
-    std::memcpy(out.data() + static_cast<std::size_t>(i) * es, buf.data() + src * es, es);
+    std::memcpy(out.data() + static_cast<std::size_t>(i) * es,
+                buf.data() + static_cast<std::size_t>(src) * es, es);
     for (std::size_t d = idx.size(); d-- > 0;) {
       if (++idx[d] < t.dims[d]) break;
       idx[d] = 0;

@@ -1,18 +1,22 @@
 // cairn/format/detail/format_util.hpp: small helpers shared by the interchange formats
 // (safetensors, pickle, torch zip, DCP): errors with file/key/offset, little-endian I/O, JSON
-// string escaping, and a sequential writer over an object_writer.
+// string escaping, overflow-checked arithmetic on sizes read from files, and buffers that fail
+// with an error rather than an exception.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <new>
 #include <optional>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "cairn/core/error.hpp"
+#include "cairn/core/sharded_tensor.hpp"
 #include "cairn/storage/storage.hpp"
 
 namespace cairn::format_detail {
@@ -100,12 +104,57 @@ inline std::span<const std::byte> as_bytes(std::string_view s) noexcept {
   return {reinterpret_cast<const std::byte*>(s.data()), s.size()};
 }
 
-/// Reads `n` bytes at `offset` of object `name` into a new buffer.
+/// `a + b`, or nullopt when the sum does not fit in 64 bits.
+constexpr std::optional<std::uint64_t> add(std::uint64_t a, std::uint64_t b) noexcept {
+  if (b > UINT64_MAX - a) return std::nullopt;
+  return a + b;
+}
+
+/// `a * b`, or nullopt when the product does not fit in 64 bits.
+constexpr std::optional<std::uint64_t> mul(std::uint64_t a, std::uint64_t b) noexcept {
+  if (a != 0 && b > UINT64_MAX / a) return std::nullopt;
+  return a * b;
+}
+
+/// The element count of a shape read from a file, whose elements have `elem_size` bytes:
+/// `checked_numel`, and also the product of the non-zero extents within `max_tensor_bytes`, so
+/// that `numel` and `box::volume` of the shape, and of every box inside it, cannot overflow
+/// whatever the order of the factors (`{2^40, 2^40, 0}` has no elements, yet `numel` overflows
+/// on the way to 0). nullopt for a negative extent or a size past `max_tensor_bytes`.
+inline std::optional<std::int64_t> file_numel(const shape& s, std::size_t elem_size) noexcept {
+  auto n = checked_numel(s, elem_size);
+  if (!n || *n != 0) return n;
+  shape nonzero;
+  for (std::int64_t d : s)
+    if (d != 0) nonzero.push_back(d);
+  if (!checked_numel(nonzero, elem_size)) return std::nullopt;
+  return 0;
+}
+
+/// A zeroed buffer of `n` bytes, or an `errc::resource` error naming `file` when memory runs out
+/// (never throws; `n` must already be checked against the size of what it describes).
+inline result<std::vector<std::byte>> buffer(std::uint64_t n,
+                                             std::string_view file,
+                                             std::string_view key = {}) {
+  try {
+    if (n > SIZE_MAX) throw std::bad_alloc();
+    return std::vector<std::byte>(static_cast<std::size_t>(n));
+  } catch (const std::bad_alloc&) {
+    return fail(errc::resource, "out of memory allocating " + std::to_string(n) + " bytes", file,
+                key);
+  } catch (const std::length_error&) {
+    return fail(errc::resource, "out of memory allocating " + std::to_string(n) + " bytes", file,
+                key);
+  }
+}
+
+/// Reads `n` bytes at `offset` of object `name` into a new buffer (`errc::resource` when it
+/// cannot be allocated).
 inline result<std::vector<std::byte>> read_bytes(storage_ref st,
                                                  std::string_view name,
                                                  std::uint64_t offset,
                                                  std::uint64_t n) {
-  std::vector<std::byte> buf(static_cast<std::size_t>(n));
+  CAIRN_TRY_ASSIGN(std::vector<std::byte> buf, buffer(n, st.describe(name)));
   CAIRN_TRY(st.read(name, offset, buf));
   return buf;
 }
