@@ -42,17 +42,20 @@ inline constexpr std::int64_t max_tensor_bytes = std::int64_t{1} << 62;
 inline std::optional<std::int64_t> checked_numel(const shape& s,
                                                  std::size_t elem_size = 1) noexcept {
   if (elem_size == 0 || elem_size > static_cast<std::size_t>(max_tensor_bytes)) return std::nullopt;
+  // The non-zero extents must multiply within the bound too: {2^62, 2^62, 0} holds nothing,
+  // but numel() and box arithmetic over it would still overflow on the way.
   std::int64_t n = static_cast<std::int64_t>(elem_size);
   bool zero = false;
   for (std::int64_t d : s) {
     if (d < 0) return std::nullopt;
-    if (d == 0) zero = true;
-  }
-  if (zero) return 0;
-  for (std::int64_t d : s) {
+    if (d == 0) {
+      zero = true;
+      continue;
+    }
     if (d > max_tensor_bytes / n) return std::nullopt;
     n *= d;
   }
+  if (zero) return 0;
   return n / static_cast<std::int64_t>(elem_size);
 }
 
