@@ -3,9 +3,12 @@
 
 #include <doctest/doctest.h>
 
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <numeric>
 
+#include "cairn/storage/file.hpp"
 #include "cairn/storage/memory.hpp"
 
 namespace st = cairn::safetensors;
@@ -187,4 +190,24 @@ TEST_CASE("an index whose total_size does not fit 64 bits is corrupt") {
   CHECK(st::index_from_json(R"({"metadata":{"total_size":1e3},"weight_map":{}})", "i")
             .value()
             .total_size == 1000);
+}
+
+TEST_CASE("a streaming write killed before finish() leaves no valid header over holes") {
+  // file_storage writes in place: the data lands first, the header only at finish().
+  std::string root = (std::filesystem::temp_directory_path() / "cairn-st-XXXXXX").string();
+  REQUIRE(::mkdtemp(root.data()));
+  {
+    cairn::file_storage disk(root);
+    std::vector<float> a(64, 1.0f), b(64, 2.0f);
+    auto w = st::writer::open(disk, "m.safetensors",
+                              {{"a", cairn::dtype::f32, {64}}, {"b", cairn::dtype::f32, {64}}})
+                 .value();
+    // Only the second tensor arrives, as after a kill mid-way through parallel writes: the file
+    // reaches its full length with the first tensor's bytes still a hole of zeros.
+    w.write("b", std::as_bytes(std::span(b))).value();
+    auto h = st::read_header(disk, "m.safetensors");
+    REQUIRE(!h);
+    CHECK(h.err().code == cairn::errc::corrupt);
+  }
+  std::filesystem::remove_all(root);
 }

@@ -204,7 +204,9 @@ inline std::string encode_header(header& h) {
 /// give a byte-identical file.
 class writer {
  public:
-  /// Opens `name` on `st`, lays out `tensors` and writes the header.
+  /// Opens `name` on `st` and lays out `tensors`. The header is written by `finish()`, after
+  /// every tensor byte: a writer killed before that leaves a file whose first 8 bytes are zero
+  /// (an invalid header length), never a valid header over data with holes in it.
   static result<writer> open(storage_ref st,
                              std::string_view name,
                              std::vector<tensor_decl> tensors,
@@ -212,8 +214,7 @@ class writer {
     CAIRN_TRY_ASSIGN(header h, plan(std::move(tensors), std::move(metadata)));
     CAIRN_TRY_ASSIGN(auto out, st.open_writer(name));
     writer w(std::move(h), std::move(out), st.describe(name));
-    std::string bytes = encode_header(w.h_);
-    CAIRN_TRY(w.out_->write_at(0, format_detail::as_bytes(bytes)));
+    w.header_bytes_ = encode_header(w.h_);  // also fixes every tensor's offset
     w.written_.assign(w.h_.tensors.size(), 0);
     return w;
   }
@@ -252,7 +253,8 @@ class writer {
     return ok();
   }
 
-  /// Checks that every tensor received exactly its bytes, then finishes the object.
+  /// Checks that every tensor received exactly its bytes, writes the header, then finishes the
+  /// object.
   result<void> finish() {
     for (std::size_t i = 0; i < h_.tensors.size(); ++i)
       if (written_[i] != h_.tensors[i].nbytes())
@@ -260,6 +262,8 @@ class writer {
                                    "safetensors: tensor got " + std::to_string(written_[i]) +
                                        " of " + std::to_string(h_.tensors[i].nbytes()) + " bytes",
                                    file_, h_.tensors[i].name, h_.tensors[i].file_offset());
+    if (auto w = out_->write_at(0, format_detail::as_bytes(header_bytes_)); !w)
+      return std::move(w).err().with_file(file_);
     auto r = out_->finish();
     if (!r) return std::move(r).err().with_file(file_);
     return ok();
@@ -278,6 +282,7 @@ class writer {
     return it->second;
   }
   header h_;
+  std::string header_bytes_;  // written last, by finish()
   std::unique_ptr<object_writer> out_;
   std::string file_;
   std::map<std::string, std::size_t, std::less<>> by_name_;
