@@ -802,7 +802,8 @@ int run_reshard(const options& o) {
   };
   std::vector<balance_point> balance;
   cairn::memory_storage saved;  // the TP=4 checkpoint the loads below read
-  for (auto [tp, dp] : {std::pair{4, 1}, std::pair{2, 2}, std::pair{1, 4}}) {
+  for (auto [tp_, dp] : {std::pair{4, 1}, std::pair{2, 2}, std::pair{1, 4}}) {
+    const int tp = tp_;  // a lambda may not capture a structured binding before clang 16
     cairn::memory_storage mem;
     std::vector<std::uint64_t> per_rank;
     cairn::run_ranks(tp * dp, [&](cairn::thread_communicator& comm) {

@@ -210,7 +210,10 @@ inline result<void> run_copies(storage_ref st,
     std::uint64_t lo, hi;  // bytes of the chunk
     std::byte* dst;        // where byte `lo` goes
   };
-  for (const auto& [chunk, js] : by_chunk) {
+  for (const auto& chunk_jobs : by_chunk) {
+    // Named copies: lambdas below use them, and clang < 16 cannot capture structured bindings.
+    const chunk_record* const chunk = chunk_jobs.first;
+    const std::vector<std::size_t>& js = chunk_jobs.second;
     // Every run of the chunk that some job needs, and the blocks they touch as sorted, merged
     // intervals.
     std::vector<run> runs;

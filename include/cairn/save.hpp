@@ -958,7 +958,9 @@ inline result<save_stats> commit_phase(
     planned_save& plan, written_save& w, storage_ref st, comm_ref comm, const save_options& opt) {
   const int rank = plan.rank;
   const save_strategy& strategy = strategy_of(opt);
-  auto [status, reports] = exchange_status(comm, w.failure, w.report);
+  auto exchanged = exchange_status(comm, w.failure, w.report);  // not bound: lambdas use them
+  const auto& status = exchanged.first;
+  const auto& reports = exchanged.second;
   if (auto f = first_failure(status)) {
     // The save failed somewhere: this save's files are garbage; the previous checkpoint (if
     // any) is untouched because its metadata was not replaced.

@@ -25,7 +25,8 @@ TEST_CASE(
                                                             {kinds[0], kinds[1]},
                                                             {kinds[2], kinds[0]},
                                                             {kinds[0], kinds[2]}};
-      for (auto [save_kind, load_kind] : trials) {
+      for (const auto& kinds_pair : trials) {
+        const layout_kind save_kind = kinds_pair.first, load_kind = kinds_pair.second;
         property_case c = random_case(rng, 1 + static_cast<int>(rng() % 4), n, m);
         cairn::memory_storage mem;
         cairn::save_options so;

@@ -48,12 +48,16 @@ TEST_CASE("every strategy saved on N ranks loads on M ranks element-exactly") {
   std::mt19937 rng(20261123);
   const layout_kind kinds[] = {layout_kind::block, layout_kind::flattened, layout_kind::prepended};
   const std::pair<int, int> topologies[] = {{1, 3}, {4, 2}, {3, 5}, {2, 1}, {4, 4}};
-  for (const auto& [name, strategy] : all_strategies()) {
+  // No structured bindings here: INFO's lambdas capture these, which clang before 16 rejects.
+  for (const named_strategy& entry : all_strategies()) {
+    const std::string& name = entry.name;
+    const cairn::save_strategy* strategy = entry.s;
     int combos = 0;
-    for (auto [n, m] : topologies) {
-      for (auto [save_kind, load_kind] :
-           {std::pair{kinds[0], kinds[0]}, std::pair{kinds[1], kinds[0]},
-            std::pair{kinds[0], kinds[1]}, std::pair{kinds[2], kinds[2]}}) {
+    for (const auto& topology : topologies) {
+      const int n = topology.first, m = topology.second;
+      for (auto kinds_pair : {std::pair{kinds[0], kinds[0]}, std::pair{kinds[1], kinds[0]},
+                              std::pair{kinds[0], kinds[1]}, std::pair{kinds[2], kinds[2]}}) {
+        const layout_kind save_kind = kinds_pair.first, load_kind = kinds_pair.second;
         property_case c = random_case(rng, 1 + static_cast<int>(rng() % 4), n, m);
         cairn::memory_storage mem;
         cairn::save_options so;

@@ -158,8 +158,8 @@ void check_no_garbage(cairn::memory_storage& mem) {
 
 TEST_CASE("fault matrix: every storage operation of a save fails in every way") {
   // (zstd, async): plain, compressed, and through async_saver.
-  for (auto [zstd, async] :
-       {std::pair{false, false}, std::pair{true, false}, std::pair{false, true}}) {
+  for (auto flags : {std::pair{false, false}, std::pair{true, false}, std::pair{false, true}}) {
+    const bool zstd = flags.first, async = flags.second;  // INFO captures them: no bindings
     for (bool fresh : {true, false}) {
       // Count the operations of an unfaulted save.
       std::uint64_t ops = 0;

@@ -102,7 +102,9 @@ TEST_SUITE("s3_storage against a hostile world") {
       auto big = bytes_of(o.part_size);
       keep("multipart", (*w)->write_at(0, big));
     }
-    for (const auto& [what, e] : errors) {
+    for (const auto& entry : errors) {
+      const auto& what = entry.first;  // CAPTURE's lambda: no structured binding before clang 16
+      const auto& e = entry.second;
       CAPTURE(what);
       const std::string text = e.describe();
       MESSAGE(what << ": " << text);

@@ -153,7 +153,9 @@ TEST_CASE("objects cairn wrote read back with the AWS SDK client") {
     sdk[line.substr(0, b)] = {std::stoull(line.substr(b + 1, a - b - 1)), line.substr(a + 1)};
   }
   REQUIRE(sdk.size() == written.size());
-  for (const auto& [n, b] : written) {
+  for (const auto& entry : written) {
+    const auto& n = entry.first;  // CAPTURE's lambda: no structured binding before clang 16
+    const auto& b = entry.second;
     CAPTURE(n);
     auto it = sdk.find("sdk/" + n);
     REQUIRE(it != sdk.end());

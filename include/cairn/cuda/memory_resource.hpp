@@ -60,7 +60,12 @@ class aligned_host_resource {
   void deallocate(void* p,
                   std::size_t bytes,
                   std::size_t alignment = alignof(std::max_align_t)) noexcept {
+#if defined(__cpp_sized_deallocation)
     ::operator delete (p, bytes, std::align_val_t{alignment});
+#else  // clang before 19 declares the sized forms only with -fsized-deallocation
+    (void)bytes;
+    ::operator delete (p, std::align_val_t{alignment});
+#endif
   }
   /// False: ordinary pageable memory.
   static constexpr bool pinned() noexcept { return false; }

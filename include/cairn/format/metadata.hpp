@@ -577,8 +577,9 @@ inline result<checkpoint_metadata> metadata_from_json(std::string_view json,
         std::uint64_t off = c.where.byte_offset;
         std::size_t i = 0;
         bool too_big = false;
+        const std::size_t es = dtype_size(t.type);  // not `t` in the lambda: clang < 16
         for_each_tile(c.region, c.tiles, [&](const box& tile) {
-          std::uint64_t n = static_cast<std::uint64_t>(tile.volume()) * dtype_size(t.type);
+          std::uint64_t n = static_cast<std::uint64_t>(tile.volume()) * es;
           too_big = too_big || n > m.block_size;
           extent te{c.where.file, off, n, {c.where.checksums[i]}, {}, {}};
           if (c.where.compressed()) {
