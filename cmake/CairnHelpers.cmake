@@ -34,3 +34,18 @@ function(cairn_header_requires regex target)
   set_property(GLOBAL APPEND PROPERTY CAIRN_HEADER_RULE_REGEXES "${regex}")
   set_property(GLOBAL APPEND PROPERTY CAIRN_HEADER_RULE_TARGETS "${target}")
 endfunction()
+
+# cairn_header_target(<header path below include/> <out var>): the target a public header is
+# compiled against (cairn::cairn unless a cairn_header_requires rule names another).
+function(cairn_header_target rel out)
+  get_property(regexes GLOBAL PROPERTY CAIRN_HEADER_RULE_REGEXES)
+  get_property(targets GLOBAL PROPERTY CAIRN_HEADER_RULE_TARGETS)
+  set(needs cairn::cairn)
+  foreach(regex target IN ZIP_LISTS regexes targets)
+    if(rel MATCHES "${regex}")
+      set(needs ${target})
+      break()
+    endif()
+  endforeach()
+  set(${out} ${needs} PARENT_SCOPE)
+endfunction()

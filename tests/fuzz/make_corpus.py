@@ -32,6 +32,9 @@ import sys
 import tempfile
 import zipfile
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "interop"))
+from torch_dcp import import_dcp  # noqa: E402 (tests/interop/torch_dcp.py)
+
 TARGETS = ("metadata", "safetensors", "safetensors_index", "dcp_metadata", "torch_zip", "pickle")
 MAX_SEED = 64 << 10
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -154,27 +157,6 @@ def gen_dcp2x(corpus):
             b = bytes.fromhex(line.split()[1])
             corpus.add("dcp_metadata", b)
             corpus.add("pickle", b)
-
-
-def import_dcp():
-    """torch 1.13's DCP prototype; on Python 3.11 it needs TensorProperties hashable (as in
-    tests/interop/interop.py)."""
-    import dataclasses
-    orig = dataclasses.dataclass
-
-    def patched(cls=None, /, **kw):
-        def wrap(c):
-            if c.__name__ == "TensorProperties":
-                kw["unsafe_hash"] = True
-            return orig(**kw)(c)
-        return wrap if cls is None else wrap(cls)
-
-    dataclasses.dataclass = patched
-    try:
-        import torch.distributed._shard.checkpoint as dcp
-    finally:
-        dataclasses.dataclass = orig
-    return dcp
 
 
 def torch_files(cairn, work):

@@ -17,6 +17,8 @@ import subprocess
 import sys
 import zipfile
 
+from torch_dcp import import_dcp  # beside this file
+
 SKIP = 77
 
 try:
@@ -144,26 +146,6 @@ def case_pt_from_torch(tool, work):
     sd["slice"] = full[4:9]  # shares full's storage, storage_offset 4
     torch.save(sd, os.path.join(work, "torch.pt"))
     run(tool, "check-pt", os.path.join(work, "torch.pt"))
-
-
-def import_dcp():
-    """torch 1.13's DCP prototype; on Python 3.11 it needs TensorProperties hashable."""
-    import dataclasses
-    orig = dataclasses.dataclass
-
-    def patched(cls=None, /, **kw):
-        def wrap(c):
-            if c.__name__ == "TensorProperties":
-                kw["unsafe_hash"] = True
-            return orig(**kw)(c)
-        return wrap if cls is None else wrap(cls)
-
-    dataclasses.dataclass = patched
-    try:
-        import torch.distributed._shard.checkpoint as dcp
-    finally:
-        dataclasses.dataclass = orig
-    return dcp
 
 
 def case_dcp_torch_load(tool, work):

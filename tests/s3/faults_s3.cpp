@@ -13,15 +13,6 @@
 
 using namespace cairn_s3_test;
 
-namespace {
-bool skipped() {
-  std::string why = skip_reason();
-  if (why.empty()) return false;
-  std::printf("SKIP: %s\n", why.c_str());
-  return true;
-}
-}  // namespace
-
 TEST_CASE("a server answering 503 SlowDown to 25% of requests: save and load still succeed") {
   if (skipped()) return;
   s3rver srv;

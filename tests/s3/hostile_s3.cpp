@@ -18,13 +18,6 @@ using namespace cairn_s3_test;
 
 namespace {
 
-bool skipped() {
-  std::string why = skip_reason();
-  if (why.empty()) return false;
-  std::printf("SKIP: %s\n", why.c_str());
-  return true;
-}
-
 std::vector<std::byte> bytes_of(std::size_t n) { return std::vector<std::byte>(n, std::byte{7}); }
 
 /// The first 16-character piece of `secret` found in `text`, or "".

@@ -101,6 +101,15 @@ inline std::string skip_reason() {
   return {};
 }
 
+/// True, after printing "SKIP: <reason>" (which ctest reports as a skip), when the s3 tests
+/// cannot run here: `if (skipped()) return;`.
+inline bool skipped() {
+  std::string why = skip_reason();
+  if (why.empty()) return false;
+  std::printf("SKIP: %s\n", why.c_str());
+  return true;
+}
+
 /// An s3rver on 127.0.0.1 with bucket "cairn-test", storing under a temporary directory.
 struct s3rver {
   std::filesystem::path dir;

@@ -11,11 +11,7 @@
 using namespace cairn_s3_test;
 
 TEST_CASE("save on 4 ranks, load on 2 and 3; each rank GETs only what it reads") {
-  std::string why = skip_reason();
-  if (!why.empty()) {
-    std::printf("SKIP: %s\n", why.c_str());
-    return;
-  }
+  if (skipped()) return;
   s3rver srv;
   const std::string uri = "s3://" + srv.bucket + "/ckpt/step-100";
   cairn::save_options so;
@@ -85,11 +81,7 @@ TEST_CASE("save on 4 ranks, load on 2 and 3; each rank GETs only what it reads")
 
 #ifdef CAIRN_CLI_PATH
 TEST_CASE("the cairn CLI inspects and verifies a checkpoint at s3://bucket/prefix") {
-  std::string why = skip_reason();
-  if (!why.empty()) {
-    std::printf("SKIP: %s\n", why.c_str());
-    return;
-  }
+  if (skipped()) return;
   s3rver srv;
   const std::string uri = "s3://" + srv.bucket + "/cli/ckpt";
   cairn::s3_storage st(uri, options_for(srv.endpoint()));
