@@ -144,13 +144,15 @@ class [[nodiscard]] result {
     throw_if_error();
     return std::get<0>(v_);
   }
-  T&& value() && {
+  /// On a temporary result, the value is moved out (not referenced), so that
+  /// `for (auto& x : f().value())` does not dangle.
+  T value() && {
     throw_if_error();
     return std::get<0>(std::move(v_));
   }
   T& operator*() & { return value(); }
   const T& operator*() const& { return value(); }
-  T&& operator*() && { return std::move(*this).value(); }
+  T operator*() && { return std::move(*this).value(); }
   T* operator->() { return &value(); }
   const T* operator->() const { return &value(); }
 
