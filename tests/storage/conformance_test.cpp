@@ -1,5 +1,6 @@
-// The storage conformance suite: every backend runs the same cases through storage_ref, followed
-// by cases for what only one backend offers (file layout, memory test hooks, fault injection).
+// The storage conformance suite: every backend and decorator runs the same cases through
+// storage_ref, followed by cases for what only one backend offers (file layout, memory test
+// hooks, fault injection). The decorators' own behaviour is in decorators_test.cpp.
 #include "tests/storage/conformance.hpp"
 
 #include <doctest/doctest.h>
@@ -18,10 +19,14 @@
 #include <thread>
 #include <vector>
 
+#include "cairn/storage/any_storage.hpp"
+#include "cairn/storage/cached.hpp"
 #include "cairn/storage/fault_injection.hpp"
 #include "cairn/storage/file.hpp"
 #include "cairn/storage/memory.hpp"
 #include "cairn/storage/storage.hpp"
+#include "cairn/storage/throttled.hpp"
+#include "cairn/storage/writer_slots.hpp"
 
 using namespace cairn_storage_test;
 
@@ -30,21 +35,18 @@ namespace {
 // ---- the fixtures every conformance case runs over ----
 
 struct file_fixture {
-  static constexpr bool writer_hidden_until_finish = false;
   temp_dir dir;
   cairn::file_storage backend{dir.path / "root"};
   cairn::storage_ref ref() { return backend; }
 };
 
 struct memory_fixture {
-  static constexpr bool writer_hidden_until_finish = true;
   cairn::memory_storage backend;
   cairn::storage_ref ref() { return backend; }
 };
 
 // The fault injector, unarmed, must be invisible.
 struct faulty_file_fixture {
-  static constexpr bool writer_hidden_until_finish = false;
   temp_dir dir;
   cairn::file_storage inner{dir.path / "root"};
   cairn::faulty_storage<cairn::file_storage> backend{inner};
@@ -52,15 +54,62 @@ struct faulty_file_fixture {
 };
 
 struct faulty_memory_fixture {
-  static constexpr bool writer_hidden_until_finish = true;
   cairn::memory_storage inner;
   cairn::faulty_storage<cairn::memory_storage> backend{inner};
   cairn::storage_ref ref() { return backend; }
 };
 
+// The other decorators must be invisible too, but for what they add.
+struct throttled_memory_fixture {
+  cairn::memory_storage inner;
+  cairn::throttled_storage<cairn::memory_storage> backend{
+      inner, {.write_bytes_per_second = 1u << 30, .read_bytes_per_second = 1u << 30}};
+  cairn::storage_ref ref() { return backend; }
+};
+
+struct cached_file_fixture {
+  temp_dir dir;
+  cairn::file_storage inner{dir.path / "root"};
+  cairn::cached_storage<cairn::file_storage> backend{inner, dir.path / "cache"};
+  cairn::storage_ref ref() { return backend; }
+};
+
+// Downloads in many small reads, so that puts race with multi-read downloads.
+struct cached_memory_fixture {
+  temp_dir dir;
+  cairn::memory_storage inner;
+  cairn::cached_storage<cairn::memory_storage> backend{inner, dir.path, 4096};
+  cairn::storage_ref ref() { return backend; }
+};
+
+struct slotted_file_fixture {
+  temp_dir dir;
+  cairn::file_storage inner{dir.path / "root"};
+  cairn::writer_slot_storage<cairn::file_storage> backend{
+      inner, cairn::writer_slots{1, dir.path.string()}};
+  cairn::storage_ref ref() { return backend; }
+};
+
+struct slotted_memory_fixture {
+  temp_dir dir;
+  cairn::memory_storage inner;
+  cairn::writer_slot_storage<cairn::memory_storage> backend{
+      inner, cairn::writer_slots{2, dir.path.string()}};
+  cairn::storage_ref ref() { return backend; }
+};
+
+// What open_storage returns, owning its backend.
+struct any_memory_fixture {
+  cairn::any_storage backend{cairn::memory_storage{}};
+  cairn::storage_ref ref() { return backend; }
+};
+
 }  // namespace
 
-#define CAIRN_BACKENDS file_fixture, memory_fixture, faulty_file_fixture, faulty_memory_fixture
+#define CAIRN_BACKENDS                                                                            \
+  file_fixture, memory_fixture, faulty_file_fixture, faulty_memory_fixture,                       \
+      throttled_memory_fixture, cached_file_fixture, cached_memory_fixture, slotted_file_fixture, \
+      slotted_memory_fixture, any_memory_fixture
 #include "tests/storage/conformance_cases.hpp"
 
 // ---- file_storage only ----

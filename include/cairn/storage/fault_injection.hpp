@@ -198,6 +198,9 @@ class faulty_storage {
   /// The wrapped backend.
   S& inner() const noexcept { return *inner_; }
 
+  /// What the wrapped backend guarantees (when unarmed).
+  storage_features features() const { return storage_features_of(*inner_); }
+
   // ---- arming ----
 
   /// Gives the fault `mode` to the operation `k` operations from now (0: the next one), and to

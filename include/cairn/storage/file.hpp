@@ -206,6 +206,16 @@ class file_writer final : public object_writer {
 /// A moved-from file_storage may only be destroyed or assigned to.
 class file_storage {
  public:
+  /// A local file system: reads and lists see every completed write at once, `put` is atomic
+  /// (rename) and durable (fsync), writers write in place (visible before `finish()`), and other
+  /// processes see the same files.
+  static constexpr storage_features features{.read_after_write = true,
+                                             .list_after_write = true,
+                                             .atomic_put = true,
+                                             .writer_hidden_until_finish = false,
+                                             .durable = true,
+                                             .shared_between_processes = true};
+
   /// Storage rooted at `root`; `fd_cache_size` read fds stay open between reads (0 disables).
   explicit file_storage(std::filesystem::path root, std::size_t fd_cache_size = 64)
       : root_(std::move(root)), cache_(std::make_unique<detail::fd_cache>(fd_cache_size)) {}

@@ -124,6 +124,15 @@ class memory_writer final : public object_writer {
 /// A moved-from memory_storage may only be destroyed or assigned to.
 class memory_storage {
  public:
+  /// One process's memory: consistent and atomic, writers publish on `finish()`, nothing
+  /// durable or shared with other processes.
+  static constexpr storage_features features{.read_after_write = true,
+                                             .list_after_write = true,
+                                             .atomic_put = true,
+                                             .writer_hidden_until_finish = true,
+                                             .durable = false,
+                                             .shared_between_processes = false};
+
   memory_storage() : store_(std::make_shared<detail::memory_objects>()) {}
   memory_storage(const memory_storage&) = delete;
   memory_storage& operator=(const memory_storage&) = delete;

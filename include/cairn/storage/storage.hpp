@@ -32,6 +32,58 @@ class object_writer {
   virtual result<void> finish() = 0;
 };
 
+/// What a storage backend guarantees beyond the `storage` concept's minimum. A backend states
+/// it as a static member, which decorators forward and `storage_ref::features()` reports:
+///
+/// ```
+/// static constexpr cairn::storage_features features{
+///     .read_after_write = true, .list_after_write = true, .atomic_put = true};
+/// ```
+///
+/// Every field defaults to false: a backend that declares nothing promises nothing beyond the
+/// concept. The conformance suite (tests/storage/conformance_cases.hpp) checks each promise a
+/// backend makes and skips, visibly, the cases whose promise it does not make.
+struct storage_features {
+  /// A `read`, `size` or `exists` after a successful `put` or writer `finish()` sees the new
+  /// object, through this handle or any other on the same location.
+  bool read_after_write = false;
+  /// A `list` after a successful `put`, `finish()` or `remove` shows the change.
+  bool list_after_write = false;
+  /// `put` replaces an object atomically: a concurrent reader sees the old object or the new
+  /// one, never a mix or a prefix. A save's commit (metadata written last with `put`) is atomic
+  /// only on backends that promise this.
+  bool atomic_put = false;
+  /// An object being written through `open_writer` stays invisible (`exists` is false, an older
+  /// object of that name stays readable) until `finish()` succeeds; a dropped writer leaves
+  /// nothing behind.
+  bool writer_hidden_until_finish = false;
+  /// Objects outlive the process, and survive a crash of the machine once `put` or `finish()`
+  /// returned.
+  bool durable = false;
+  /// Other processes (ranks) that open the same location see the same objects: a backend for
+  /// multi-process saves.
+  bool shared_between_processes = false;
+
+  friend constexpr bool operator==(const storage_features&, const storage_features&) = default;
+};
+
+/// The features of a backend: its static `features` member (see `storage_features`), else its
+/// `features()` member function (decorators and type-erased handles, which report what they
+/// wrap), else none.
+template <class S>
+constexpr storage_features storage_features_of(const S& s) noexcept {
+  if constexpr (requires {
+                  { S::features } -> std::convertible_to<storage_features>;
+                })
+    return S::features;
+  else if constexpr (requires {
+                       { s.features() } -> std::convertible_to<storage_features>;
+                     })
+    return s.features();
+  else
+    return (void)s, storage_features{};
+}
+
 /// A storage backend: a flat namespace of named objects (file names relative to a root, or
 /// object keys under a prefix).
 ///
@@ -41,6 +93,9 @@ class object_writer {
 /// - `read(name, offset, out)` fills `out` exactly or fails naming the file and offset.
 /// - `size`, `exists`, `list(prefix)` (names relative to the root, sorted), `remove`.
 /// - `describe(name)` names an object for error messages (a full path or URI).
+///
+/// A backend also states what it guarantees beyond this (`storage_features`), and may offer
+/// `remove_temporaries` (`storage_with_temporaries`).
 template <class S>
 concept storage = requires(S& s,
                            const S& cs,
@@ -93,6 +148,8 @@ class storage_ref {
   }
   result<void> remove(std::string_view name) const { return vt_->remove(self_, name); }
   std::string describe(std::string_view name) const { return vt_->describe(self_, name); }
+  /// What the backend guarantees (see `storage_features`).
+  storage_features features() const { return vt_->features(self_); }
   /// The backend's `remove_temporaries` (see `storage_with_temporaries`), or 0 without one.
   result<std::size_t> remove_temporaries(std::string_view prefix) const {
     return vt_->remove_temporaries(self_, prefix);
@@ -109,6 +166,7 @@ class storage_ref {
     result<void> (*remove)(void*, std::string_view);
     std::string (*describe)(const void*, std::string_view);
     result<std::size_t> (*remove_temporaries)(void*, std::string_view);
+    storage_features (*features)(const void*);
   };
   template <class S>
   static constexpr vtable vtable_for = {
@@ -132,6 +190,7 @@ class storage_ref {
         else
           return (void)s, (void)p, std::size_t{0};
       },
+      [](const void* s) { return storage_features_of(*static_cast<const S*>(s)); },
   };
   void* self_;
   const vtable* vt_;

@@ -1,0 +1,147 @@
+// cairn/storage/throttled.hpp: throttled_storage<S>, a decorator that paces the bytes written
+// through a backend (and, optionally, read) to a rate, so that a rank's checkpoint traffic
+// leaves room for the training job's own.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "cairn/core/error.hpp"
+#include "cairn/storage/file.hpp"
+#include "cairn/storage/memory.hpp"
+#include "cairn/storage/storage.hpp"
+
+namespace cairn {
+
+/// Rates of a throttled_storage, in bytes per second; 0 leaves that direction unpaced.
+struct throttle_options {
+  /// Bytes per second of `put` and writers' `write_at`, all threads together.
+  std::uint64_t write_bytes_per_second = 0;
+  /// Bytes per second of `read`, all threads together.
+  std::uint64_t read_bytes_per_second = 0;
+};
+
+namespace detail {
+
+/// Paces byte counts to a rate: each call reserves its bytes' share of time after the previous
+/// reservation and sleeps until it starts (the first bytes go at once).
+class byte_pacer {
+ public:
+  explicit byte_pacer(std::uint64_t bytes_per_second) : rate_(bytes_per_second) {}
+
+  /// Sleeps until `n` more bytes may go.
+  void pace(std::size_t n) {
+    if (rate_ == 0 || n == 0) return;
+    using clock = std::chrono::steady_clock;
+    clock::time_point at;
+    {
+      std::lock_guard lock(mu_);
+      auto now = clock::now();
+      if (next_ < now) next_ = now;
+      at = next_;
+      next_ += std::chrono::duration_cast<clock::duration>(
+          std::chrono::duration<double>(static_cast<double>(n) / static_cast<double>(rate_)));
+    }
+    std::this_thread::sleep_until(at);
+  }
+
+ private:
+  std::uint64_t rate_;
+  std::mutex mu_;
+  std::chrono::steady_clock::time_point next_{};
+};
+
+/// The pacers of one throttled_storage, shared with the writers it hands out.
+struct throttle_state {
+  byte_pacer writes, reads;
+  explicit throttle_state(const throttle_options& o)
+      : writes(o.write_bytes_per_second), reads(o.read_bytes_per_second) {}
+};
+
+/// Wraps a backend's writer: paces its write_at calls.
+class throttled_writer final : public object_writer {
+ public:
+  throttled_writer(std::unique_ptr<object_writer> inner, std::shared_ptr<throttle_state> state)
+      : inner_(std::move(inner)), state_(std::move(state)) {}
+  result<void> write_at(std::uint64_t offset, std::span<const std::byte> data) override {
+    state_->writes.pace(data.size());
+    return inner_->write_at(offset, data);
+  }
+  result<void> finish() override { return inner_->finish(); }
+
+ private:
+  std::unique_ptr<object_writer> inner_;
+  std::shared_ptr<throttle_state> state_;
+};
+
+}  // namespace detail
+
+/// A storage decorator that paces the bytes going through it: every `put` and writer
+/// `write_at` first waits for its bytes' share of `write_bytes_per_second` (all threads of this
+/// decorator together), every `read` for its share of `read_bytes_per_second`. A call's bytes
+/// are reserved when it starts, so a burst leaves at the rate (4 MiB at 4 MiB/s: the first
+/// `put` of 1 MiB goes at once, the fourth at 0.75 s). Other calls pass straight through.
+///
+/// ```
+/// cairn::s3_storage s3{"s3://bucket/run"};
+/// cairn::throttled_storage paced{s3, {.write_bytes_per_second = 200 << 20}};
+/// cairn::save(state, paced, comm);
+/// ```
+///
+/// To cap a whole node, give each rank its share of the node's rate, or combine it with
+/// `writer_slot_storage` (one writer at a time per slot). Thread-safe as the wrapped backend is.
+/// The referenced backend must outlive it; writers it hands out may outlive the decorator.
+template <storage S>
+class throttled_storage {
+ public:
+  /// Wraps `inner` with the rates of `opt`.
+  throttled_storage(S& inner, throttle_options opt)
+      : inner_(&inner), state_(std::make_shared<detail::throttle_state>(opt)) {}
+
+  /// The wrapped backend.
+  S& inner() const noexcept { return *inner_; }
+
+  /// What the wrapped backend guarantees.
+  storage_features features() const { return storage_features_of(*inner_); }
+
+  result<void> put(std::string_view name, std::span<const std::byte> data) {
+    state_->writes.pace(data.size());
+    return inner_->put(name, data);
+  }
+  result<std::unique_ptr<object_writer>> open_writer(std::string_view name) {
+    CAIRN_TRY_ASSIGN(auto w, inner_->open_writer(name));
+    return std::unique_ptr<object_writer>(
+        std::make_unique<detail::throttled_writer>(std::move(w), state_));
+  }
+  result<void> read(std::string_view name, std::uint64_t offset, std::span<std::byte> out) {
+    state_->reads.pace(out.size());
+    return inner_->read(name, offset, out);
+  }
+  result<std::uint64_t> size(std::string_view name) { return inner_->size(name); }
+  result<bool> exists(std::string_view name) { return inner_->exists(name); }
+  result<std::vector<std::string>> list(std::string_view prefix) { return inner_->list(prefix); }
+  result<void> remove(std::string_view name) { return inner_->remove(name); }
+  std::string describe(std::string_view name) const { return inner_->describe(name); }
+  /// Forwarded when the backend has it (see `storage_with_temporaries`).
+  result<std::size_t> remove_temporaries(std::string_view prefix) {
+    return storage_ref(*inner_).remove_temporaries(prefix);
+  }
+
+ private:
+  S* inner_;
+  std::shared_ptr<detail::throttle_state> state_;
+};
+
+static_assert(storage<throttled_storage<memory_storage>>);
+static_assert(storage<throttled_storage<file_storage>>);
+
+}  // namespace cairn
