@@ -3,12 +3,19 @@
 // and SigV4 signatures equal to the AWS SDK's.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <string>
 
+#include "cairn/storage/cached.hpp"
+#include "cairn/storage/open.hpp"
 #include "cairn/storage/s3.hpp"
+#include "cairn/storage/throttled.hpp"
+#include "cairn/storage/writer_slots.hpp"
 #include "tests/s3/s3_server.hpp"
 #include "tests/storage/conformance.hpp"
 
@@ -38,7 +45,6 @@ std::string fresh_prefix(const char* what) {
 }
 
 struct s3_fixture {
-  static constexpr bool writer_hidden_until_finish = true;
   // s3rver truncates and rewrites the file of an object on PUT, so a concurrent GET can hang or
   // see a mix; S3's PUT is atomic. The "concurrent readers" case is skipped (visibly).
   static constexpr bool replaces_in_place = true;
@@ -47,9 +53,31 @@ struct s3_fixture {
   cairn::storage_ref ref() { return backend; }
 };
 
+// The decorators over s3: pre-download (reads of a local copy), and writes paced and taking turns
+// in a node's writer slots (uploads inside write_at and finish).
+struct cached_s3_fixture {
+  static constexpr bool replaces_in_place = true;
+  temp_dir dir;
+  cairn::s3_storage inner{"s3://" + shared_server().bucket + "/" + fresh_prefix("conf-cached"),
+                          options_for(shared_server().endpoint())};
+  cairn::cached_storage<cairn::s3_storage> backend{inner, dir.path};
+  cairn::storage_ref ref() { return backend; }
+};
+
+struct paced_slotted_s3_fixture {
+  static constexpr bool replaces_in_place = true;
+  temp_dir dir;
+  cairn::s3_storage inner{"s3://" + shared_server().bucket + "/" + fresh_prefix("conf-paced"),
+                          options_for(shared_server().endpoint())};
+  cairn::throttled_storage<cairn::s3_storage> paced{inner, {.write_bytes_per_second = 1u << 30}};
+  cairn::writer_slot_storage<cairn::throttled_storage<cairn::s3_storage>> backend{
+      paced, cairn::writer_slots{2, dir.path.string()}};
+  cairn::storage_ref ref() { return backend; }
+};
+
 }  // namespace
 
-#define CAIRN_BACKENDS s3_fixture
+#define CAIRN_BACKENDS s3_fixture, cached_s3_fixture, paced_slotted_s3_fixture
 #include "tests/storage/conformance_cases.hpp"
 
 TEST_SUITE("s3_storage") {
@@ -149,42 +177,77 @@ TEST_SUITE("s3_storage") {
     CHECK(list_of(s, "").size() == 4);
   }
 
-  TEST_CASE("pre-download serves reads from a local directory") {
+  TEST_CASE("pre-download (cached_storage) serves reads from a local directory") {
     s3rver& srv = shared_server();
     temp_dir cache;
-    cairn::s3_options o = options_for(srv.endpoint());
-    o.cache_dir = cache.path.string();
-    cairn::s3_storage s("s3://" + srv.bucket + "/" + fresh_prefix("cache"), o);
+    cairn::s3_storage s("s3://" + srv.bucket + "/" + fresh_prefix("cache"),
+                        options_for(srv.endpoint()));
+    cairn::cached_storage local{s, cache.path};
     bytes data = pattern(50000, 9);
-    require_ok(s.put("c/x.bin", data));
+    require_ok(local.put("c/x.bin", data));
     bytes out(100);
     for (int i = 0; i < 5; ++i) {
-      require_ok(s.read("c/x.bin", 1000 * i, out));
+      require_ok(local.read("c/x.bin", 1000 * i, out));
       CHECK(std::equal(out.begin(), out.end(), data.begin() + 1000 * i));
     }
     CHECK(s.counters().gets == 1);
     CHECK(s.counters().bytes_got == data.size());
     bytes tail(20);
-    auto r = s.read("c/x.bin", 49990, tail);
+    auto r = local.read("c/x.bin", 49990, tail);
     REQUIRE(!r);
     CHECK(r.err().code == errc::corrupt);
     CHECK(*r.err().offset == 50000);
-    require_ok(s.put("c/x.bin", pattern(10, 1)));  // put invalidates the local copy
+    CHECK(r.err().file == s.describe("c/x.bin"));
+    require_ok(local.put("c/x.bin", pattern(10, 1)));  // put invalidates the local copy
     bytes small(10);
-    require_ok(s.read("c/x.bin", 0, small));
+    require_ok(local.read("c/x.bin", 0, small));
     CHECK(small == pattern(10, 1));
+    CHECK(s.counters().gets == 2);
+    // A missing object is the backend's not_found, naming the S3 object.
+    auto missing = local.read("c/none.bin", 0, small);
+    REQUIRE(!missing);
+    CHECK(missing.err().code == errc::not_found);
+    CHECK(missing.err().file == s.describe("c/none.bin"));
   }
 
-  TEST_CASE("throttled uploads keep to the byte rate") {
+  TEST_CASE("throttled uploads (throttled_storage, writer slots) keep to the byte rate") {
     s3rver& srv = shared_server();
-    cairn::s3_options o = options_for(srv.endpoint());
-    o.upload_bytes_per_second = 4 << 20;
-    o.upload_lock_file = (std::filesystem::temp_directory_path() / "cairn-s3-upload.lock").string();
-    cairn::s3_storage s("s3://" + srv.bucket + "/" + fresh_prefix("throttle"), o);
+    temp_dir locks;
+    cairn::s3_storage s("s3://" + srv.bucket + "/" + fresh_prefix("throttle"),
+                        options_for(srv.endpoint()));
+    cairn::throttled_storage paced{s, {.write_bytes_per_second = 4u << 20}};
+    cairn::writer_slot_storage one_at_a_time{paced, cairn::writer_slots{1, locks.path.string()}};
     auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < 4; ++i) require_ok(s.put("t" + std::to_string(i), pattern(1 << 20)));
+    for (int i = 0; i < 4; ++i)
+      require_ok(one_at_a_time.put("t" + std::to_string(i), pattern(1 << 20)));
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     // 4 MiB at 4 MiB/s: the first MiB goes at once, the last leaves at 0.75 s.
     CHECK(secs >= 0.7);
+    CHECK(s.counters().puts == 4);
+  }
+
+  TEST_CASE("open_storage opens s3:// URIs once cairn/storage/s3.hpp is included") {
+    s3rver& srv = shared_server();
+    const auto schemes = cairn::storage_schemes();
+    CHECK(std::find(schemes.begin(), schemes.end(), "s3") != schemes.end());
+    // Endpoint and credentials from the environment, as for the CLI.
+    ::setenv("AWS_ENDPOINT_URL", srv.endpoint().c_str(), 1);
+    ::setenv("AWS_ACCESS_KEY_ID", "S3RVER", 1);
+    ::setenv("AWS_SECRET_ACCESS_KEY", "S3RVER", 1);
+    const std::string uri = "s3://" + srv.bucket + "/" + fresh_prefix("open");
+    auto st = cairn::open_storage(uri);
+    ::unsetenv("AWS_ENDPOINT_URL");
+    ::unsetenv("AWS_ACCESS_KEY_ID");
+    ::unsetenv("AWS_SECRET_ACCESS_KEY");
+    REQUIRE_MESSAGE(st.has_value(), st.err().describe());
+    CHECK(st->describe("m.json") == uri + "/m.json");
+    CHECK(st->features() == cairn::s3_storage::features);
+    require_ok(st->put("m.json", text("{}")));
+    CHECK(read_all(*st, "m.json") == text("{}"));
+
+    auto bad = cairn::open_storage("s3://bad@bucket/p");
+    REQUIRE(!bad);
+    CHECK(bad.err().code == errc::invalid_argument);
+    CHECK(bad.err().message.find("s3://bad@bucket/p") != std::string::npos);
   }
 }

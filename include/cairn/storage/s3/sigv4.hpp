@@ -1,4 +1,4 @@
-// cairn/storage/detail/sigv4.hpp: AWS Signature Version 4 for S3 requests (OpenSSL SHA-256 and
+// cairn/storage/s3/sigv4.hpp: AWS Signature Version 4 for S3 requests (OpenSSL SHA-256 and
 // HMAC-SHA256), written in cairn because curl 7.88's CURLOPT_AWS_SIGV4 mis-signs S3 requests.
 #pragma once
 
