@@ -38,6 +38,7 @@
 
 #include "cairn/cuda/staging_pool.hpp"
 #include "cairn/save.hpp"
+#include "cairn/storage/writer_slots.hpp"
 
 namespace cairn {
 
@@ -93,39 +94,6 @@ class save_handle {
   std::uint64_t seq_;
   async_save_stats started_;
 };
-
-namespace detail {
-/// A node-wide cap on concurrent background writers: slot k is an exclusive flock(2) on
-/// `<dir>/cairn-writer-<k>.lock`, so every process (and every thread: each opens its own file
-/// description) on the node that uses the same directory shares the `limit` slots.
-class writer_slot {
- public:
-  writer_slot(int limit, const std::string& dir) {
-    if (limit <= 0) return;
-    for (int attempt = 0;; ++attempt) {
-      for (int k = 0; k < limit; ++k) {
-        std::string path = dir + "/cairn-writer-" + std::to_string(k) + ".lock";
-        int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
-        if (fd < 0) return;  // cannot coordinate: write without a slot rather than never
-        if (::flock(fd, LOCK_EX | LOCK_NB) == 0) {
-          fd_ = fd;
-          return;
-        }
-        ::close(fd);
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(attempt < 20 ? 1 : 10));
-    }
-  }
-  ~writer_slot() {
-    if (fd_ >= 0) ::close(fd_);  // releases the lock
-  }
-  writer_slot(const writer_slot&) = delete;
-  writer_slot& operator=(const writer_slot&) = delete;
-
- private:
-  int fd_ = -1;
-};
-}  // namespace detail
 
 /// Saves asynchronously through a staging pool that it allocates once (sized from the first
 /// save's plan, pre-touched) and reuses for every later save: after the first save, a save of
@@ -278,7 +246,7 @@ class async_saver {
     flight* f = &*flight_;
     worker_ = std::thread([this, f] {
       try {
-        detail::writer_slot slot(opt_.max_writers_per_node, opt_.writer_lock_dir);
+        writer_slot slot = writer_slots(opt_.max_writers_per_node, opt_.writer_lock_dir).acquire();
         f->written = detail::write_phase(f->plan, f->st, f->opt, &buffers_);
       } catch (...) {
         f->written.failure =
