@@ -23,7 +23,7 @@
 #include "cairn/convert/unshard.hpp"
 #include "cairn/format/metadata.hpp"
 #include "cairn/format/native.hpp"
-#include "cairn/storage/file.hpp"
+#include "cairn/storage/open.hpp"
 #if CAIRN_CLI_S3
 #  include "cairn/storage/s3.hpp"
 #endif
@@ -50,30 +50,10 @@ int usage() {
   return 2;
 }
 
-/// The storage a DIR argument names: a local directory, or s3://bucket/prefix (S3 builds).
-struct opened_storage {
-  std::unique_ptr<cairn::file_storage> file;
-#if CAIRN_CLI_S3
-  std::unique_ptr<cairn::s3_storage> s3;
-#endif
-  explicit opened_storage(const std::string& dir) {
-    if (dir.rfind("s3://", 0) == 0) {
-#if CAIRN_CLI_S3
-      s3 = std::make_unique<cairn::s3_storage>(dir);
-      return;
-#else
-      throw std::runtime_error("this cairn was built without S3 support (cairn::s3): " + dir);
-#endif
-    }
-    file = std::make_unique<cairn::file_storage>(dir);
-  }
-  cairn::storage_ref ref() {
-#if CAIRN_CLI_S3
-    if (s3) return *s3;
-#endif
-    return *file;
-  }
-};
+/// The storage a DIR argument names (cairn::open_storage): a local directory or file://DIR, or
+/// s3://bucket/prefix in builds with cairn::s3 (including cairn/storage/s3.hpp registers it);
+/// throws cairn::exception naming DIR for anything else.
+cairn::any_storage open_dir(const std::string& dir) { return cairn::open_storage(dir).value(); }
 
 std::string json_str(std::string_view s) {
   fmt::memory_buffer b;
@@ -100,7 +80,7 @@ std::pair<std::uint64_t, std::uint64_t> compression_totals(const cairn::checkpoi
 }
 
 int inspect(const std::string& dir, bool json) {
-  opened_storage holder(dir);
+  cairn::any_storage holder = open_dir(dir);
   cairn::storage_ref st = holder.ref();
   auto m = cairn::read_any_metadata(st);
   if (!m) {
@@ -188,7 +168,7 @@ int inspect(const std::string& dir, bool json) {
 }
 
 int verify(const std::string& dir) {
-  opened_storage holder(dir);
+  cairn::any_storage holder = open_dir(dir);
   cairn::storage_ref st = holder.ref();
   auto problems = cairn::verify_checkpoint(st);
   if (!problems) {
@@ -272,7 +252,7 @@ int convert_cmd(const std::string& cmd, const std::vector<std::string>& args) {
     fmt::print(stderr, "cairn {}: --strategy is required\n", cmd);
     return 2;
   }
-  opened_storage in_holder(args[0]), out_holder(args[1]);
+  cairn::any_storage in_holder = open_dir(args[0]), out_holder = open_dir(args[1]);
   cairn::storage_ref in = in_holder.ref(), out = out_holder.ref();
   auto src = cv::open_source(in);
   if (!src) {

@@ -28,6 +28,11 @@ check "inspect --json has the format version" contains "$dir/json" '"format_vers
 
 "$cairn" verify "$dir/ckpt" >"$dir/out" 2>&1; rc=$?
 check "verify of an intact checkpoint exits 0" test $rc -eq 0
+"$cairn" verify "file://$dir/ckpt" >"$dir/out" 2>&1; rc=$?
+check "verify of a file:// URI exits 0" test $rc -eq 0
+"$cairn" inspect "gs://bucket/ckpt" >"$dir/out" 2>&1; rc=$?
+check "an unknown URI scheme fails" test $rc -eq 2
+check "an unknown URI scheme is named" contains "$dir/out" "unknown storage URI scheme in \"gs://bucket/ckpt\""
 
 # A zstd-compressed checkpoint: inspect shows the ratio, verify decompresses every block.
 "$make" zstd "$dir/zstd" || { echo "FAIL could not make a compressed checkpoint"; exit 1; }
