@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "cairn/format/metadata.hpp"
+#include "cairn/format/native/metadata.hpp"
 #include "cairn/plan/box.hpp"
 #include "cairn/plan/save_plan.hpp"
 

@@ -21,8 +21,8 @@
 #include <vector>
 
 #include "cairn/convert/unshard.hpp"
-#include "cairn/format/metadata.hpp"
-#include "cairn/format/native.hpp"
+#include "cairn/format/native/metadata.hpp"
+#include "cairn/format/native/reader.hpp"
 #include "cairn/storage/open.hpp"
 #if CAIRN_CLI_S3
 #  include "cairn/storage/s3.hpp"

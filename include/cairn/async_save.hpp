@@ -36,6 +36,7 @@
 #include <utility>
 #include <vector>
 
+#include "cairn/comm/agree.hpp"
 #include "cairn/cuda/staging_pool.hpp"
 #include "cairn/save.hpp"
 #include "cairn/storage/writer_slots.hpp"
@@ -166,8 +167,8 @@ class async_saver {
   friend class save_handle;
   struct flight {
     std::uint64_t seq;
-    detail::planned_save plan;
-    detail::written_save written;
+    planned_save plan;
+    written_save written;
     storage_ref st;
     comm_ref comm;
     save_options opt;
@@ -185,16 +186,16 @@ class async_saver {
     if (flight_) {
       if (opt_.in_flight == on_save_in_flight::fail) {
         // Every rank has a save in flight (they started it together), so every rank fails here.
-        return std::move(make_error(errc::invalid_argument,
-                                    "async_saver: a save is still in flight (finalize() it first, "
-                                    "or use on_save_in_flight::wait)"))
+        return make_error(errc::invalid_argument,
+                          "async_saver: a save is still in flight (finalize() it first, "
+                          "or use on_save_in_flight::wait)")
             .with_rank(comm.rank());
       }
       // A failure of the previous save is that save's: report it here, where every rank sees it.
       if (auto prev = finalize(); !prev) return std::move(prev).err();
     }
     // Reuse the last plan's storage (its vectors keep their capacity).
-    detail::planned_save plan = std::move(spare_plan_);
+    planned_save plan = std::move(spare_plan_);
     CAIRN_TRY(detail::plan_phase(leaves, st, comm, opt, plan));
     const auto t1 = clock::now();
 
@@ -204,7 +205,7 @@ class async_saver {
     items.clear();
     which.clear();
     for (std::size_t i = 0; i < plan.items.size(); ++i) {
-      const detail::write_item& it = plan.items[i];
+      const write_item& it = plan.items[i];
       if (it.is_object || it.nbytes == 0) continue;
       items.push_back(cuda::stage_item{it.src, static_cast<std::size_t>(it.nbytes), it.key});
       which.push_back(i);
@@ -218,20 +219,10 @@ class async_saver {
       if (auto w = stager_.wait(); !w) stage_failure = std::move(w).err();
     }
     // Staging is local; a failure on one rank must stop every rank before anything is written.
-    {
-      detail::binary_writer w;
-      detail::put_error(
-          w, stage_failure ? std::optional<error>(std::move(*stage_failure).with_rank(comm.rank()))
-                           : std::nullopt);
-      std::vector<std::optional<error>> status;
-      for (const auto& m : comm.all_gather(w.data())) {
-        detail::binary_reader r(m);
-        status.push_back(detail::get_error(r));
-      }
-      if (auto f = detail::first_failure(status)) {
-        pool_.reset();
-        return std::move(*f);
-      }
+    if (stage_failure) stage_failure = std::move(*stage_failure).with_rank(comm.rank());
+    if (auto f = agree(comm, stage_failure).first_failure()) {
+      pool_.reset();
+      return std::move(*f);
     }
     const auto t2 = clock::now();
     async_save_stats started;
@@ -268,12 +259,12 @@ class async_saver {
   async_saver_options opt_;
   cuda::staging_pool pool_;
   cuda::stager stager_;
-  detail::gather_buffers buffers_;
+  buffer_pool buffers_;
   std::optional<flight> flight_;
   std::thread worker_;
   std::optional<result<save_stats>> last_;
   std::uint64_t seq_ = 0, committed_seq_ = 0;
-  detail::planned_save spare_plan_;
+  planned_save spare_plan_;
   std::vector<cuda::stage_item> stage_items_;
   std::vector<std::size_t> stage_index_;
 };

@@ -50,7 +50,7 @@ class torch_dist_strategy final : public save_strategy {
   result<void> write(planned_save& plan,
                      storage_ref st,
                      const save_options&,
-                     detail::gather_buffers*,
+                     buffer_pool*,
                      written_save& out) const override {
     const auto& slots = plan.layout.slots[plan.rank];
     detail::binary_writer report;
@@ -60,7 +60,7 @@ class torch_dist_strategy final : public save_strategy {
       CAIRN_TRY_ASSIGN(auto w, st.open_writer(name));
       std::uint64_t off = 0;
       for (std::size_t i = 0; i < plan.items.size(); ++i) {
-        const detail::write_item& it = plan.items[i];
+        const write_item& it = plan.items[i];
         const write_slot& slot = slots[i];
         torch_zip::tensor_view v;
         if (slot.is_object) {
@@ -192,15 +192,15 @@ class safetensors_strategy final : public save_strategy {
 
   result<void> check(const leaf_list& leaves) const override {
     if (!leaves.objects.empty())
-      return std::move(make_error(errc::invalid_argument,
-                                  "safetensors holds tensors only: save sharded objects with the "
-                                  "native or torch_dist strategy, or leave them out of this tree"))
+      return make_error(errc::invalid_argument,
+                        "safetensors holds tensors only: save sharded objects with the "
+                        "native or torch_dist strategy, or leave them out of this tree")
           .with_key(leaves.objects.front().key);
     if (!leaves.commons.empty())
-      return std::move(make_error(errc::invalid_argument,
-                                  "safetensors holds tensors only: save common values with the "
-                                  "native or torch_dist strategy (or as content_metadata), or "
-                                  "leave them out of this tree"))
+      return make_error(errc::invalid_argument,
+                        "safetensors holds tensors only: save common values with the "
+                        "native or torch_dist strategy (or as content_metadata), or "
+                        "leave them out of this tree")
           .with_key(leaves.commons.front().path);
     return ok();
   }
@@ -208,7 +208,7 @@ class safetensors_strategy final : public save_strategy {
   result<void> write(planned_save& plan,
                      storage_ref st,
                      const save_options& opt,
-                     detail::gather_buffers* buffers,
+                     buffer_pool* buffers,
                      written_save& out) const override {
     return native_.write(plan, st, opt, buffers, out);  // the shard this rank holds
   }

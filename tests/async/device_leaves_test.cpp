@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "cairn/cairn.hpp"
+#include "cairn/cuda/staging_pool.hpp"
 #include "cairn/cuda/testing/fake_runtime.hpp"
 #include "tests/api/test_util.hpp"
 
@@ -57,4 +58,49 @@ TEST_CASE("device tensors: save and load through staging memory (fake device)") 
   CHECK(std::memcmp(want.data(), whole.data(), want.size()) == 0);
   CHECK(fake.misuse().empty());
   for (const auto& m : fake.misuse()) MESSAGE(m);
+}
+
+TEST_CASE("device tensors: repeated saves and loads through one staging pool allocate it once") {
+  fake_runtime fake;
+  cairn::cuda::staging_pool pool({}, &fake.api());
+  const cairn::shape global{256, 64};
+  std::vector<std::byte> host(256 * 64 * 4);
+  cairn_test::fill_block("w", cairn::dtype::f32, global, cairn::box{{0, 0}, global}, host.data());
+  void* dev = fake.device_malloc(host.size());
+  fake.device_write(dev, host.data(), host.size());
+  cairn::state_dict sd;
+  sd.add("w", cairn::replicated("w", std::span(static_cast<float*>(dev), 256 * 64), global, 0));
+  cairn::memory_storage mem;
+  cairn::single_communicator one;
+  cairn::save_options so;
+  so.cuda_runtime = &fake.api();
+  so.staging = &pool;
+  so.overwrite = true;
+  cairn::load_options lo;
+  lo.cuda_runtime = &fake.api();
+  lo.staging = &pool;
+  const int allocs_before = fake.stats().host_allocs;
+  for (int i = 0; i < 3; ++i) {
+    cairn::save(sd, mem, one, so);
+    CHECK(pool.used() == 0);  // released after every call, for the next one
+    cairn::load(sd, mem, one, lo);
+  }
+  CHECK(pool.allocations() == 1);
+  CHECK(fake.stats().host_allocs - allocs_before == 1);
+  CHECK(fake.device_read(dev, host.size()) == host);
+  // Without a pool in the options, every call allocates its own.
+  so.staging = nullptr;
+  cairn::save(sd, mem, one, so);
+  cairn::save(sd, mem, one, so);
+  CHECK(fake.stats().host_allocs - allocs_before == 3);
+  // A pool still in use (an async save through it in flight) is refused, not overwritten.
+  (void)pool.acquire(64).value();
+  so.staging = &pool;
+  auto busy = cairn::try_save(sd, mem, one, so);
+  REQUIRE(!busy);
+  CHECK(busy.err().code == cairn::errc::invalid_argument);
+  CHECK(busy.err().message.find("staging pool is in use") != std::string::npos);
+  pool.reset();
+  fake.device_free(dev);
+  CHECK(fake.misuse().empty());
 }

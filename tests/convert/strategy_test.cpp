@@ -470,7 +470,7 @@ class manifest_strategy final : public cairn::save_strategy {
   cairn::result<void> write(cairn::planned_save& plan,
                             cairn::storage_ref st,
                             const cairn::save_options& opt,
-                            cairn::detail::gather_buffers* buffers,
+                            cairn::buffer_pool* buffers,
                             cairn::written_save& out) const override {
     return native_.write(plan, st, opt, buffers, out);
   }

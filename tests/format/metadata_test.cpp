@@ -1,5 +1,5 @@
 // metadata.json encoding and decoding.
-#include "cairn/format/metadata.hpp"
+#include "cairn/format/native/metadata.hpp"
 
 #include <doctest/doctest.h>
 

@@ -6,7 +6,7 @@
 // document that decodes again and encodes to the same text.
 #include <string>
 
-#include "cairn/format/metadata.hpp"
+#include "cairn/format/native/metadata.hpp"
 #include "tests/fuzz/fuzz.hpp"
 
 namespace {

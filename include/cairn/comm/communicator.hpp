@@ -8,10 +8,9 @@
 #include <type_traits>
 #include <vector>
 
-namespace cairn {
+#include "cairn/core/bytes.hpp"
 
-/// A byte buffer exchanged through a communicator.
-using bytes = std::vector<std::byte>;
+namespace cairn {
 
 /// A group of ranks that run collectives together.
 ///

@@ -24,7 +24,7 @@
 #include "cairn/core/sharded_tensor.hpp"
 #include "cairn/format/dcp_metadata.hpp"
 #include "cairn/format/foreign.hpp"
-#include "cairn/format/native.hpp"
+#include "cairn/format/native/reader.hpp"
 #include "cairn/format/torch_zip.hpp"
 #include "cairn/load.hpp"
 #include "cairn/plan/box.hpp"
@@ -89,10 +89,9 @@ class source {
                          std::int64_t end,
                          std::span<std::byte> out) {
     const tensor_entry* t = find(key);
-    if (!t) return std::move(make_error(errc::not_found, "no such tensor")).with_key(key);
+    if (!t) return make_error(errc::not_found, "no such tensor").with_key(key);
     if (t->global_shape.empty())
-      return std::move(make_error(errc::invalid_argument, "a rank-0 tensor has no rows"))
-          .with_key(key);
+      return make_error(errc::invalid_argument, "a rank-0 tensor has no rows").with_key(key);
     box b{shape(t->global_shape.size(), 0), t->global_shape};
     b.offset[0] = begin;
     b.size[0] = end - begin;
@@ -102,24 +101,23 @@ class source {
 
 namespace detail {
 inline result<void> check_request(const tensor_entry* t, const box_read& r) {
-  if (!t) return std::move(make_error(errc::not_found, "no such tensor")).with_key(r.key);
+  if (!t) return make_error(errc::not_found, "no such tensor").with_key(r.key);
   if (r.region.offset.size() != t->global_shape.size() ||
       r.region.size.size() != t->global_shape.size())
-    return std::move(make_error(errc::invalid_argument, "box " + r.region.str() + " has " +
-                                                            std::to_string(r.region.size.size()) +
-                                                            " axes, the tensor " +
-                                                            std::to_string(t->global_shape.size())))
+    return make_error(errc::invalid_argument,
+                      "box " + r.region.str() + " has " + std::to_string(r.region.size.size()) +
+                          " axes, the tensor " + std::to_string(t->global_shape.size()))
         .with_key(r.key);
   for (std::size_t a = 0; a < t->global_shape.size(); ++a)
     if (r.region.offset[a] < 0 || r.region.size[a] < 0 ||
         r.region.offset[a] + r.region.size[a] > t->global_shape[a])
-      return std::move(make_error(errc::invalid_argument,
-                                  "box " + r.region.str() + " lies outside the tensor"))
+      return make_error(errc::invalid_argument,
+                        "box " + r.region.str() + " lies outside the tensor")
           .with_key(r.key);
   if (r.out.size() != static_cast<std::uint64_t>(r.region.volume()) * dtype_size(t->type))
-    return std::move(make_error(errc::invalid_argument,
-                                "buffer of " + std::to_string(r.out.size()) + " bytes for box " +
-                                    r.region.str() + " of " + std::string(dtype_name(t->type))))
+    return make_error(errc::invalid_argument, "buffer of " + std::to_string(r.out.size()) +
+                                                  " bytes for box " + r.region.str() + " of " +
+                                                  std::string(dtype_name(t->type)))
         .with_key(r.key);
   return ok();
 }
@@ -188,7 +186,7 @@ class native_source final : public source {
   native_source(storage_ref st, int io_threads) : st_(st), io_threads_(io_threads) {}
   storage_ref st_;
   int io_threads_;
-  cairn::detail::gather_buffers pool_;  // read buffers, reused across reads
+  cairn::buffer_pool pool_;  // read buffers, reused across reads
   checkpoint_metadata m_;
   std::vector<tensor_entry> tensors_;
   std::vector<std::string> objects_;
@@ -239,10 +237,9 @@ class dcp_source final : public source {
         CAIRN_TRY(read_chunk(r, tm, c, cb, region, es));
       }
       if (covered != r.region.volume())
-        return std::move(make_error(errc::integrity, "the checkpoint's chunks cover " +
-                                                         std::to_string(covered) + " of the " +
-                                                         std::to_string(r.region.volume()) +
-                                                         " elements of " + r.region.str()))
+        return make_error(errc::integrity,
+                          "the checkpoint's chunks cover " + std::to_string(covered) + " of the " +
+                              std::to_string(r.region.volume()) + " elements of " + r.region.str())
             .with_key(r.key);
     }
     return ok();
@@ -279,9 +276,8 @@ class dcp_source final : public source {
     const torch_zip::archive* a = *opened;
     auto ref = torch_zip::as_tensor(a->root);
     if (!ref || ref->type != tm.type || numel(ref->dims) != cb.volume())
-      return std::move(make_error(errc::corrupt, "dcp: item of chunk " + cb.str() + " is not a " +
-                                                     std::string(dtype_name(tm.type)) +
-                                                     " tensor of its size"))
+      return make_error(errc::corrupt, "dcp: item of chunk " + cb.str() + " is not a " +
+                                           std::string(dtype_name(tm.type)) + " tensor of its size")
           .with_key(r.key)
           .with_file(st_.describe(where->relative_path));
     bool contiguous = true;
@@ -301,14 +297,14 @@ class dcp_source final : public source {
     if (contiguous) {
       const torch_zip::record* rec = a->zip.find(a->prefix + "/data/" + ref->storage_key);
       if (!rec)
-        return std::move(make_error(errc::corrupt, "dcp: item has no storage record"))
+        return make_error(errc::corrupt, "dcp: item has no storage record")
             .with_key(r.key)
             .with_file(st_.describe(where->relative_path));
       // as_tensor checked the view (offset within 2^62); compare in elements, without overflow.
       const std::uint64_t elems = rec->size / es;
       const auto so = static_cast<std::uint64_t>(ref->storage_offset);
       if (so > elems || static_cast<std::uint64_t>(hi) > elems - so)
-        return std::move(make_error(errc::corrupt, "dcp: tensor view exceeds its storage"))
+        return make_error(errc::corrupt, "dcp: tensor view exceeds its storage")
             .with_key(r.key)
             .with_file(st_.describe(where->relative_path));
       std::uint64_t first = (so + static_cast<std::uint64_t>(lo)) * es;
@@ -348,9 +344,9 @@ inline result<std::unique_ptr<source>> open_source(storage_ref st) {
     return std::unique_ptr<source>(std::move(s));
   }
   if (layout.empty())
-    return std::move(make_error(errc::incomplete_checkpoint,
-                                "not a readable checkpoint: no cairn metadata.json, no DCP "
-                                ".metadata and no safetensors"))
+    return make_error(errc::incomplete_checkpoint,
+                      "not a readable checkpoint: no cairn metadata.json, no DCP "
+                      ".metadata and no safetensors")
         .with_file(st.describe(""));
   CAIRN_TRY_ASSIGN(auto s, native_source::open(st));
   return std::unique_ptr<source>(std::move(s));

@@ -24,10 +24,12 @@
 #include "cairn/core/dtype.hpp"
 #include "cairn/core/error.hpp"
 #include "cairn/format/dcp_metadata.hpp"
+#include "cairn/format/native/writer.hpp"
 #include "cairn/format/pickle.hpp"
 #include "cairn/format/safetensors.hpp"
 #include "cairn/format/torch_zip.hpp"
 #include "cairn/load.hpp"
+#include "cairn/plan/save_plan.hpp"
 #include "cairn/storage/storage.hpp"
 
 namespace cairn::convert {
@@ -371,8 +373,7 @@ safetensors_files(const std::vector<tensor_entry>& all, const convert_options& o
     for (const auto& t : all) {
       std::string f = per_tensor_name(t.key);
       if (!seen.insert(f).second || f == safetensors::index_name)
-        return std::move(make_error(errc::invalid_argument,
-                                    "per_tensor: two keys map to the file name " + f))
+        return make_error(errc::invalid_argument, "per_tensor: two keys map to the file name " + f)
             .with_key(t.key);
       files.emplace_back(f, std::vector<const tensor_entry*>{&t});
     }
@@ -573,8 +574,8 @@ inline result<void> write_native(source& src,
                                  std::uint64_t total) {
   CAIRN_TRY_ASSIGN(std::string existing, detect_layout(dst));
   if (!existing.empty())
-    return std::move(make_error(errc::already_exists,
-                                "convert: a " + existing + " checkpoint is already there"))
+    return make_error(errc::already_exists,
+                      "convert: a " + existing + " checkpoint is already there")
         .with_file(dst.describe(""));
   const std::uint64_t B = default_block_size;
   checkpoint_metadata m;

@@ -90,16 +90,18 @@ struct error {
     return s;
   }
 
-  /// Fluent setters used while an error travels up through layers that know more context.
-  error&& with_key(std::string k) && {
+  /// Fluent setters used while an error travels up through layers that know more context: each
+  /// sets its field when still empty and returns the error by value (so `e = std::move(e)...`
+  /// and chains on temporaries are safe).
+  error with_key(std::string k) && {
     if (key.empty()) key = std::move(k);
     return std::move(*this);
   }
-  error&& with_rank(int r) && {
+  error with_rank(int r) && {
     if (rank < 0) rank = r;
     return std::move(*this);
   }
-  error&& with_file(std::string f) && {
+  error with_file(std::string f) && {
     if (file.empty()) file = std::move(f);
     return std::move(*this);
   }
@@ -158,7 +160,7 @@ class [[nodiscard]] result {
 
   /// The error; only valid when `!has_value()`.
   const error& err() const& { return std::get<1>(v_); }
-  error&& err() && { return std::get<1>(std::move(v_)); }
+  error err() && { return std::get<1>(std::move(v_)); }
 
  private:
   void throw_if_error() const {
@@ -181,7 +183,7 @@ class [[nodiscard]] result<void> {
     if (e_) throw exception(*e_);
   }
   const error& err() const& { return *e_; }
-  error&& err() && { return std::move(*e_); }
+  error err() && { return std::move(*e_); }
 
  private:
   std::optional<error> e_;

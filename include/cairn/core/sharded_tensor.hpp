@@ -98,7 +98,7 @@ struct tensor_layout {
 /// the block, and the data has exactly the right number of elements. Errors name the key.
 inline result<void> validate_layout(const tensor_layout& t, std::size_t data_elems) {
   auto fail = [&](std::string msg) {
-    return std::move(make_error(errc::invalid_argument, std::move(msg))).with_key(t.key);
+    return make_error(errc::invalid_argument, std::move(msg)).with_key(t.key);
   };
   if (t.key.empty()) return fail("sharded tensor has an empty key");
   if (t.prepend_axis_num < 0) return fail("prepend_axis_num is negative");
@@ -199,12 +199,11 @@ sharded_tensor<T> from_rank_offsets(std::string key,
   for (const axis_split& s : splits) {
     if (s.axis < 0 || static_cast<std::size_t>(s.axis) >= t.global_shape.size() || s.count < 1 ||
         s.index < 0 || s.index >= s.count)
-      throw exception(
-          std::move(make_error(errc::invalid_argument, "from_rank_offsets: bad split (axis " +
-                                                           std::to_string(s.axis) + ", index " +
-                                                           std::to_string(s.index) + " of " +
-                                                           std::to_string(s.count) + ")"))
-              .with_key(t.key));
+      throw exception(make_error(errc::invalid_argument, "from_rank_offsets: bad split (axis " +
+                                                             std::to_string(s.axis) + ", index " +
+                                                             std::to_string(s.index) + " of " +
+                                                             std::to_string(s.count) + ")")
+                          .with_key(t.key));
     auto a = static_cast<std::size_t>(s.axis);
     t.global_offset[a] += s.index * t.global_shape[a];
     t.global_shape[a] *= s.count;

@@ -288,7 +288,7 @@ class stager {
         std::byte* dst = span->data();
         staged_.emplace_back(dst, it.bytes);
         if (!it.src)
-          return std::move(make_error(errc::invalid_argument, "stage: null source pointer"))
+          return make_error(errc::invalid_argument, "stage: null source pointer")
               .with_key(std::string(it.key));
         if (classify(it.src) == memory_kind::device) {
           if (!ordered) {
@@ -319,7 +319,7 @@ class stager {
       for (const auto& it : items) {
         if (it.bytes == 0) continue;
         if (!it.src || !it.dst)
-          return std::move(make_error(errc::invalid_argument, "unstage: null pointer"))
+          return make_error(errc::invalid_argument, "unstage: null pointer")
               .with_key(std::string(it.key));
         if (classify(it.dst) == memory_kind::device) {
           if (!ordered) {
@@ -401,7 +401,7 @@ class stager {
     std::string what = describe_status(*rt_, "cudaMemcpyAsync", s);
     what += kind == copy_kind::device_to_host ? " (device to host, " : " (host to device, ";
     what += std::to_string(bytes) + " bytes)";
-    return std::move(make_error(errc::io, std::move(what))).with_key(std::string(key));
+    return make_error(errc::io, std::move(what)).with_key(std::string(key));
   }
 
   // After enqueueing: on success record the completion event; on failure make sure no copy

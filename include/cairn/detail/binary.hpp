@@ -1,10 +1,11 @@
 // cairn/detail/binary.hpp: a compact little-endian encoding for what ranks exchange in
-// collectives (leaf descriptions, statuses, checksums).
+// collectives (leaf descriptions, statuses, checksums), and of errors (a rank's status).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -103,5 +104,33 @@ class binary_reader {
   std::span<const std::byte> b_;
   std::size_t pos_ = 0;
 };
+
+/// Appends an optional error (a rank's status) to `w`.
+inline void put_error(binary_writer& w, const std::optional<error>& e) {
+  w.u8(e ? 1 : 0);
+  if (!e) return;
+  w.u8(static_cast<std::uint8_t>(e->code));
+  w.str(e->message);
+  w.str(e->key);
+  w.i64(e->rank);
+  w.str(e->file);
+  w.u8(e->offset ? 1 : 0);
+  w.u64(e->offset.value_or(0));
+}
+
+/// Reads an optional error written by `put_error`.
+inline std::optional<error> get_error(binary_reader& r) {
+  if (!r.u8()) return std::nullopt;
+  error e;
+  e.code = static_cast<errc>(r.u8());
+  e.message = r.str();
+  e.key = r.str();
+  e.rank = static_cast<int>(r.i64());
+  e.file = r.str();
+  bool has = r.u8();
+  std::uint64_t off = r.u64();
+  if (has) e.offset = off;
+  return e;
+}
 
 }  // namespace cairn::detail

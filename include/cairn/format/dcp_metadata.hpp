@@ -100,7 +100,7 @@ inline result<void> validate(const metadata& m) {
     for (std::size_t i = 0; i < t->chunks.size(); ++i) {
       const chunk& c = t->chunks[i];
       if (c.offsets.size() != t->size.size() || c.sizes.size() != t->size.size())
-        return std::move(make_error(errc::integrity, "dcp: chunk rank differs from the tensor's"))
+        return make_error(errc::integrity, "dcp: chunk rank differs from the tensor's")
             .with_key(fqn);
       if (!format_detail::file_numel(t->size, dtype_size(t->type)))
         return std::move(
@@ -109,8 +109,7 @@ inline result<void> validate(const metadata& m) {
       for (std::size_t a = 0; a < c.sizes.size(); ++a)
         if (c.offsets[a] < 0 || c.sizes[a] < 0 || c.offsets[a] > t->size[a] ||
             c.sizes[a] > t->size[a] - c.offsets[a])
-          return std::move(make_error(errc::integrity, "dcp: chunk lies outside the tensor"))
-              .with_key(fqn);
+          return make_error(errc::integrity, "dcp: chunk lies outside the tensor").with_key(fqn);
       total += numel(c.sizes);
       for (std::size_t j = 0; j < i; ++j) {
         const chunk& o = t->chunks[j];
@@ -120,13 +119,12 @@ inline result<void> validate(const metadata& m) {
               o.offsets[a] >= c.offsets[a] + c.sizes[a])
             overlap = false;
         if (overlap && numel(c.sizes) > 0 && numel(o.sizes) > 0)
-          return std::move(make_error(errc::integrity, "dcp: chunks overlap")).with_key(fqn);
+          return make_error(errc::integrity, "dcp: chunks overlap").with_key(fqn);
       }
     }
     if (total != numel(t->size))
-      return std::move(make_error(errc::integrity, "dcp: chunks cover " + std::to_string(total) +
-                                                       " of " + std::to_string(numel(t->size)) +
-                                                       " elements"))
+      return make_error(errc::integrity, "dcp: chunks cover " + std::to_string(total) + " of " +
+                                             std::to_string(numel(t->size)) + " elements")
           .with_key(fqn);
   }
   return ok();
@@ -426,10 +424,9 @@ inline result<void> check_storage(storage_ref st, const metadata& m) {
     }
     auto need = format_detail::file_numel(t->size, es);
     if (!need || covered < static_cast<std::uint64_t>(*need))
-      return std::move(make_error(errc::corrupt, "dcp: chunks hold " + std::to_string(covered) +
-                                                     " of the tensor's " +
-                                                     std::to_string(need ? *need : -1) +
-                                                     " elements"))
+      return make_error(errc::corrupt, "dcp: chunks hold " + std::to_string(covered) +
+                                           " of the tensor's " + std::to_string(need ? *need : -1) +
+                                           " elements")
           .with_key(fqn)
           .with_file(st.describe(metadata_name));
   }

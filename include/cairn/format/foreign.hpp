@@ -18,8 +18,8 @@
 #include "cairn/core/error.hpp"
 #include "cairn/format/dcp_metadata.hpp"
 #include "cairn/format/layout.hpp"
-#include "cairn/format/metadata.hpp"
-#include "cairn/format/native.hpp"
+#include "cairn/format/native/metadata.hpp"
+#include "cairn/format/native/reader.hpp"
 #include "cairn/format/pickle.hpp"
 #include "cairn/format/safetensors.hpp"
 #include "cairn/format/torch_zip.hpp"
@@ -162,16 +162,15 @@ inline result<checkpoint_metadata> dcp_as_metadata(storage_ref st) {
     auto ref = torch_zip::as_tensor(a.root);
     std::string file = st.describe(info.relative_path);
     if (!ref || ref->type != type || numel(ref->dims) != volume)
-      return std::move(make_error(errc::corrupt, "dcp: item is not a " +
-                                                     std::string(dtype_name(type)) + " tensor of " +
-                                                     std::to_string(volume) + " elements"))
+      return make_error(errc::corrupt, "dcp: item is not a " + std::string(dtype_name(type)) +
+                                           " tensor of " + std::to_string(volume) + " elements")
           .with_key(key)
           .with_file(file);
     for (std::int64_t ax = static_cast<std::int64_t>(ref->dims.size()) - 1, s = 1; ax >= 0; --ax) {
       if (ref->dims[ax] != 1 && ref->strides[ax] != s)
-        return std::move(make_error(errc::unsupported_version,
-                                    "dcp: item is a non-contiguous view; load cannot read it in "
-                                    "place (rewrite the checkpoint with `cairn convert`)"))
+        return make_error(errc::unsupported_version,
+                          "dcp: item is a non-contiguous view; load cannot read it in "
+                          "place (rewrite the checkpoint with `cairn convert`)")
             .with_key(key)
             .with_file(file);
       s *= ref->dims[ax];
@@ -182,9 +181,9 @@ inline result<checkpoint_metadata> dcp_as_metadata(storage_ref st) {
     auto so = static_cast<std::uint64_t>(ref->storage_offset);
     std::uint64_t n = static_cast<std::uint64_t>(volume) * es;
     if (!rec || so > rec->size / es || n > rec->size - so * es)
-      return std::move(make_error(errc::corrupt,
-                                  "dcp: tensor storage record is missing or "
-                                  "shorter than the tensor"))
+      return make_error(errc::corrupt,
+                        "dcp: tensor storage record is missing or "
+                        "shorter than the tensor")
           .with_key(key)
           .with_file(file);
     CAIRN_TRY_ASSIGN(std::uint32_t fi, detail::file_index_of(st, m, files, info.relative_path));
@@ -199,8 +198,8 @@ inline result<checkpoint_metadata> dcp_as_metadata(storage_ref st) {
       for (const auto& c : t->chunks) {
         auto w = where.find({fqn, c.offsets});
         if (w == where.end())
-          return std::move(make_error(errc::corrupt, "dcp: no storage_data entry for chunk " +
-                                                         box{c.offsets, c.sizes}.str()))
+          return make_error(errc::corrupt,
+                            "dcp: no storage_data entry for chunk " + box{c.offsets, c.sizes}.str())
               .with_key(fqn)
               .with_file(st.describe(dcp::metadata_name));
         box b{c.offsets, c.sizes};
@@ -274,7 +273,7 @@ inline result<checkpoint_metadata> safetensors_as_metadata(storage_ref st) {
       rec.chunks.push_back(chunk_record{
           box{shape(t.dims.size(), 0), t.dims}, extent{fi, t.file_offset(), t.nbytes(), {}}, {}});
       if (!m.tensors.emplace(t.name, std::move(rec)).second)
-        return std::move(make_error(errc::corrupt, "safetensors: tensor is in two files"))
+        return make_error(errc::corrupt, "safetensors: tensor is in two files")
             .with_key(t.name)
             .with_file(st.describe(name));
     }

@@ -17,8 +17,8 @@
 
 #include "cairn/core/common_value.hpp"
 #include "cairn/core/error.hpp"
-#include "cairn/format/metadata.hpp"
-#include "cairn/format/native.hpp"
+#include "cairn/format/native/metadata.hpp"
+#include "cairn/format/native/reader.hpp"
 #include "cairn/storage/storage.hpp"
 
 namespace cairn {
@@ -71,10 +71,10 @@ namespace detail {
 inline result<layout_reader> reader_of(storage_ref st, const std::string& layout) {
   auto it = layout_readers().find(layout);
   if (it == layout_readers().end())
-    return std::move(make_error(errc::unsupported_version,
-                                "this is a " + layout +
-                                    " checkpoint; include <cairn/format/foreign.hpp> (or "
-                                    "<cairn/strategies.hpp>) in the program to read it"))
+    return make_error(errc::unsupported_version,
+                      "this is a " + layout +
+                          " checkpoint; include <cairn/format/foreign.hpp> (or "
+                          "<cairn/strategies.hpp>) in the program to read it")
         .with_file(st.describe(""));
   return it->second;
 }

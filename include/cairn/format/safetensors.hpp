@@ -136,13 +136,12 @@ inline result<header> plan(std::vector<tensor_decl> tensors,
       return make_error(errc::invalid_argument,
                         "safetensors: tensor name '__metadata__' is reserved");
     if (i && tensors[i - 1].name == d.name)
-      return std::move(make_error(errc::invalid_argument, "safetensors: duplicate tensor name"))
+      return make_error(errc::invalid_argument, "safetensors: duplicate tensor name")
           .with_key(d.name);
     bool ok;
     std::uint64_t n = detail::checked_nbytes(d.dims, d.type, ok);
     if (!ok)
-      return std::move(make_error(errc::invalid_argument, "safetensors: invalid shape"))
-          .with_key(d.name);
+      return make_error(errc::invalid_argument, "safetensors: invalid shape").with_key(d.name);
     h.tensors.push_back(tensor_info{std::move(d.name), d.type, std::move(d.dims), off, off + n, 0});
     off += n;
   }
@@ -150,7 +149,7 @@ inline result<header> plan(std::vector<tensor_decl> tensors,
   std::set<std::string_view> names;
   for (const auto& t : h.tensors)
     if (!names.insert(t.name).second)
-      return std::move(make_error(errc::invalid_argument, "safetensors: duplicate tensor name"))
+      return make_error(errc::invalid_argument, "safetensors: duplicate tensor name")
           .with_key(t.name);
   return h;
 }

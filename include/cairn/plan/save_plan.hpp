@@ -10,12 +10,12 @@
 #include <utility>
 #include <vector>
 
-#include "cairn/comm/communicator.hpp"
 #include "cairn/core/common_value.hpp"
+#include "cairn/core/bytes.hpp"
 #include "cairn/core/error.hpp"
 #include "cairn/core/sharded_object.hpp"
 #include "cairn/detail/binary.hpp"
-#include "cairn/format/metadata.hpp"
+#include "cairn/format/native/metadata.hpp"
 #include "cairn/plan/box.hpp"
 
 namespace cairn {
@@ -44,9 +44,8 @@ struct common_desc {
   std::uint64_t hash = 0;
 };
 
-/// Everything one rank contributes to the save plan, plus its status.
+/// Everything one rank contributes to the save plan.
 struct rank_desc {
-  std::optional<error> failure;    ///< set when the rank could not prepare its leaves
   bool checkpoint_exists = false;  ///< rank 0: a committed checkpoint is already there
   std::string save_id;             ///< rank 0's proposal; everyone uses rank 0's
   std::vector<tensor_desc> tensors;
@@ -54,40 +53,9 @@ struct rank_desc {
   std::vector<common_desc> commons;
 };
 
-namespace detail {
-
-inline void put_error(binary_writer& w, const std::optional<error>& e) {
-  w.u8(e ? 1 : 0);
-  if (!e) return;
-  w.u8(static_cast<std::uint8_t>(e->code));
-  w.str(e->message);
-  w.str(e->key);
-  w.i64(e->rank);
-  w.str(e->file);
-  w.u8(e->offset ? 1 : 0);
-  w.u64(e->offset.value_or(0));
-}
-
-inline std::optional<error> get_error(binary_reader& r) {
-  if (!r.u8()) return std::nullopt;
-  error e;
-  e.code = static_cast<errc>(r.u8());
-  e.message = r.str();
-  e.key = r.str();
-  e.rank = static_cast<int>(r.i64());
-  e.file = r.str();
-  bool has = r.u8();
-  std::uint64_t off = r.u64();
-  if (has) e.offset = off;
-  return e;
-}
-
-}  // namespace detail
-
 /// Serializes a rank's description for the all-gather.
 inline bytes encode(const rank_desc& d) {
   detail::binary_writer w;
-  detail::put_error(w, d.failure);
   w.u8(d.checkpoint_exists);
   w.str(d.save_id);
   w.u64(d.tensors.size());
@@ -122,7 +90,6 @@ inline bytes encode(const rank_desc& d) {
 inline rank_desc decode_rank_desc(std::span<const std::byte> b) {
   detail::binary_reader r(b);
   rank_desc d;
-  d.failure = detail::get_error(r);
   d.checkpoint_exists = r.u8();
   d.save_id = r.str();
   d.tensors.resize(r.u64());
@@ -177,7 +144,7 @@ inline std::string rank_list(const std::vector<int>& ranks) {
 /// grid; common values agree with rank 0's. Errors name the key and the ranks involved.
 inline result<void> validate_integrity(const std::vector<rank_desc>& ranks) {
   auto fail = [](errc c, const std::string& key, std::string msg) {
-    return std::move(make_error(c, std::move(msg))).with_key(key);
+    return make_error(c, std::move(msg)).with_key(key);
   };
   struct tensor_view {
     dtype type;

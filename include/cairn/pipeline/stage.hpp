@@ -1,5 +1,6 @@
-// cairn/cuda/device_leaves.hpp: host staging for tensor leaves that live in device memory, for
-// the synchronous save and load (async_saver stages device memory itself, through its pool).
+// cairn/pipeline/stage.hpp: the stage step of the synchronous save and load: tensor leaves
+// that live in device memory go through host staging memory (a pool the caller owns, given in
+// save_options::staging / load_options::staging, or one private to the call).
 #pragma once
 
 #include <optional>
@@ -16,13 +17,28 @@ namespace cairn::detail {
 /// staging memory, and `to_device` copies the loaded bytes back. Without a usable device (no
 /// runtime, or every call fails as on a machine with no GPU) both are no-ops: every leaf is
 /// host memory.
+///
+/// The pool is the caller's `shared` one when given (it allocates only when a call needs more
+/// than it holds, so repeated saves allocate once) or one private to this object. A shared pool
+/// must be idle (nothing acquired: no async save of the same pool in flight); it is reset when
+/// this object dies.
 class device_leaf_staging {
  public:
+  /// Stages through `shared` when not null, else through a pool of its own.
+  explicit device_leaf_staging(cuda::staging_pool* shared = nullptr) : shared_(shared) {}
+  device_leaf_staging(const device_leaf_staging&) = delete;
+  device_leaf_staging& operator=(const device_leaf_staging&) = delete;
+  ~device_leaf_staging() {
+    stager_.reset();  // waits for pending copies
+    if (pool_ && used_) pool_->reset();
+  }
+
   /// Save side: stages every device leaf (waits for the copies).
   result<void> to_host(leaf_list& leaves, const cuda::runtime_api* runtime) {
     if (!start(runtime)) return ok();
     std::vector<std::size_t> which = device_leaves(leaves);
     if (which.empty()) return ok();
+    CAIRN_TRY(take_pool());
     std::vector<cuda::stage_item> items;
     for (std::size_t i : which) {
       const tensor_leaf& t = leaves.tensors[i];
@@ -38,6 +54,7 @@ class device_leaf_staging {
     if (!start(runtime)) return ok();
     std::vector<std::size_t> which = device_leaves(leaves);
     if (which.empty()) return ok();
+    CAIRN_TRY(take_pool());
     std::vector<std::size_t> sizes;
     for (std::size_t i : which) sizes.push_back(leaves.tensors[i].nbytes);
     CAIRN_TRY(pool_->reserve(cuda::staging_pool::bytes_for(sizes)));
@@ -71,11 +88,23 @@ class device_leaf_staging {
   bool start(const cuda::runtime_api* runtime) {
     const cuda::runtime_api* rt = cuda::usable_runtime(runtime);
     if (!rt) return false;
-    pool_.emplace(cuda::staging_pool_options{}, rt);
+    pool_ = shared_ ? shared_ : &own_.emplace(cuda::staging_pool_options{}, rt);
     stager_.emplace(*pool_, cuda::stager_options{.runtime = rt});
     return true;
   }
-  std::optional<cuda::staging_pool> pool_;
+  /// Claims the pool for this call: a shared pool must have nothing acquired.
+  result<void> take_pool() {
+    if (pool_->used() > 0)
+      return make_error(errc::invalid_argument,
+                        "the staging pool is in use (" + std::to_string(pool_->used()) +
+                            " bytes acquired: an async save through it still in flight?)");
+    used_ = true;
+    return ok();
+  }
+  cuda::staging_pool* shared_ = nullptr;
+  cuda::staging_pool* pool_ = nullptr;
+  bool used_ = false;
+  std::optional<cuda::staging_pool> own_;
   std::optional<cuda::stager> stager_;
   std::vector<cuda::unstage_item> back_;
 };

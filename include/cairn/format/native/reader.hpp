@@ -1,4 +1,4 @@
-// cairn/format/native.hpp: reading the native format: committed metadata, verified byte
+// cairn/format/native/reader.hpp: reading the native format: committed metadata, verified byte
 // ranges, and whole-checkpoint verification.
 #pragma once
 
@@ -13,7 +13,7 @@
 #include "cairn/core/error.hpp"
 #include "cairn/detail/parallel.hpp"
 #include "cairn/format/checksum.hpp"
-#include "cairn/format/metadata.hpp"
+#include "cairn/format/native/metadata.hpp"
 #include "cairn/plan/cover.hpp"
 #include "cairn/storage/storage.hpp"
 
@@ -28,10 +28,10 @@ inline result<std::string> read_metadata_json(storage_ref st) {
   auto exists = st.exists(metadata_name);
   if (!exists) return std::move(exists).err();
   if (!*exists)
-    return std::move(make_error(errc::incomplete_checkpoint,
-                                "incomplete checkpoint: no " + std::string(metadata_name) +
-                                    " (the save never committed, or this is not a cairn "
-                                    "checkpoint)"))
+    return make_error(errc::incomplete_checkpoint,
+                      "incomplete checkpoint: no " + std::string(metadata_name) +
+                          " (the save never committed, or this is not a cairn "
+                          "checkpoint)")
         .with_file(st.describe(metadata_name));
   CAIRN_TRY_ASSIGN(std::uint64_t n, st.size(metadata_name));
   std::string json(n, '\0');
@@ -171,9 +171,9 @@ inline result<void> check_file_holds(storage_ref st,
   auto n = st.size(r.name);
   if (!n) return std::move(n).err().with_file(st.describe(r.name));
   if (*n < r.nbytes)
-    return std::move(make_error(errc::corrupt, "the file holds " + std::to_string(*n) +
-                                                   " bytes, the metadata says " +
-                                                   std::to_string(r.nbytes) + ": it is truncated"))
+    return make_error(errc::corrupt, "the file holds " + std::to_string(*n) +
+                                         " bytes, the metadata says " + std::to_string(r.nbytes) +
+                                         ": it is truncated")
         .with_file(st.describe(r.name));
   return ok();
 }

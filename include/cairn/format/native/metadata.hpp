@@ -1,4 +1,4 @@
-// cairn/format/metadata.hpp: the native format's metadata (what `metadata.json` holds), with
+// cairn/format/native/metadata.hpp: the native format's metadata (what `metadata.json` holds), with
 // its JSON encoding (fmt) and decoding (simdjson). Specified in docs/format.md.
 #pragma once
 
@@ -337,7 +337,7 @@ inline result<checkpoint_metadata> metadata_from_json(std::string_view json,
                                                       bool allow_unverified = false) {
   using namespace simdjson;
   auto corrupt = [&](const std::string& msg) {
-    return std::move(make_error(errc::corrupt, "malformed metadata: " + msg)).with_file(where);
+    return make_error(errc::corrupt, "malformed metadata: " + msg).with_file(where);
   };
   checkpoint_metadata m;
   // The document's checksum first: a flipped digit in an offset or a key must not load.
@@ -348,9 +348,9 @@ inline result<checkpoint_metadata> metadata_from_json(std::string_view json,
       want = parse_checksum_hex(rest.substr(1, 16));
     if (!want) return corrupt("unreadable metadata_checksum");
     if (checksum(std::as_bytes(std::span(json.data(), at))) != *want)
-      return std::move(make_error(errc::corrupt,
-                                  "metadata checksum mismatch: metadata.json was changed or "
-                                  "damaged after it was written"))
+      return make_error(errc::corrupt,
+                        "metadata checksum mismatch: metadata.json was changed or "
+                        "damaged after it was written")
           .with_file(where);
   }
   try {
@@ -360,10 +360,10 @@ inline result<checkpoint_metadata> metadata_from_json(std::string_view json,
     if (std::string_view(doc["format"]) != "cairn") return corrupt("\"format\" is not \"cairn\"");
     std::int64_t version = doc["version"];
     if (version > format_version)
-      return std::move(make_error(errc::unsupported_version,
-                                  "checkpoint has format version " + std::to_string(version) +
-                                      "; this cairn reads versions up to " +
-                                      std::to_string(format_version) + ": upgrade cairn"))
+      return make_error(errc::unsupported_version,
+                        "checkpoint has format version " + std::to_string(version) +
+                            "; this cairn reads versions up to " + std::to_string(format_version) +
+                            ": upgrade cairn")
           .with_file(where);
     if (version < 1) return corrupt("bad version " + std::to_string(version));
     m.version = static_cast<int>(version);
@@ -419,9 +419,9 @@ inline result<checkpoint_metadata> metadata_from_json(std::string_view json,
           m.inline_commons.emplace(std::string(k), std::move(c));
         }
     } else if (checksum_name != "xxh3-64") {
-      return std::move(make_error(errc::unsupported_version,
-                                  "checksum algorithm '" + std::string(checksum_name) +
-                                      "' is not supported (this cairn knows xxh3-64)"))
+      return make_error(errc::unsupported_version,
+                        "checksum algorithm '" + std::string(checksum_name) +
+                            "' is not supported (this cairn knows xxh3-64)")
           .with_file(where);
     }
     if (m.block_size == 0 || m.block_size > max_block_size)

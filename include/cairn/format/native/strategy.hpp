@@ -1,0 +1,117 @@
+// cairn/format/native/strategy.hpp: the native format's save strategy, the default one.
+#pragma once
+
+#include <any>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "cairn/detail/binary.hpp"
+#include "cairn/format/native/metadata.hpp"
+#include "cairn/format/native/reader.hpp"
+#include "cairn/format/native/writer.hpp"
+#include "cairn/format/save_strategy.hpp"
+
+namespace cairn {
+
+/// cairn's own format (docs/format.md): one data file per writing rank, chunks tiled into
+/// checksum blocks, `metadata.json` written last by rank 0. The default strategy.
+class native_strategy final : public save_strategy {
+ public:
+  std::string_view name() const noexcept override { return "native"; }
+  bool tiles(const save_options& opt) const noexcept override { return opt.tile; }
+  result<void> write(planned_save& plan,
+                     storage_ref st,
+                     const save_options& opt,
+                     buffer_pool* buffers,
+                     written_save& out) const override {
+    const int rank = plan.rank;
+    const save_layout& layout = plan.layout;
+    std::uint64_t file_size = 0;
+    if (layout.file_of_rank[rank] >= 0) {
+      const std::string& name = layout.metadata.files[layout.file_of_rank[rank]].name;
+      CAIRN_TRY(detail::write_items(st, name, plan.items, opt.block_size, opt.io_threads, buffers,
+                                    opt.zstd_level, &file_size));
+      for (const auto& it : plan.items) plan.stats.bytes_written += it.nbytes;
+      plan.stats.chunks_written = plan.items.size();
+    }
+    detail::binary_writer sums;
+    sums.u8(opt.zstd_level > 0);
+    sums.u64(file_size);
+    for (const auto& it : plan.items) {
+      sums.u64s(it.checksums);
+      if (opt.zstd_level > 0) {
+        sums.u64(it.file_offset);
+        sums.u64s(it.block_offsets);
+        sums.u64s(it.block_stored);
+      }
+    }
+    out.report = std::move(sums.data());
+    if (rank == 0 && !plan.commons.empty()) {
+      CAIRN_TRY_ASSIGN(detail::common_state cs,
+                       detail::write_common_state(st, common_file_name(plan.save_id), plan.commons,
+                                                  opt.block_size));
+      out.local = std::move(cs);
+    }
+    return ok();
+  }
+  result<void> commit(planned_save& plan,
+                      written_save& w,
+                      const std::vector<bytes>& reports,
+                      const std::vector<bytes>&,
+                      storage_ref st,
+                      const save_options& opt) const override {
+    save_layout& layout = plan.layout;
+    apply_reports(layout, reports);
+    checkpoint_metadata& m = layout.metadata;
+    m.content_metadata = opt.content_metadata;
+    if (const auto* cs = std::any_cast<detail::common_state>(&w.local))
+      detail::add_common_state(m, *cs);  // a copy: abandon still needs its name
+    CAIRN_TRY(detail::put_metadata(st, m));
+    detail::remove_unreferenced(st, m);
+    return ok();
+  }
+  /// Puts what every rank's write reported (checksums; for compressed saves also where each
+  /// block went and the file sizes) into the planned layout.
+  static void apply_reports(save_layout& layout, const std::vector<bytes>& reports) {
+    for (std::size_t r = 0; r < reports.size(); ++r) {
+      detail::binary_reader rd(reports[r]);
+      bool compressed = rd.u8();
+      std::uint64_t file_size = rd.u64();
+      for (const auto& s : layout.slots[r]) {
+        extent& e = layout.where(s);
+        e.checksums = rd.u64s();
+        if (compressed) {
+          e.byte_offset = rd.u64();
+          e.block_offsets = rd.u64s();
+          e.block_stored = rd.u64s();
+          if (e.compressed()) layout.metadata.version = 3;
+        }
+      }
+      if (compressed && layout.file_of_rank[r] >= 0)
+        layout.metadata.files[layout.file_of_rank[r]].nbytes = file_size;
+    }
+  }
+  void abandon(const planned_save& plan, const written_save& w, storage_ref st) const override {
+    const save_layout& layout = plan.layout;
+    if (layout.file_of_rank[plan.rank] >= 0)
+      (void)st.remove(layout.metadata.files[layout.file_of_rank[plan.rank]].name);
+    // Rank 0's common state, also when its put failed after all (a lost acknowledgement).
+    if (const auto* cs = std::any_cast<detail::common_state>(&w.local))
+      (void)st.remove(cs->name);
+    else if (plan.rank == 0 && !plan.commons.empty())
+      (void)st.remove(common_file_name(plan.save_id));
+  }
+  /// Committed when `metadata.json` is there and names this save's id.
+  result<bool> committed(const planned_save& plan,
+                         const written_save&,
+                         storage_ref st) const override {
+    CAIRN_TRY_ASSIGN(bool present, st.exists(metadata_name));
+    if (!present) return false;
+    CAIRN_TRY_ASSIGN(checkpoint_metadata m, read_metadata(st));
+    return m.save_id == plan.save_id;
+  }
+};
+
+}  // namespace cairn

@@ -1,0 +1,321 @@
+// cairn/format/native/writer.hpp: writing the native format: the block writer (data files,
+// checksummed per block or tile, raw or zstd-compressed), the common-state file, the commit of
+// `metadata.json`, and the removal of files no committed metadata references.
+#pragma once
+
+#include <zstd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cairn/core/bytes.hpp"
+#include "cairn/core/error.hpp"
+#include "cairn/detail/parallel.hpp"
+#include "cairn/format/checksum.hpp"
+#include "cairn/format/commit.hpp"
+#include "cairn/format/native/metadata.hpp"
+#include "cairn/format/native/reader.hpp"
+#include "cairn/format/save_strategy.hpp"
+#include "cairn/pipeline/buffer_pool.hpp"
+#include "cairn/plan/box.hpp"
+#include "cairn/storage/storage.hpp"
+
+namespace cairn::detail {
+
+/// One unit of the block writer's work: bytes [begin, end) of item `item` (block aligned at
+/// `begin`), or for a tiled item the tiles [first_tile, last_tile), gathered into one buffer.
+struct write_task {
+  std::size_t item;
+  std::uint64_t begin, end;
+  std::size_t first_tile = 0, last_tile = 0;
+};
+
+/// Cuts items into tasks of about `io_bytes` (whole blocks), or for tiled items runs of tiles
+/// that fit one gather buffer; sizes every item's checksum list (and, compressed, its block
+/// offsets and stored lengths). `tiles[i]` receives item i's tiles in order.
+inline std::vector<write_task> plan_write_tasks(std::vector<write_item>& items,
+                                                std::vector<std::vector<box>>& tiles,
+                                                std::uint64_t block_size,
+                                                std::uint64_t gather_bytes,
+                                                bool compress) {
+  // Compressed runs are buffered, so they are kept to about one gather buffer.
+  const std::uint64_t io = compress ? gather_bytes : max_io_bytes;
+  const std::uint64_t step = std::max<std::uint64_t>(block_size, io / block_size * block_size);
+  std::vector<write_task> tasks;
+  tiles.assign(items.size(), {});
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    write_item& it = items[i];
+    const bool compressed_item = compress && !it.is_object;
+    if (it.tiles.empty()) {
+      it.checksums.assign((it.nbytes + block_size - 1) / block_size, 0);
+      if (compress && it.is_object)  // one contiguous run
+        tasks.push_back({i, 0, it.nbytes});
+      else
+        for (std::uint64_t b = 0; b < it.nbytes; b += step)
+          tasks.push_back({i, b, std::min(it.nbytes, b + step)});
+    } else {
+      for_each_tile(it.region, it.tiles, [&](const box& t) { tiles[i].push_back(t); });
+      it.checksums.assign(tiles[i].size(), 0);
+    }
+    it.block_offsets.assign(compressed_item ? it.checksums.size() : 0, 0);
+    it.block_stored.assign(compressed_item ? it.checksums.size() : 0, 0);
+    if (it.tiles.empty()) continue;
+    std::uint64_t pos = 0;
+    write_task cur{i, 0, 0, 0, 0};
+    for (std::size_t k = 0; k < tiles[i].size(); ++k) {
+      std::uint64_t n = static_cast<std::uint64_t>(tiles[i][k].volume()) * it.elem_size;
+      if (cur.last_tile > cur.first_tile && cur.end - cur.begin + n > gather_bytes) {
+        tasks.push_back(cur);
+        cur = write_task{i, pos, pos, k, k};
+      }
+      pos += n;
+      cur.end = pos;
+      cur.last_tile = k + 1;
+    }
+    if (cur.last_tile > cur.first_tile) tasks.push_back(cur);
+  }
+  return tasks;
+}
+
+/// Where the block writer's bytes go in one object: raw, at each item's planned offset; or
+/// compressed, each block on its own (kept raw when that does not make it smaller), runs
+/// appended in the order they finish. Thread-safe.
+class block_sink {
+ public:
+  block_sink(object_writer& out, std::uint64_t block_size, int zstd_level)
+      : out_(out), block_size_(block_size), zstd_level_(zstd_level) {}
+
+  /// Whether blocks are compressed.
+  bool compressed() const noexcept { return zstd_level_ > 0; }
+  /// Compressed: the object's size so far.
+  std::uint64_t end() const noexcept { return cursor_.load(); }
+
+  /// Writes `data`, which is bytes [at, at + size) of item `it`: raw at its planned place; an
+  /// object of a compressed save (stored raw, whole) is appended.
+  result<void> raw(write_item& it, std::uint64_t at, std::span<const std::byte> data) {
+    if (compressed() && it.is_object) {
+      it.file_offset = cursor_.fetch_add(it.nbytes);
+      return out_.write_at(it.file_offset, data);
+    }
+    return out_.write_at(it.file_offset + at, data);
+  }
+
+  /// Compresses blocks [first, first + n) of `it` (block q: `len(q)` bytes at `at(q)`) one by
+  /// one, appends them as one run and records where each went.
+  template <class At, class Len>
+  result<void> blocks(write_item& it, std::size_t first, std::size_t n, At&& at, Len&& len) {
+    std::unique_ptr<std::byte[]> out(new std::byte[n * ZSTD_compressBound(block_size_)]);
+    std::unique_ptr<ZSTD_CCtx, std::size_t (*)(ZSTD_CCtx*)> cctx(ZSTD_createCCtx(), ZSTD_freeCCtx);
+    std::uint64_t used = 0;
+    for (std::size_t q = 0; q < n; ++q) {
+      const std::byte* src = at(q);
+      std::uint64_t l = len(q);
+      std::size_t c = ZSTD_compressCCtx(cctx.get(), out.get() + used, ZSTD_compressBound(l), src, l,
+                                        zstd_level_);
+      if (ZSTD_isError(c))
+        return make_error(errc::io, std::string("zstd: ") + ZSTD_getErrorName(c)).with_key(it.key);
+      if (c >= l) {
+        std::memcpy(out.get() + used, src, l);
+        c = l;
+      }
+      it.block_stored[first + q] = c;
+      used += c;
+    }
+    std::uint64_t pos = cursor_.fetch_add(used);
+    for (std::size_t q = 0; q < n; ++q) {
+      it.block_offsets[first + q] = pos;
+      pos += it.block_stored[first + q];
+    }
+    return out_.write_at(pos - used, {out.get(), static_cast<std::size_t>(used)});
+  }
+
+ private:
+  object_writer& out_;
+  std::uint64_t block_size_;
+  int zstd_level_;
+  std::atomic<std::uint64_t> cursor_{0};
+};
+
+/// Runs one task of an untiled item: checksums its blocks, then writes them.
+inline result<void> write_plain_task(const write_task& t,
+                                     write_item& it,
+                                     std::uint64_t block_size,
+                                     block_sink& sink) {
+  for (std::uint64_t b = t.begin; b < t.end; b += block_size)
+    it.checksums[b / block_size] =
+        checksum({it.src + b, static_cast<std::size_t>(std::min(block_size, it.nbytes - b))});
+  if (!sink.compressed() || it.is_object)
+    return sink.raw(it, t.begin, {it.src + t.begin, static_cast<std::size_t>(t.end - t.begin)});
+  std::size_t first = static_cast<std::size_t>(t.begin / block_size);
+  std::size_t n = static_cast<std::size_t>((t.end - t.begin + block_size - 1) / block_size);
+  return sink.blocks(
+      it, first, n, [&](std::size_t q) { return it.src + t.begin + q * block_size; },
+      [&](std::size_t q) { return std::min(block_size, t.end - t.begin - q * block_size); });
+}
+
+/// Runs one task of a tiled item: gathers its tiles (row-major each) into one pooled buffer,
+/// checksums each, and writes them as one run.
+inline result<void> write_tiled_task(const write_task& t,
+                                     write_item& it,
+                                     const std::vector<box>& tiles,
+                                     buffer_pool& buffers,
+                                     block_sink& sink) {
+  std::unique_ptr<std::byte[]> buf = buffers.take();
+  std::uint64_t off = 0;
+  const std::size_t es = it.elem_size;
+  std::vector<std::uint64_t> starts;
+  for (std::size_t j = t.first_tile; j < t.last_tile; ++j) {
+    const box& tile = tiles[j];
+    std::byte* dst = buf.get() + off;
+    for_each_run(it.region, tile, tile, [&](std::int64_t s, std::int64_t d, std::int64_t n) {
+      std::memcpy(dst + static_cast<std::uint64_t>(d) * es,
+                  it.src + static_cast<std::uint64_t>(s) * es, static_cast<std::size_t>(n) * es);
+    });
+    std::uint64_t n = static_cast<std::uint64_t>(tile.volume()) * es;
+    it.checksums[j] = checksum({dst, static_cast<std::size_t>(n)});
+    starts.push_back(off);
+    off += n;
+  }
+  const std::size_t n = t.last_tile - t.first_tile;
+  result<void> w =
+      sink.compressed()
+          ? sink.blocks(
+                it, t.first_tile, n, [&](std::size_t q) { return buf.get() + starts[q]; },
+                [&](std::size_t q) { return (q + 1 < n ? starts[q + 1] : off) - starts[q]; })
+          : sink.raw(it, t.begin, {buf.get(), static_cast<std::size_t>(off)});
+  buffers.give(std::move(buf));
+  return w;
+}
+
+/// Finishes the object and checks that storage now holds all of it: a backend that reported a
+/// short write or an unfinished object as done is caught here, before the commit, not by a
+/// later load.
+inline result<void> finish_object(storage_ref st,
+                                  const std::string& name,
+                                  object_writer& writer,
+                                  std::uint64_t expected) {
+  if (auto f = writer.finish(); !f) return std::move(f).err().with_file(st.describe(name));
+  auto held = st.size(name);
+  if (!held) return std::move(held).err().with_file(st.describe(name));
+  if (*held != expected)
+    return make_error(errc::io, "storage holds " + std::to_string(*held) + " bytes after " +
+                                    std::to_string(expected) + " were written and reported done")
+        .with_file(st.describe(name));
+  return ok();
+}
+
+/// Writes items into one object with `threads` threads, checksumming every block (or tile)
+/// first. Tiles are gathered into buffers from `buffers` (a private pool when null), several
+/// tiles per write.
+///
+/// With `zstd_level` > 0, every tensor block (or tile) is compressed on its own (kept raw when
+/// that does not make it smaller), and runs of blocks are appended to the object in the order
+/// they finish: items' `file_offset` is then an output, set with `block_offsets` and
+/// `block_stored`; `*file_size` receives the object's size. Objects are stored raw.
+inline result<void> write_items(storage_ref st,
+                                const std::string& name,
+                                std::vector<write_item>& items,
+                                std::uint64_t block_size,
+                                int threads,
+                                buffer_pool* buffers = nullptr,
+                                int zstd_level = 0,
+                                std::uint64_t* file_size = nullptr) {
+  std::optional<buffer_pool> own;
+  if (!buffers || buffers->size() < block_size)
+    buffers = &own.emplace(std::max<std::size_t>(std::size_t{8} << 20, block_size));
+  std::vector<std::vector<box>> tiles;
+  const std::vector<write_task> tasks =
+      plan_write_tasks(items, tiles, block_size, buffers->size(), zstd_level > 0);
+  CAIRN_TRY_ASSIGN(auto writer, st.open_writer(name));
+  block_sink sink(*writer, block_size, zstd_level);
+  auto r = run_parallel(tasks.size(), threads, [&](std::size_t k) -> result<void> {
+    const write_task& t = tasks[k];
+    write_item& it = items[t.item];
+    auto w = it.tiles.empty() ? write_plain_task(t, it, block_size, sink)
+                              : write_tiled_task(t, it, tiles[t.item], *buffers, sink);
+    if (!w) return std::move(w).err().with_key(it.key);
+    return ok();
+  });
+  if (!r) return std::move(r).err().with_file(st.describe(name));
+  std::uint64_t expected = sink.end();
+  if (!sink.compressed())
+    for (const auto& it : items) expected = std::max(expected, it.file_offset + it.nbytes);
+  CAIRN_TRY(finish_object(st, name, *writer, expected));
+  if (sink.compressed()) {
+    for (auto& it : items) {
+      if (!it.block_offsets.empty())
+        it.file_offset = it.block_offsets.front();
+      else if (it.nbytes == 0)
+        it.file_offset = 0;
+    }
+  }
+  if (file_size) *file_size = sink.end();
+  return ok();
+}
+
+/// A common-state object as written: its name, extent (file index unset) and where each value
+/// lies in it.
+struct common_state {
+  std::string name;
+  extent where;
+  std::map<std::string, common_record> records;
+};
+
+/// Writes `commons` (path -> common_value pairs) into object `name`, checksummed per block.
+template <class Commons>
+result<common_state> write_common_state(storage_ref st,
+                                        std::string name,
+                                        const Commons& commons,
+                                        std::uint64_t block_size) {
+  common_state cs{std::move(name), {}, {}};
+  bytes buf;
+  for (const auto& [path, v] : commons) {
+    cs.records[path] = common_record{v.kind, v.type, buf.size(), v.data.size()};
+    buf.insert(buf.end(), v.data.begin(), v.data.end());
+  }
+  cs.where.nbytes = buf.size();
+  cs.where.checksums = block_checksums(buf, block_size);
+  if (auto w = st.put(cs.name, buf); !w) return std::move(w).err().with_file(st.describe(cs.name));
+  return cs;
+}
+
+/// Records a written common state in `m`, its file last.
+inline void add_common_state(checkpoint_metadata& m, common_state cs) {
+  cs.where.file = static_cast<std::uint32_t>(m.files.size());
+  m.files.push_back(file_record{cs.name, 0, cs.where.nbytes});
+  m.common = std::move(cs.where);
+  m.commons = std::move(cs.records);
+}
+
+/// The commit of a native checkpoint: `metadata.json`, written atomically, after checking that
+/// this reader loads it back.
+inline result<void> put_metadata(storage_ref st, const checkpoint_metadata& m) {
+  std::string json = to_json(m);
+  CAIRN_TRY(metadata_from_json(json, st.describe(metadata_name)));
+  return put_checked(st, metadata_name, std::as_bytes(std::span(json)));
+}
+
+/// Removes data and common files of earlier saves that the committed metadata no longer
+/// references. Best effort: failures leave garbage, never harm the checkpoint.
+inline void remove_unreferenced(storage_ref st, const checkpoint_metadata& m) {
+  auto names = st.list("");
+  if (!names) return;
+  for (const auto& n : *names) {
+    bool ours = n.find('/') == std::string::npos &&
+                (n.rfind("data.", 0) == 0 || n.rfind("common.", 0) == 0) && n.size() > 6 &&
+                n.substr(n.size() - 6) == ".cairn";
+    if (!ours) continue;
+    bool referenced = std::any_of(m.files.begin(), m.files.end(),
+                                  [&](const file_record& f) { return f.name == n; });
+    if (!referenced) (void)st.remove(n);
+  }
+}
+
+}  // namespace cairn::detail

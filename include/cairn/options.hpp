@@ -1,0 +1,161 @@
+// cairn/options.hpp: what a caller can ask of `save` and `load` (options, strict modes) and
+// what they report back (statistics).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cairn/core/common_value.hpp"
+#include "cairn/core/sharded_tensor.hpp"
+#include "cairn/format/native/metadata.hpp"
+
+namespace cairn {
+
+namespace cuda {
+struct runtime_api;
+class staging_pool;
+}  // namespace cuda
+
+class save_plan_cache;
+class save_strategy;
+
+/// Options of `save`.
+struct save_options {
+  /// Replace a committed checkpoint in the same place. The old one stays loadable until the
+  /// new one commits; its files are removed only after that.
+  bool overwrite = false;
+  /// Threads each rank uses to write its data file.
+  int io_threads = 2;
+  /// Checksum block size in bytes; a partial read verifies whole blocks.
+  std::uint64_t block_size = default_block_size;
+  /// A box held by several ranks (replicas) is split into parts of at least this many bytes,
+  /// one per holder at most, so that every rank writes about the same amount.
+  std::uint64_t balance_min_bytes = std::uint64_t{64} << 10;
+  /// Compress every checksum block of tensor data with zstd at this level (1-19; 0: off, the
+  /// default). Partial loads still read only the blocks they need. Worth it for data that
+  /// compresses (integer state, sparse or low-entropy tensors); trained fp32/bf16 weights
+  /// barely shrink, and compression costs CPU on the write path. Native strategy only.
+  int zstd_level = 0;
+  /// Cut every written box larger than `block_size` into tiles of at most one block, each
+  /// stored row-major with its own checksum, halving each axis in turn. A later load on more
+  /// ranks along any axis (tensor-parallel 4 -> 8 of a column-sharded weight, say) then reads
+  /// only the tiles it needs instead of every block its rows cross. Costs one copy of the
+  /// data through a small buffer on save. Off: boxes are stored row-major as they are.
+  bool tile = true;
+  /// Check across ranks that shards tile each tensor exactly and common values agree.
+  bool validate_access_integrity = true;
+  /// Edits a copy of this rank's common values (by path) before they are compared across
+  /// ranks (Megatron's preprocess_common_before_consistancy_check): drop or normalize values
+  /// that may legitimately differ. What is saved is rank 0's unedited values.
+  std::function<void(std::map<std::string, common_value>&)> preprocess_common;
+  /// Reuse the plan of the previous save made with this cache when nothing changed.
+  save_plan_cache* plan_cache = nullptr;
+  /// A string map saved with the checkpoint, readable alone with `read_content_metadata`.
+  std::map<std::string, std::string> content_metadata;
+  /// The CUDA runtime used to copy tensors that live in device memory into pinned host memory
+  /// before writing (null: the default runtime, the real one in `cairn::cuda` builds). Without
+  /// a usable device every tensor is host memory.
+  const cuda::runtime_api* cuda_runtime = nullptr;
+  /// Host staging memory for tensors in device memory, owned by the caller and reused by every
+  /// save, load and `async_saver` given it (pinned memory is allocated once, when a save first
+  /// needs it, and again only when one needs more). Null: a pool private to the call, allocated
+  /// and freed by it. Unused without device tensors.
+  cuda::staging_pool* staging = nullptr;
+  /// The layout the checkpoint is written in (null: cairn's native format). See
+  /// `cairn/strategies.hpp` for torch_dist (PyTorch DCP) and the safetensors layouts, and
+  /// `save_strategy` to write your own. Every rank must pass the same strategy.
+  const save_strategy* strategy = nullptr;
+};
+
+/// What one rank did during a save.
+struct save_stats {
+  std::string save_id;                        ///< the id in this save's file names
+  std::uint64_t bytes_written = 0;            ///< data bytes this rank wrote
+  std::size_t chunks_written = 0;             ///< tensor chunks and objects this rank wrote
+  std::vector<std::uint64_t> bytes_per_rank;  ///< data bytes every rank wrote (the plan)
+  bool plan_reused = false;                   ///< the plan came from the save_plan_cache
+  double seconds = 0;
+};
+
+/// How `load` treats keys that do not match the checkpoint, with the meanings of Megatron's
+/// StrictHandling. "Unexpected" keys are keys the tree asks for that the checkpoint lacks;
+/// "missing" keys are checkpoint keys no rank asked for (finding them costs one all-gather).
+enum class strict_mode {
+  assume_ok_unexpected,  ///< no check up front: loading an unexpected key fails (the default)
+  log_unexpected,        ///< log unexpected keys and skip them
+  log_all,               ///< log unexpected and missing keys; skip the unexpected ones
+  raise_unexpected,      ///< fail (before reading data) when a key is unexpected
+  raise_all,             ///< fail when a key is unexpected or missing
+  return_unexpected,     ///< skip unexpected keys and report them in load_stats
+  return_all,            ///< skip unexpected keys; report unexpected and missing keys
+  ignore_all,            ///< skip unexpected keys silently
+};
+
+/// Options of `load`.
+struct load_options {
+  /// Threads each rank uses to read.
+  int io_threads = 2;
+  /// Load only the common values of the tree; tensors and objects are left untouched.
+  bool common_only = false;
+  /// What to do about keys that do not match.
+  strict_mode strict = strict_mode::assume_ok_unexpected;
+  /// Renamed keys: tree key -> key in the checkpoint (load a checkpoint saved under old names).
+  std::map<std::string, std::string> key_mapping;
+  /// Globs over tree keys (`model.*`, `layer*.weight`, fnmatch syntax): matching leaves are
+  /// not loaded and keep their values.
+  std::vector<std::string> ignore_keys;
+  /// Called with this rank's tree keys (after ignore_keys); keys it removes are not loaded.
+  std::function<void(std::vector<std::string>& keys)> edit_keys;
+  /// Where the log_* modes write (one message per call); stderr when empty.
+  std::function<void(const std::string&)> log;
+  /// How a sharded object finds its saved copy when the checkpoint holds the object's key on
+  /// a different grid (per-rank RNG state saved on 4 ranks, loaded on 2). Called with the key,
+  /// the saved grid, this rank's position and its grid; returns the saved position to load,
+  /// or nullopt to leave the value as it is. Unset: a changed grid is an error naming the key.
+  /// `objects_modulo()` is the usual choice for RNG state.
+  std::function<std::optional<shape>(
+      const std::string& key, const shape& saved_grid, const shape& offset, const shape& grid)>
+      object_mapping;
+  /// The CUDA runtime used to copy loaded bytes into tensors that live in device memory, through
+  /// pinned host memory (null: the default runtime). Without a usable device every tensor is
+  /// host memory.
+  const cuda::runtime_api* cuda_runtime = nullptr;
+  /// Host staging memory for tensors in device memory (see `save_options::staging`). Null: a
+  /// pool private to the call.
+  cuda::staging_pool* staging = nullptr;
+  /// A tensor piece that every rank asks for whole and alike (a replicated tensor) is read by
+  /// one rank and broadcast through the communicator, instead of being read by every rank:
+  /// storage serves it once (it matters most for object stores and shared filesystems).
+  /// Pieces smaller than `broadcast_min_bytes` are read by every rank (one broadcast each
+  /// would cost more). Costs one all-gather of the pieces each rank asks for.
+  bool read_once_broadcast = true;
+  std::uint64_t broadcast_min_bytes = std::uint64_t{64} << 10;
+};
+
+/// An `object_mapping` that loads, on a changed grid, the saved object at this rank's position
+/// modulo the saved grid on each axis: rank r of M loads what rank r mod N of N saved.
+inline auto objects_modulo() {
+  return [](const std::string&, const shape& saved_grid, const shape& offset,
+            const shape& grid) -> std::optional<shape> {
+    if (saved_grid.size() != grid.size()) return std::nullopt;
+    shape at(offset.size());
+    for (std::size_t a = 0; a < offset.size(); ++a)
+      at[a] = saved_grid[a] > 0 ? offset[a] % saved_grid[a] : 0;
+    return at;
+  };
+}
+
+/// What one rank did during a load.
+struct load_stats {
+  std::uint64_t bytes_read = 0;    ///< bytes read from storage (whole checksum blocks)
+  std::uint64_t bytes_needed = 0;  ///< bytes of the target that came from the checkpoint
+  double seconds = 0;
+  std::vector<std::string> unexpected;  ///< tree keys not in the checkpoint (skipped)
+  std::vector<std::string> missing;     ///< checkpoint keys no rank asked for (*_all modes)
+};
+
+}  // namespace cairn

@@ -1,0 +1,426 @@
+// cairn/pipeline/save.hpp: the phases of a save. Plan (collective): describe this rank's leaves,
+// agree on the plan, list this rank's items. Write (local): the strategy writes them. Commit
+// (collective): every rank's status is shared, rank 0 commits, everyone learns how that went.
+#pragma once
+
+#include <simdjson.h>
+#include <zstd.h>
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cairn/comm/agree.hpp"
+#include "cairn/comm/communicator.hpp"
+#include "cairn/core/error.hpp"
+#include "cairn/detail/binary.hpp"
+#include "cairn/format/layout.hpp"
+#include "cairn/format/native/strategy.hpp"
+#include "cairn/format/save_strategy.hpp"
+#include "cairn/options.hpp"
+#include "cairn/pipeline/stage.hpp"
+#include "cairn/plan/plan_cache.hpp"
+#include "cairn/plan/save_plan.hpp"
+#include "cairn/storage/storage.hpp"
+#include "cairn/tree/leaves.hpp"
+
+namespace cairn::detail {
+
+/// A fresh id for a save's file names (12 hex digits).
+inline std::string new_save_id() {
+  std::random_device rd;
+  std::uint64_t x =
+      (static_cast<std::uint64_t>(rd()) << 32) ^ rd() ^
+      static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+  return checksum_hex(x).substr(0, 12);
+}
+
+/// The strategy of a save (the native one when none is set).
+inline const save_strategy& strategy_of(const save_options& opt) {
+  static const native_strategy native;
+  return opt.strategy ? *opt.strategy : native;
+}
+
+/// Checks the options every rank passes alike (so every rank fails alike, without talking).
+inline result<void> check_save_options(const save_options& opt) {
+  if (opt.block_size == 0 || opt.block_size > max_block_size)
+    return make_error(errc::invalid_argument,
+                      "block_size must be between 1 and " + std::to_string(max_block_size));
+  if (opt.zstd_level < 0 || opt.zstd_level > ZSTD_maxCLevel())
+    return make_error(errc::invalid_argument,
+                      "zstd_level must be 0 (off) to " + std::to_string(ZSTD_maxCLevel()));
+  return ok();
+}
+
+/// Fails unless every key, path and content-metadata string of the save is valid UTF-8 (they
+/// become JSON strings).
+inline result<void> check_utf8_names(const leaf_list& leaves, const save_options& opt) {
+  auto check = [](const std::string& s, const char* what) -> result<void> {
+    if (!simdjson::validate_utf8(s.data(), s.size()))
+      return make_error(errc::invalid_argument, std::string(what) + " is not valid UTF-8")
+          .with_key(s);
+    return ok();
+  };
+  for (const auto& t : leaves.tensors) CAIRN_TRY(check(t.layout.key, "tensor key"));
+  for (const auto& o : leaves.objects) CAIRN_TRY(check(o.key, "object key"));
+  for (const auto& c : leaves.commons) CAIRN_TRY(check(c.path, "common value path"));
+  for (const auto& [k, v] : opt.content_metadata) {
+    CAIRN_TRY(check(k, "content metadata key"));
+    CAIRN_TRY(check(v, "content metadata value"));
+  }
+  return ok();
+}
+
+/// Plan step 1 (local): describes this rank's leaves for the others, encodes its objects and
+/// common values into `out`, and returns each tensor leaf's pieces. Rank 0 also proposes the
+/// save id and says whether a checkpoint of any layout is already committed in `st`.
+inline result<std::vector<std::vector<piece>>> describe_rank(const leaf_list& leaves,
+                                                             storage_ref st,
+                                                             const save_options& opt,
+                                                             planned_save& out,
+                                                             rank_desc& me) {
+  CAIRN_TRY(check_utf8_names(leaves, opt));
+  std::vector<std::vector<piece>> pieces(leaves.tensors.size());
+  for (std::size_t i = 0; i < leaves.tensors.size(); ++i) {
+    const tensor_leaf& t = leaves.tensors[i];
+    std::size_t es = dtype_size(t.layout.type);
+    if (t.nbytes % es != 0)
+      return make_error(errc::invalid_argument, "data size is not a multiple of the element size")
+          .with_key(t.layout.key);
+    CAIRN_TRY(validate_layout(t.layout, t.nbytes / es));
+    pieces[i] = pieces_of(t.layout);
+    tensor_desc d{t.layout.key, t.layout.type, t.layout.global_shape, t.layout.replica_id, {}};
+    for (const auto& p : pieces[i]) d.pieces.push_back(p.region);
+    me.tensors.push_back(std::move(d));
+  }
+  for (const auto& o : leaves.objects) {
+    bytes b = o.replica_id == 0 ? o.encode(o.value) : bytes{};
+    me.objects.push_back(
+        object_desc{o.key, o.global_shape, o.global_offset, o.replica_id, b.size()});
+    out.object_bytes.push_back(std::move(b));
+  }
+  for (const auto& c : leaves.commons) out.commons.emplace_back(c.path, c.encode(c.value));
+  if (opt.preprocess_common) {
+    std::map<std::string, common_value> check(out.commons.begin(), out.commons.end());
+    opt.preprocess_common(check);
+    for (const auto& [path, v] : check) me.commons.push_back(common_desc{path, common_hash(v)});
+  } else {
+    for (const auto& [path, v] : out.commons)
+      me.commons.push_back(common_desc{path, common_hash(v)});
+  }
+  CAIRN_TRY(strategy_of(opt).check(leaves));
+  if (out.rank == 0) {
+    // Any committed layout counts: a save never writes over a checkpoint of another kind.
+    CAIRN_TRY_ASSIGN(std::string layout, detect_layout(st));
+    me.checkpoint_exists = !layout.empty();
+    me.save_id = new_save_id();
+  }
+  return pieces;
+}
+
+/// What the ranks agreed on in plan step 2.
+struct agreed_plan {
+  std::optional<save_layout> cached;  ///< the plan cache's layout, when every rank matched it
+  std::vector<rank_desc> all;         ///< every rank's description (empty on a cache hit)
+  bool exists_at_root = false;        ///< rank 0 found a committed checkpoint
+  std::string save_id;                ///< rank 0's save id
+};
+
+/// Plan step 2 with a warm plan cache (collective): ranks exchange a hash of their structure
+/// and of their common values. Sets `cached` when every rank matches the cached plan.
+inline result<void> vote_on_cached_plan(const rank_desc& me,
+                                        const std::optional<error>& failure,
+                                        save_plan_cache& cache,
+                                        comm_ref comm,
+                                        const save_options& opt,
+                                        agreed_plan& out) {
+  std::uint64_t commons_digest = 0;
+  for (const auto& c : me.commons) commons_digest = commons_digest * 1099511628211ull ^ c.hash;
+  binary_writer w;
+  w.u8(me.checkpoint_exists);
+  w.str(me.save_id);
+  w.u64(structure_hash(me));
+  w.u64(commons_digest);
+  rank_statuses votes = agree(comm, failure, w.data());
+  if (auto f = votes.first_failure()) return std::move(*f);
+  bool same = true;
+  std::uint64_t digest0 = 0;
+  for (std::size_t r = 0; r < votes.payloads.size(); ++r) {
+    binary_reader rd(votes.payloads[r]);
+    bool exists = rd.u8();
+    std::string id = rd.str();
+    std::uint64_t h = rd.u64(), d = rd.u64();
+    if (r == 0) out.exists_at_root = exists, out.save_id = id, digest0 = d;
+    same = same && h == plan_cache_access::structure(cache)[r] &&
+           (!opt.validate_access_integrity || d == digest0);
+  }
+  if (same) out.cached = plan_cache_access::hit(cache);
+  return ok();
+}
+
+/// Even unvalidated, two ranks must not both write one object: one record would be lost.
+inline result<void> check_unique_objects(const std::vector<rank_desc>& all) {
+  std::map<std::string, int> owner;
+  for (int r = 0; r < static_cast<int>(all.size()); ++r)
+    for (const auto& o : all[r].objects)
+      if (o.replica_id == 0)
+        if (auto [it, fresh] =
+                owner.try_emplace(object_unique_key(o.key, o.global_offset, o.global_shape), r);
+            !fresh)
+          return make_error(errc::integrity, "sharded object " + it->first + " is saved by rank " +
+                                                 std::to_string(it->second) + " and rank " +
+                                                 std::to_string(r))
+              .with_key(o.key);
+  return ok();
+}
+
+/// Refuses to replace a committed checkpoint unless asked to and the strategy can.
+inline result<void> check_overwrite(bool exists_at_root, storage_ref st, const save_options& opt) {
+  if (!exists_at_root) return ok();
+  if (!opt.overwrite)
+    return make_error(errc::already_exists,
+                      "a committed checkpoint already exists here; pass "
+                      "save_options{.overwrite = true} to replace it")
+        .with_file(st.describe(metadata_name));
+  if (!strategy_of(opt).can_overwrite())
+    return make_error(errc::already_exists,
+                      "a committed checkpoint already exists here and the " +
+                          std::string(strategy_of(opt).name()) +
+                          " strategy cannot replace one in place (its file names are fixed); "
+                          "save to a new place")
+        .with_file(st.describe(""));
+  return ok();
+}
+
+/// Plan step 2 (collective): agrees on the layout, from the plan cache when every rank's
+/// structure is unchanged, otherwise from every rank's description (validated, then planned
+/// alike on every rank). Fails on every rank alike.
+inline result<save_layout> agree_on_layout(const rank_desc& me,
+                                           const std::optional<error>& failure,
+                                           storage_ref st,
+                                           comm_ref comm,
+                                           const save_options& opt,
+                                           save_stats& stats) {
+  agreed_plan agreed;
+  save_plan_cache* cache = opt.plan_cache;
+  if (cache && plan_cache_access::usable(*cache, comm.size(), opt))
+    CAIRN_TRY(vote_on_cached_plan(me, failure, *cache, comm, opt, agreed));
+  if (!agreed.cached) {
+    rank_statuses descs = agree(comm, failure, encode(me));
+    if (auto f = descs.first_failure()) return std::move(*f);
+    for (const auto& b : descs.payloads) agreed.all.push_back(decode_rank_desc(b));
+    agreed.exists_at_root = agreed.all[0].checkpoint_exists;
+    agreed.save_id = agreed.all[0].save_id;
+  }
+  CAIRN_TRY(check_overwrite(agreed.exists_at_root, st, opt));
+  stats.save_id = agreed.save_id;
+  if (agreed.cached) {  // validated when it was planned; common values compared by digest
+    stats.plan_reused = true;
+    rename_save(*agreed.cached, agreed.save_id);
+    return std::move(*agreed.cached);
+  }
+  if (opt.validate_access_integrity)
+    CAIRN_TRY(validate_integrity(agreed.all));
+  else
+    CAIRN_TRY(check_unique_objects(agreed.all));
+  save_layout layout = plan_save(agreed.all, agreed.save_id, opt.block_size, opt.balance_min_bytes,
+                                 strategy_of(opt).tiles(opt));
+  if (cache) {
+    std::vector<std::uint64_t> per_rank;
+    for (const auto& d : agreed.all) per_rank.push_back(structure_hash(d));
+    plan_cache_access::store(*cache, comm.size(), opt, std::move(per_rank), layout);
+  }
+  return layout;
+}
+
+/// Plan step 3 (local): this rank's write items, in the order of its slots.
+inline void list_items(const leaf_list& leaves,
+                       const std::vector<std::vector<piece>>& pieces,
+                       planned_save& out) {
+  out.items.clear();
+  for (const write_slot& slot : out.layout.slots[out.rank]) {
+    const extent& e = out.layout.where(slot);
+    if (slot.is_object) {
+      out.items.push_back(write_item{.src = out.object_bytes[slot.leaf].data(),
+                                     .nbytes = e.nbytes,
+                                     .file_offset = e.byte_offset,
+                                     .key = leaves.objects[slot.leaf].key,
+                                     .checksums = {},
+                                     .region = {},
+                                     .tiles = {},
+                                     .elem_size = 1,
+                                     .is_object = true});
+      continue;
+    }
+    const tensor_leaf& t = leaves.tensors[slot.leaf];
+    std::size_t es = dtype_size(t.layout.type);
+    const piece& p = pieces[slot.leaf][slot.piece];
+    const chunk_record& c = out.layout.metadata.tensors.at(slot.key).chunks.at(slot.chunk);
+    out.items.push_back(write_item{.src = t.data + (p.data_offset + slot.element) * es,
+                                   .nbytes = e.nbytes,
+                                   .file_offset = e.byte_offset,
+                                   .key = t.layout.key,
+                                   .checksums = {},
+                                   .region = c.region,
+                                   .tiles = c.tiles,
+                                   .elem_size = es});
+  }
+}
+
+/// Phase 1 of a save (collective): describe this rank's leaves, agree on the plan (or reuse
+/// the cached one), and list this rank's write items. A `local_failure` (staging failed) is
+/// shared with every rank. Fails on every rank alike.
+inline result<void> plan_phase(const leaf_list& leaves,
+                               storage_ref st,
+                               comm_ref comm,
+                               const save_options& opt,
+                               planned_save& out,
+                               const std::optional<error>& local_failure = std::nullopt) {
+  out.start = std::chrono::steady_clock::now();
+  out.rank = comm.rank();
+  out.stats = save_stats{};
+  out.object_bytes.clear();
+  out.commons.clear();
+  CAIRN_TRY(check_save_options(opt));
+  rank_desc me;
+  std::optional<error> failure = local_failure;
+  std::vector<std::vector<piece>> pieces;
+  if (!failure) {
+    auto d =
+        catch_all("planning the save", [&] { return describe_rank(leaves, st, opt, out, me); });
+    if (d)
+      pieces = std::move(*d);
+    else
+      failure = std::move(d).err();
+  }
+  CAIRN_TRY_ASSIGN(out.layout, agree_on_layout(me, failure, st, comm, opt, out.stats));
+  out.save_id = out.stats.save_id;
+  out.stats.bytes_per_rank = out.layout.bytes_of_rank;
+  list_items(leaves, pieces, out);
+  return ok();
+}
+
+/// Phase 2 of a save (local, no communication): the strategy writes this rank's part.
+/// Failures are returned for the commit to share; this rank's files are removed.
+inline written_save write_phase(planned_save& plan,
+                                storage_ref st,
+                                const save_options& opt,
+                                buffer_pool* buffers = nullptr) {
+  written_save out;
+  const save_strategy& strategy = strategy_of(opt);
+  auto w =
+      catch_all("writing the save", [&] { return strategy.write(plan, st, opt, buffers, out); });
+  if (!w) out.failure = std::move(w).err().with_rank(plan.rank);
+  if (out.failure) strategy.abandon(plan, out, st);
+  return out;
+}
+
+/// Commit step 2 (every rank, after every write succeeded): the strategy's second local pass,
+/// shared like the writes. Returns every rank's assemble report.
+inline result<std::vector<bytes>> assemble_step(planned_save& plan,
+                                                written_save& w,
+                                                const std::vector<bytes>& reports,
+                                                storage_ref st,
+                                                comm_ref comm,
+                                                const save_options& opt) {
+  const save_strategy& strategy = strategy_of(opt);
+  std::optional<error> failure;
+  auto a = catch_all("assembling the save",
+                     [&] { return strategy.assemble(plan, reports, st, opt, w); });
+  if (!a) failure = std::move(a).err().with_rank(plan.rank);
+  rank_statuses assembled = agree(comm, failure, w.assemble_report);
+  if (auto f = assembled.first_failure()) {
+    strategy.abandon(plan, w, st);
+    return std::move(*f);
+  }
+  return std::move(assembled.payloads);
+}
+
+/// How rank 0's commit went.
+struct commit_outcome {
+  std::optional<error> failure;  ///< the commit did not take effect (or may not have)
+  bool unknown = false;          ///< whether it took effect is unknown: remove nothing
+};
+
+/// Commit step 3 on rank 0: the strategy commits. A failed commit may still have happened (a
+/// lost acknowledgement): storage is read back before anyone removes anything; when even that
+/// fails, the outcome is unknown and nothing is removed.
+inline commit_outcome commit_on_root(planned_save& plan,
+                                     written_save& w,
+                                     const std::vector<bytes>& reports,
+                                     const std::vector<bytes>& assembled,
+                                     storage_ref st,
+                                     const save_options& opt) {
+  const save_strategy& strategy = strategy_of(opt);
+  auto c = catch_all("committing the save",
+                     [&] { return strategy.commit(plan, w, reports, assembled, st, opt); });
+  if (c) {
+    // Temporary objects of puts that never finished (killed processes): every put of this
+    // save is done, so any left under the root are garbage.
+    (void)st.remove_temporaries("");
+    return {};
+  }
+  auto done = catch_all("reading the commit back", [&] { return strategy.committed(plan, w, st); });
+  // Committed after all: files of a replaced checkpoint stay until the next save (the commit
+  // may not be durable yet).
+  if (done && *done) return {};
+  if (done) return {std::move(c).err(), false};
+  error e = std::move(c).err();
+  e.message += "; whether the commit took effect is unknown (" + done.err().describe() +
+               "), so nothing was removed: the next save cleans up";
+  return {std::move(e), true};
+}
+
+/// Phase 3 of a save (collective): share every rank's status and report; let the strategy
+/// assemble (when it does) and share again; when all succeeded, rank 0 commits (metadata
+/// last) and tells everyone how that went.
+inline result<save_stats> commit_phase(
+    planned_save& plan, written_save& w, storage_ref st, comm_ref comm, const save_options& opt) {
+  const save_strategy& strategy = strategy_of(opt);
+  rank_statuses written = agree(comm, w.failure, w.report);
+  if (auto f = written.first_failure()) {
+    // The save failed somewhere: this save's files are garbage; the previous checkpoint (if
+    // any) is untouched because its metadata was not replaced.
+    if (!w.failure) strategy.abandon(plan, w, st);
+    return std::move(*f);
+  }
+  std::vector<bytes> assembled;
+  if (strategy.assembles()) {
+    CAIRN_TRY_ASSIGN(assembled, assemble_step(plan, w, written.payloads, st, comm, opt));
+  }
+  commit_outcome outcome;
+  if (plan.rank == 0) outcome = commit_on_root(plan, w, written.payloads, assembled, st, opt);
+  const std::byte unknown{outcome.unknown};
+  auto [failure, payload] = announce(comm, 0, outcome.failure, std::span(&unknown, 1));
+  if (failure) {
+    if (payload.empty() || payload[0] == std::byte{0}) strategy.abandon(plan, w, st);
+    return std::move(*failure);
+  }
+  plan.stats.seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - plan.start).count();
+  return plan.stats;
+}
+
+/// The non-template body of `save`: stage device tensors, plan across ranks, write, commit.
+inline result<save_stats> save_leaves(const leaf_list& leaves,
+                                      storage_ref st,
+                                      comm_ref comm,
+                                      const save_options& opt) {
+  // Tensors in device memory are copied to pinned host memory first (a no-op without a device).
+  leaf_list host_leaves = leaves;
+  device_leaf_staging device(opt.staging);
+  std::optional<error> staging_failure;
+  if (auto r = device.to_host(host_leaves, opt.cuda_runtime); !r)
+    staging_failure = std::move(r).err().with_rank(comm.rank());
+  planned_save plan;
+  CAIRN_TRY(plan_phase(host_leaves, st, comm, opt, plan, staging_failure));
+  written_save w = write_phase(plan, st, opt);
+  return commit_phase(plan, w, st, comm, opt);
+}
+
+}  // namespace cairn::detail

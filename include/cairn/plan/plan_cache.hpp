@@ -1,0 +1,99 @@
+// cairn/plan/plan_cache.hpp: the save plan cache. A save whose structure did not change on any
+// rank reuses the previous plan: ranks exchange a hash instead of their descriptions.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "cairn/format/checksum.hpp"
+#include "cairn/options.hpp"
+#include "cairn/plan/save_plan.hpp"
+
+namespace cairn {
+
+namespace detail {
+struct plan_cache_access;
+}  // namespace detail
+
+/// Remembers the plan of the last save made with it. A later save whose tree structure and
+/// sharding are unchanged on every rank reuses the plan: the ranks exchange a few bytes (a
+/// hash of their structure and of their common values) instead of every leaf's description,
+/// and skip planning and validation. Use one cache per checkpoint series (not shared between
+/// communicators); it is not thread-safe.
+class save_plan_cache {
+ public:
+  /// Saves that reused the cached plan.
+  std::size_t hits() const noexcept { return hits_; }
+  /// Saves that had to plan from scratch.
+  std::size_t misses() const noexcept { return misses_; }
+  /// Forgets the plan.
+  void clear() noexcept { valid_ = false; }
+
+ private:
+  friend struct detail::plan_cache_access;
+  bool valid_ = false;
+  int world_ = 0;
+  std::uint64_t block_size_ = 0, balance_min_bytes_ = 0;
+  bool tile_ = true;
+  const void* strategy_ = nullptr;
+  bool validated_ = false;
+  std::vector<std::uint64_t> structure_;  // per rank
+  save_layout layout_;
+  std::size_t hits_ = 0, misses_ = 0;
+};
+
+namespace detail {
+
+/// A hash of what a rank's description says about structure and sharding (not its status,
+/// save id or common values).
+inline std::uint64_t structure_hash(const rank_desc& d) {
+  rank_desc s;
+  s.tensors = d.tensors;
+  s.objects = d.objects;
+  for (const auto& c : d.commons) s.commons.push_back(common_desc{c.path, 0});
+  return checksum(encode(s));
+}
+
+/// Gives a cached layout the file names of a new save id.
+inline void rename_save(save_layout& layout, const std::string& save_id) {
+  layout.metadata.save_id = save_id;
+  for (auto& f : layout.metadata.files) f.name = data_file_name(f.rank, save_id);
+}
+
+/// save_leaves' access to save_plan_cache.
+struct plan_cache_access {
+  static bool usable(const save_plan_cache& c, int world, const save_options& o) {
+    return c.valid_ && c.world_ == world && c.block_size_ == o.block_size &&
+           c.balance_min_bytes_ == o.balance_min_bytes && c.tile_ == o.tile &&
+           c.strategy_ == static_cast<const void*>(o.strategy) &&
+           (c.validated_ || !o.validate_access_integrity);
+  }
+  static const std::vector<std::uint64_t>& structure(const save_plan_cache& c) {
+    return c.structure_;
+  }
+  static save_layout hit(save_plan_cache& c) {
+    ++c.hits_;
+    return c.layout_;
+  }
+  static void store(save_plan_cache& c,
+                    int world,
+                    const save_options& o,
+                    std::vector<std::uint64_t> structure,
+                    const save_layout& layout) {
+    ++c.misses_;
+    c.valid_ = true;
+    c.world_ = world;
+    c.block_size_ = o.block_size;
+    c.balance_min_bytes_ = o.balance_min_bytes;
+    c.tile_ = o.tile;
+    c.strategy_ = o.strategy;
+    c.validated_ = o.validate_access_integrity;
+    c.structure_ = std::move(structure);
+    c.layout_ = layout;
+  }
+};
+
+}  // namespace detail
+
+}  // namespace cairn
