@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "cairn/format/native/metadata.hpp"
+#include "cairn/format/native/strategy.hpp"
 #include "cairn/plan/box.hpp"
 #include "cairn/plan/save_plan.hpp"
 
@@ -81,16 +82,18 @@ inline plan_point simulate_plan(int ranks, int tensors) {
   wire.shrink_to_fit();
   if (auto v = cairn::validate_integrity(all); !v)
     std::fprintf(stderr, "plan bench: integrity check failed: %s\n", v.err().describe().c_str());
-  cairn::save_layout layout = cairn::plan_save(all, "bench", cairn::default_block_size);
-  for (const auto& [k, t] : layout.metadata.tensors) p.chunks += t.chunks.size();
-  for (auto& [k, t] : layout.metadata.tensors)  // checksums as a real save would have them
+  cairn::save_layout layout = cairn::plan_save(all, cairn::default_block_size);
+  for (const auto& [k, t] : layout.tensors) p.chunks += t.chunks.size();
+  // The native metadata, with checksums as a real save would have them.
+  cairn::checkpoint_metadata m = cairn::native_strategy::metadata_of(layout, "bench", {});
+  for (auto& [k, t] : m.tensors)
     for (auto& c : t.chunks)
       c.where.checksums.assign(
           c.tiles.empty()
               ? (c.where.nbytes + cairn::default_block_size - 1) / cairn::default_block_size
               : static_cast<std::uint64_t>(cairn::tile_count(c.region, c.tiles)),
           0);
-  p.metadata_bytes = cairn::to_json(layout.metadata).size();
+  p.metadata_bytes = cairn::to_json(m).size();
   p.plan_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   p.peak_rss_mb = peak_rss_mb();

@@ -20,10 +20,6 @@
 // write's error is held for that call, where every rank sees it.
 #pragma once
 
-#include <fcntl.h>
-#include <sys/file.h>
-#include <unistd.h>
-
 #include <atomic>
 #include <chrono>
 #include <condition_variable>

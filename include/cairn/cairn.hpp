@@ -6,6 +6,7 @@
 // every file including this header would otherwise compile).
 #pragma once
 
+#include "cairn/async_save.hpp"
 #include "cairn/comm/communicator.hpp"
 #include "cairn/comm/single.hpp"
 #include "cairn/comm/threads.hpp"
@@ -18,7 +19,9 @@
 #include "cairn/core/sharded_tensor.hpp"
 #include "cairn/format/native/metadata.hpp"
 #include "cairn/format/native/reader.hpp"
+#include "cairn/format/native/strategy.hpp"
 #include "cairn/load.hpp"
+#include "cairn/options.hpp"
 #include "cairn/save.hpp"
 #include "cairn/storage/file.hpp"
 #include "cairn/storage/memory.hpp"

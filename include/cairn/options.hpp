@@ -11,7 +11,7 @@
 
 #include "cairn/core/common_value.hpp"
 #include "cairn/core/sharded_tensor.hpp"
-#include "cairn/format/native/metadata.hpp"
+#include "cairn/plan/index.hpp"
 
 namespace cairn {
 

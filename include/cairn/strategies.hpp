@@ -14,9 +14,9 @@
 
 #include "cairn/convert/source.hpp"
 #include "cairn/convert/unshard.hpp"
-#include "cairn/format/dcp_metadata.hpp"
+#include "cairn/format/dcp/metadata.hpp"
 #include "cairn/format/foreign.hpp"
-#include "cairn/format/torch_zip.hpp"
+#include "cairn/format/torch/zip.hpp"
 #include "cairn/save.hpp"
 
 namespace cairn {
@@ -70,7 +70,7 @@ class torch_dist_strategy final : public save_strategy {
                {it.src, static_cast<std::size_t>(it.nbytes)}};
         } else {
           v = {it.key,
-               plan.layout.metadata.tensors.at(slot.key).type,
+               plan.layout.tensors.at(slot.key).type,
                it.region.size,
                {it.src, static_cast<std::size_t>(it.nbytes)}};
         }
@@ -106,7 +106,7 @@ class torch_dist_strategy final : public save_strategy {
           m.storage_data.push_back({{slot.key, std::nullopt, 0}, {file, off, len}});
           continue;
         }
-        const tensor_record& rec = layout.metadata.tensors.at(slot.key);
+        const tensor_record& rec = layout.tensors.at(slot.key);
         convert::detail::add_dcp_chunk(m, slot.key, rec.type, rec.global_shape,
                                        rec.chunks.at(slot.chunk).region, {file, off, len});
       }
@@ -150,8 +150,7 @@ class torch_dist_strategy final : public save_strategy {
     const std::string mine = "." + plan.save_id + ".distcp";
     for (const auto& [k, v] : m.storage_data)
       if (v.relative_path.ends_with(mine)) return true;
-    return m.storage_data.empty() && plan.layout.metadata.tensors.empty() &&
-           plan.layout.metadata.objects.empty();
+    return m.storage_data.empty() && plan.layout.tensors.empty() && plan.layout.objects.empty();
   }
 
  private:
@@ -246,13 +245,13 @@ class safetensors_strategy final : public save_strategy {
     if (layout_ != convert::strategy::one_file) {
       convert::convert_options copt = options(opt);
       std::vector<convert::tensor_entry> ts;
-      for (const auto& [k, t] : plan.layout.metadata.tensors)
-        ts.push_back({k, t.type, t.global_shape});
+      for (const auto& [k, t] : plan.layout.tensors) ts.push_back({k, t.type, t.global_shape});
       CAIRN_TRY_ASSIGN(auto files, convert::detail::safetensors_files(ts, copt));
       CAIRN_TRY_ASSIGN(safetensors::index ix, convert::detail::safetensors_index(files, copt));
       CAIRN_TRY(safetensors::write_index(st, safetensors::index_name, ix));
     }
-    for (const auto& f : plan.layout.metadata.files) (void)st.remove(f.name);  // the shards
+    for (int r = 0; r < plan.layout.world_size; ++r)  // the shards
+      if (plan.layout.writes(r)) (void)st.remove(data_file_name(r, plan.save_id));
     return ok();
   }
 
@@ -281,9 +280,7 @@ class safetensors_strategy final : public save_strategy {
   }
   /// The shard files as a native checkpoint (not committed anywhere: metadata in memory).
   static checkpoint_metadata shards(const planned_save& plan, const std::vector<bytes>& reports) {
-    save_layout layout = plan.layout;
-    native_strategy::apply_reports(layout, reports);
-    return std::move(layout.metadata);
+    return native_strategy::metadata_of(plan.layout, plan.save_id, reports);
   }
   /// Which rank writes each output file: largest first, onto the rank with the fewest bytes.
   static std::vector<int> owners(

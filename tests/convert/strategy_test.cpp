@@ -481,7 +481,8 @@ class manifest_strategy final : public cairn::save_strategy {
                              cairn::storage_ref st,
                              const cairn::save_options& opt) const override {
     std::string manifest;
-    for (const auto& f : plan.layout.metadata.files)
+    for (const auto& f :
+         cairn::native_strategy::metadata_of(plan.layout, plan.save_id, reports).files)
       manifest += f.name + " rank " + std::to_string(f.rank) + "\n";
     CAIRN_TRY(st.put("MANIFEST", std::as_bytes(std::span(manifest))));
     return native_.commit(plan, w, reports, assembled, st, opt);

@@ -13,7 +13,7 @@
 
 #include "cairn/cairn.hpp"
 #include "cairn/convert/source.hpp"
-#include "cairn/format/safetensors.hpp"
+#include "cairn/format/safetensors/file.hpp"
 #include "tests/api/test_util.hpp"
 
 namespace {

@@ -1,6 +1,6 @@
 // dcp_metadata: parsing hand-built torch 2.x metadata (StorageMeta, transform_descriptors,
 // Megatron's MCoreMetadata), writer round trips, and the save-time invariants.
-#include "cairn/format/dcp_metadata.hpp"
+#include "cairn/format/dcp/metadata.hpp"
 
 #include <doctest/doctest.h>
 

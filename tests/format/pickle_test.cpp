@@ -1,5 +1,5 @@
 // pickle: reading CPython's pickles (protocols 2 and 5), writer round trips, malformed input.
-#include "cairn/format/pickle.hpp"
+#include "cairn/format/torch/pickle.hpp"
 
 #include <doctest/doctest.h>
 

@@ -1,5 +1,5 @@
 // safetensors: layout, streaming writes, validation of corrupt headers, index files.
-#include "cairn/format/safetensors.hpp"
+#include "cairn/format/safetensors/file.hpp"
 
 #include <doctest/doctest.h>
 

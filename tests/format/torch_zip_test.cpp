@@ -1,5 +1,5 @@
 // torch_zip: stored ZIP with torch's alignment, torch.save archives of tensors, views.
-#include "cairn/format/torch_zip.hpp"
+#include "cairn/format/torch/zip.hpp"
 
 #include <doctest/doctest.h>
 

@@ -2,7 +2,7 @@
 // reader, then from_value for torch 1.13 and 2.x layouts). What it accepts and dcp::encode
 // writes again (torch 2.x module paths, or torch 1.13's when the input's size is odd) must
 // decode again.
-#include "cairn/format/dcp_metadata.hpp"
+#include "cairn/format/dcp/metadata.hpp"
 #include "tests/fuzz/fuzz.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {

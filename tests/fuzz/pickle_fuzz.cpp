@@ -6,7 +6,7 @@
 // limits are tuned.
 #include <cstdint>
 
-#include "cairn/format/pickle.hpp"
+#include "cairn/format/torch/pickle.hpp"
 #include "tests/fuzz/fuzz.hpp"
 
 namespace {

@@ -4,7 +4,7 @@
 // describe tensors that lie inside the file.
 #include <vector>
 
-#include "cairn/format/safetensors.hpp"
+#include "cairn/format/safetensors/file.hpp"
 #include "cairn/storage/memory.hpp"
 #include "tests/fuzz/fuzz.hpp"
 

@@ -3,7 +3,7 @@
 // index.
 #include <string>
 
-#include "cairn/format/safetensors.hpp"
+#include "cairn/format/safetensors/file.hpp"
 #include "tests/fuzz/fuzz.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {

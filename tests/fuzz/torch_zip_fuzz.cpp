@@ -4,7 +4,7 @@
 // find_tensors whose declared size is at most 1 MiB with read_tensor.
 #include <cstdint>
 
-#include "cairn/format/torch_zip.hpp"
+#include "cairn/format/torch/zip.hpp"
 #include "cairn/storage/memory.hpp"
 #include "tests/fuzz/fuzz.hpp"
 

@@ -10,9 +10,9 @@
 #include <utility>
 #include <vector>
 
-#include "cairn/format/dcp_metadata.hpp"
-#include "cairn/format/pickle.hpp"
-#include "cairn/format/torch_zip.hpp"
+#include "cairn/format/dcp/metadata.hpp"
+#include "cairn/format/torch/pickle.hpp"
+#include "cairn/format/torch/zip.hpp"
 #include "cairn/storage/memory.hpp"
 
 namespace pickle_asm {

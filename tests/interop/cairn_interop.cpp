@@ -15,9 +15,9 @@
 
 #include "cairn/cairn.hpp"
 #include "cairn/convert/unshard.hpp"
-#include "cairn/format/dcp_metadata.hpp"
-#include "cairn/format/safetensors.hpp"
-#include "cairn/format/torch_zip.hpp"
+#include "cairn/format/dcp/metadata.hpp"
+#include "cairn/format/safetensors/file.hpp"
+#include "cairn/format/torch/zip.hpp"
 #include "cairn/storage/file.hpp"
 #include "cairn/strategies.hpp"
 

@@ -23,11 +23,11 @@
 #include "cairn/convert/source.hpp"
 #include "cairn/core/dtype.hpp"
 #include "cairn/core/error.hpp"
-#include "cairn/format/dcp_metadata.hpp"
+#include "cairn/format/dcp/metadata.hpp"
 #include "cairn/format/native/writer.hpp"
-#include "cairn/format/pickle.hpp"
-#include "cairn/format/safetensors.hpp"
-#include "cairn/format/torch_zip.hpp"
+#include "cairn/format/safetensors/file.hpp"
+#include "cairn/format/torch/pickle.hpp"
+#include "cairn/format/torch/zip.hpp"
 #include "cairn/load.hpp"
 #include "cairn/plan/save_plan.hpp"
 #include "cairn/storage/storage.hpp"
@@ -616,7 +616,7 @@ inline result<void> write_native(source& src,
     stats.files.push_back(cs.name);
     cairn::detail::add_common_state(m, std::move(cs));
   }
-  m.version = 1;  // nothing tiled
+  m.version = required_version(m);  // 1: nothing tiled or compressed
   CAIRN_TRY(cairn::detail::put_metadata(dst, m));
   stats.files.emplace_back(metadata_name);
   return ok();

@@ -23,6 +23,10 @@
 
 namespace cairn {
 
+/// Read granularity for layouts without checksum blocks: a partial read of a chunk reads whole
+/// pieces of this size around the bytes it needs.
+inline constexpr std::uint64_t foreign_read_block = std::uint64_t{256} << 10;
+
 /// The files that tell the layouts apart.
 namespace layout_files {
 inline constexpr std::string_view dcp_metadata = ".metadata";  ///< PyTorch DCP

@@ -290,6 +290,15 @@ inline result<void> load_leaves_local(const leaf_list& leaves,
   return load_objects(leaves, st, m, opt, stats);
 }
 
+/// Checkpoint keys of every kind: tensor keys, object keys, common paths.
+inline std::set<std::string> checkpoint_keys(const checkpoint_metadata& m) {
+  std::set<std::string> keys;
+  for (const auto& [k, t] : m.tensors) keys.insert(k);
+  for (const auto& [u, o] : m.objects) keys.insert(o.key);
+  for (const auto& [k, c] : m.commons) keys.insert(k);
+  return keys;
+}
+
 /// Applies the strict mode: drops unexpected leaves, finds missing keys (collective for the
 /// *_all modes: every rank's requested keys are gathered), logs or fails as the mode says.
 inline result<void> apply_strict(leaf_list& leaves,

@@ -221,15 +221,14 @@ inline result<save_layout> agree_on_layout(const rank_desc& me,
   stats.save_id = agreed.save_id;
   if (agreed.cached) {  // validated when it was planned; common values compared by digest
     stats.plan_reused = true;
-    rename_save(*agreed.cached, agreed.save_id);
     return std::move(*agreed.cached);
   }
   if (opt.validate_access_integrity)
     CAIRN_TRY(validate_integrity(agreed.all));
   else
     CAIRN_TRY(check_unique_objects(agreed.all));
-  save_layout layout = plan_save(agreed.all, agreed.save_id, opt.block_size, opt.balance_min_bytes,
-                                 strategy_of(opt).tiles(opt));
+  save_layout layout =
+      plan_save(agreed.all, opt.block_size, opt.balance_min_bytes, strategy_of(opt).tiles(opt));
   if (cache) {
     std::vector<std::uint64_t> per_rank;
     for (const auto& d : agreed.all) per_rank.push_back(structure_hash(d));
@@ -260,7 +259,7 @@ inline void list_items(const leaf_list& leaves,
     const tensor_leaf& t = leaves.tensors[slot.leaf];
     std::size_t es = dtype_size(t.layout.type);
     const piece& p = pieces[slot.leaf][slot.piece];
-    const chunk_record& c = out.layout.metadata.tensors.at(slot.key).chunks.at(slot.chunk);
+    const chunk_record& c = out.layout.tensors.at(slot.key).chunks.at(slot.chunk);
     out.items.push_back(write_item{.src = t.data + (p.data_offset + slot.element) * es,
                                    .nbytes = e.nbytes,
                                    .file_offset = e.byte_offset,

@@ -10,7 +10,6 @@
 #include <vector>
 
 #include "cairn/core/error.hpp"
-#include "cairn/format/native/metadata.hpp"
 #include "cairn/options.hpp"
 #include "cairn/tree/leaves.hpp"
 
@@ -62,15 +61,6 @@ inline leaf_list select_leaves(const leaf_list& leaves, const load_options& opt)
       out.commons.push_back(std::move(c));
     }
   return out;
-}
-
-/// Checkpoint keys of every kind: tensor keys, object keys, common paths.
-inline std::set<std::string> checkpoint_keys(const checkpoint_metadata& m) {
-  std::set<std::string> keys;
-  for (const auto& [k, t] : m.tensors) keys.insert(k);
-  for (const auto& [u, o] : m.objects) keys.insert(o.key);
-  for (const auto& [k, c] : m.commons) keys.insert(k);
-  return keys;
 }
 
 /// Drops the leaves whose key the checkpoint does not hold (`saved`), listing them in

@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "cairn/core/error.hpp"
-#include "cairn/format/native/metadata.hpp"
 #include "cairn/plan/box.hpp"
 #include "cairn/plan/cover.hpp"
+#include "cairn/plan/index.hpp"
 
 namespace cairn::detail {
 

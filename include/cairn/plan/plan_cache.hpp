@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "cairn/format/checksum.hpp"
+#include "cairn/core/checksum.hpp"
 #include "cairn/options.hpp"
 #include "cairn/plan/save_plan.hpp"
 
@@ -53,12 +53,6 @@ inline std::uint64_t structure_hash(const rank_desc& d) {
   s.objects = d.objects;
   for (const auto& c : d.commons) s.commons.push_back(common_desc{c.path, 0});
   return checksum(encode(s));
-}
-
-/// Gives a cached layout the file names of a new save id.
-inline void rename_save(save_layout& layout, const std::string& save_id) {
-  layout.metadata.save_id = save_id;
-  for (auto& f : layout.metadata.files) f.name = data_file_name(f.rank, save_id);
 }
 
 /// save_leaves' access to save_plan_cache.

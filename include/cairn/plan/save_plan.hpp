@@ -10,13 +10,14 @@
 #include <utility>
 #include <vector>
 
-#include "cairn/core/common_value.hpp"
 #include "cairn/core/bytes.hpp"
+#include "cairn/core/checksum.hpp"
+#include "cairn/core/common_value.hpp"
 #include "cairn/core/error.hpp"
 #include "cairn/core/sharded_object.hpp"
 #include "cairn/detail/binary.hpp"
-#include "cairn/format/native/metadata.hpp"
 #include "cairn/plan/box.hpp"
+#include "cairn/plan/index.hpp"
 
 namespace cairn {
 
@@ -278,29 +279,32 @@ struct write_slot {
   std::int64_t element = 0;  ///< first element inside the piece's row-major data
 };
 
-/// The deterministic layout of a save: files, the metadata skeleton (checksums still empty)
-/// and, per rank, the order of its items in its data file.
+/// The deterministic layout of a save, format-neutral: every tensor's chunks and every object,
+/// with the rank that writes each (`extent::file` is that rank, `byte_offset` the place in what
+/// it writes; checksums still empty), and per rank the order of its items. No file names, no
+/// format version: a strategy maps this onto its own files.
 struct save_layout {
-  checkpoint_metadata metadata;
-  std::vector<std::vector<write_slot>> slots;  ///< per rank, in file order
-  std::vector<int> file_of_rank;               ///< file index, or -1 when the rank writes none
-  std::vector<std::uint64_t> bytes_of_rank;    ///< data bytes each rank writes
+  int world_size = 1;
+  std::uint64_t block_size = 0;
+  std::map<std::string, tensor_record> tensors;
+  std::map<std::string, object_record> objects;  ///< by unique key
+  std::vector<std::vector<write_slot>> slots;    ///< per rank, in write order
+  std::vector<std::uint64_t> bytes_of_rank;      ///< data bytes each rank writes
 
+  /// Whether `rank` writes anything (it has a data file).
+  bool writes(int rank) const { return !slots.at(static_cast<std::size_t>(rank)).empty(); }
   /// The extent a slot refers to.
   extent& where(const write_slot& s) {
-    return s.is_object ? metadata.objects.at(s.key).where
-                       : metadata.tensors.at(s.key).chunks.at(s.chunk).where;
+    return s.is_object ? objects.at(s.key).where : tensors.at(s.key).chunks.at(s.chunk).where;
+  }
+  /// Whether any chunk is cut into tiles.
+  bool tiled() const {
+    for (const auto& [k, t] : tensors)
+      for (const auto& c : t.chunks)
+        if (!c.tiles.empty()) return true;
+    return false;
   }
 };
-
-/// Data file name of a rank for a save id.
-inline std::string data_file_name(int rank, const std::string& save_id) {
-  return "data." + std::to_string(rank) + "." + save_id + ".cairn";
-}
-/// Common-state file name for a save id.
-inline std::string common_file_name(const std::string& save_id) {
-  return "common." + save_id + ".cairn";
-}
 
 /// Lays out a save. Every box of a tensor is written once, by the ranks that hold it: a box
 /// held by k ranks (its main copy and replicas, e.g. data-parallel copies) is cut into up to k
@@ -311,18 +315,14 @@ inline std::string common_file_name(const std::string& save_id) {
 /// than a checksum block is cut into tiles of at most one block (`choose_tiles`), so that a
 /// reader that needs only some columns reads only the tiles holding them.
 inline save_layout plan_save(const std::vector<rank_desc>& ranks,
-                             const std::string& save_id,
                              std::uint64_t block_size,
                              std::uint64_t split_min_bytes = std::uint64_t{64} << 10,
                              bool tile = true) {
   save_layout L;
   const int world = static_cast<int>(ranks.size());
-  L.metadata.world_size = world;
-  L.metadata.save_id = save_id;
-  L.metadata.block_size = block_size;
-  L.metadata.version = 1;  // 2 once a chunk is tiled
+  L.world_size = world;
+  L.block_size = block_size;
   L.slots.resize(ranks.size());
-  L.file_of_rank.assign(ranks.size(), -1);
   L.bytes_of_rank.assign(ranks.size(), 0);
 
   struct holder {
@@ -344,7 +344,7 @@ inline save_layout plan_save(const std::vector<rank_desc>& ranks,
       for (int r = 0; r < world; ++r)
         for (std::size_t i = 0; i < ranks[r].tensors.size(); ++i) {
           const tensor_desc& t = ranks[r].tensors[i];
-          auto& rec = L.metadata.tensors[t.key];
+          auto& rec = L.tensors[t.key];
           rec.type = t.type;
           rec.global_shape = t.global_shape;
           if ((t.replica_id == 0) != (pass == 0)) continue;
@@ -354,8 +354,8 @@ inline save_layout plan_save(const std::vector<rank_desc>& ranks,
             if (it == index.end()) {
               if (pass == 1) continue;  // a replica of nothing written: its data is covered
               index.emplace(id, groups.size());
-              groups.push_back(group{
-                  &L.metadata.tensors.find(t.key)->first, t.pieces[p], dtype_size(t.type), {}});
+              groups.push_back(
+                  group{&L.tensors.find(t.key)->first, t.pieces[p], dtype_size(t.type), {}});
               it = index.find(id);
             } else if (pass == 0) {
               continue;  // a second main copy of the same box (validation reports overlaps)
@@ -416,24 +416,16 @@ inline save_layout plan_save(const std::vector<rank_desc>& ranks,
     return a.sub.data_offset < b.sub.data_offset;
   });
   std::vector<std::uint64_t> offset(ranks.size(), 0);
-  auto file_index = [&](int r) {
-    if (L.file_of_rank[r] < 0) {
-      L.file_of_rank[r] = static_cast<int>(L.metadata.files.size());
-      L.metadata.files.push_back(file_record{data_file_name(r, save_id), r, 0});
-    }
-    return static_cast<std::uint32_t>(L.file_of_rank[r]);
-  };
   for (const part& pt : parts) {
     const group& g = groups[pt.group];
-    auto& rec = L.metadata.tensors.at(*g.key);
+    auto& rec = L.tensors.at(*g.key);
     int r = pt.who.rank;
     std::uint64_t n = static_cast<std::uint64_t>(pt.sub.region.volume()) * g.elem_size;
     tile_counts tiles = tile
                             ? choose_tiles(pt.sub.region, g.elem_size, block_size, rec.global_shape)
                             : tile_counts{};
-    if (!tiles.empty()) L.metadata.version = 2;
-    rec.chunks.push_back(
-        chunk_record{pt.sub.region, extent{file_index(r), offset[r], n, {}}, std::move(tiles)});
+    rec.chunks.push_back(chunk_record{
+        pt.sub.region, extent{static_cast<std::uint32_t>(r), offset[r], n, {}}, std::move(tiles)});
     L.slots[r].push_back(write_slot{false, *g.key, rec.chunks.size() - 1, pt.who.leaf, pt.who.piece,
                                     pt.sub.data_offset});
     offset[r] += n;
@@ -443,13 +435,12 @@ inline save_layout plan_save(const std::vector<rank_desc>& ranks,
       const object_desc& o = ranks[r].objects[i];
       if (o.replica_id != 0) continue;
       std::string u = object_unique_key(o.key, o.global_offset, o.global_shape);
-      L.metadata.objects[u] = object_record{o.key, o.global_shape, o.global_offset,
-                                            extent{file_index(r), offset[r], o.nbytes, {}}};
+      L.objects[u] = object_record{o.key, o.global_shape, o.global_offset,
+                                   extent{static_cast<std::uint32_t>(r), offset[r], o.nbytes, {}}};
       L.slots[r].push_back(write_slot{true, u, 0, i, 0, 0});
       offset[r] += o.nbytes;
       L.bytes_of_rank[r] += o.nbytes;
     }
-    if (L.file_of_rank[r] >= 0) L.metadata.files[L.file_of_rank[r]].nbytes = offset[r];
   }
   return L;
 }

@@ -13,11 +13,12 @@
 #include <string_view>
 #include <vector>
 
+#include "cairn/core/checksum.hpp"
 #include "cairn/core/common_value.hpp"
 #include "cairn/core/dtype.hpp"
 #include "cairn/core/error.hpp"
-#include "cairn/format/checksum.hpp"
 #include "cairn/plan/box.hpp"
+#include "cairn/plan/index.hpp"
 
 namespace cairn {
 
@@ -27,81 +28,21 @@ namespace cairn {
 inline constexpr int format_version = 3;
 /// Name of the committed metadata object; a checkpoint without it is incomplete.
 inline constexpr std::string_view metadata_name = "metadata.json";
-/// Default checksum block size (bytes).
-inline constexpr std::uint64_t default_block_size = std::uint64_t{1} << 20;
-/// Largest checksum block size a save accepts and a reader trusts (64 MiB): readers size their
-/// buffers by it, so a file claiming more is rejected as corrupt.
-inline constexpr std::uint64_t max_block_size = std::uint64_t{64} << 20;
+
+/// Data file name of a rank for a save id.
+inline std::string data_file_name(int rank, const std::string& save_id) {
+  return "data." + std::to_string(rank) + "." + save_id + ".cairn";
+}
+/// Common-state file name for a save id.
+inline std::string common_file_name(const std::string& save_id) {
+  return "common." + save_id + ".cairn";
+}
 
 /// A data or common-state file of the checkpoint.
 struct file_record {
   std::string name;  ///< object name relative to the checkpoint root
   int rank = 0;      ///< the rank that wrote it
   std::uint64_t nbytes = 0;
-};
-
-/// Where a run of bytes lives: file index, byte range, and one checksum per block.
-struct extent {
-  std::uint32_t file = 0;
-  std::uint64_t byte_offset = 0;
-  std::uint64_t nbytes = 0;              ///< bytes of the data (before compression)
-  std::vector<std::uint64_t> checksums;  ///< XXH3-64 of each block_size block of the data
-  /// Compressed extents (format version 3): each block is stored on its own, `block_offsets[b]`
-  /// (absolute, in the file) and `block_stored[b]` bytes long. A block whose stored length
-  /// equals its data length is stored raw; otherwise it is one zstd frame. Checksums are of the
-  /// data, verified after decompressing. Empty for an uncompressed extent (stored as it is at
-  /// `byte_offset`).
-  std::vector<std::uint64_t> block_offsets = {}, block_stored = {};
-  /// True when the blocks are stored compressed (`block_offsets` / `block_stored` set).
-  bool compressed() const noexcept { return !block_stored.empty(); }
-  /// Bytes the extent occupies in its file.
-  std::uint64_t stored_bytes() const noexcept {
-    if (!compressed()) return nbytes;
-    std::uint64_t n = 0;
-    for (auto b : block_stored) n += b;
-    return n;
-  }
-};
-
-/// One saved box of a tensor. Untiled (`tiles` empty), it is stored row-major with one
-/// checksum per `block_size` bytes. Tiled, its tiles (see `for_each_tile`) are stored one after
-/// the other, each row-major and at most `block_size` bytes, with one checksum per tile.
-/// `metadata_from_json` hands readers every tile as a chunk of its own.
-struct chunk_record {
-  box region;
-  extent where;
-  tile_counts tiles;  ///< tiles per axis, or empty
-};
-
-/// A saved tensor: dtype, global shape, and the chunks that tile it.
-struct tensor_record {
-  dtype type = dtype::f32;
-  shape global_shape;
-  std::vector<chunk_record> chunks;
-  /// Bytes of the whole tensor.
-  std::uint64_t nbytes() const {
-    return static_cast<std::uint64_t>(numel(global_shape)) * dtype_size(type);
-  }
-  /// Bytes the tensor's chunks occupy in files (less than the data when compressed).
-  std::uint64_t stored_bytes() const {
-    std::uint64_t n = 0;
-    for (const auto& c : chunks) n += c.where.stored_bytes();
-    return n;
-  }
-  /// Bytes of the tensor's chunks before compression.
-  std::uint64_t chunk_bytes() const {
-    std::uint64_t n = 0;
-    for (const auto& c : chunks) n += c.where.nbytes;
-    return n;
-  }
-};
-
-/// A saved sharded object, keyed in metadata by its unique key (`key/shard_<off>_<shape>`).
-struct object_record {
-  std::string key;
-  shape global_shape;
-  shape global_offset;
-  extent where;
 };
 
 /// A saved common value: its type and its byte range inside the common-state extent.
@@ -133,6 +74,21 @@ struct checkpoint_metadata {
   /// Common values a foreign layout holds outside any extent (Megatron's `common.pt`).
   std::map<std::string, common_value> inline_commons;
 };
+
+/// The lowest format version that holds `m`: 3 when an extent is compressed, 2 when a chunk is
+/// tiled, else 1. Writers set `version` from it, so older readers read what they can.
+inline int required_version(const checkpoint_metadata& m) {
+  int v = 1;
+  for (const auto& [k, t] : m.tensors)
+    for (const auto& c : t.chunks) {
+      if (c.where.compressed()) return 3;
+      if (!c.tiles.empty()) v = 2;
+    }
+  for (const auto& [k, o] : m.objects)
+    if (o.where.compressed()) return 3;
+  if (m.common && m.common->compressed()) return 3;
+  return v;
+}
 
 namespace detail {
 

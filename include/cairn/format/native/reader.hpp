@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
+#include "cairn/core/checksum.hpp"
 #include "cairn/core/error.hpp"
 #include "cairn/detail/parallel.hpp"
-#include "cairn/format/checksum.hpp"
 #include "cairn/format/native/metadata.hpp"
 #include "cairn/plan/cover.hpp"
 #include "cairn/storage/storage.hpp"

@@ -29,8 +29,8 @@ class native_strategy final : public save_strategy {
     const int rank = plan.rank;
     const save_layout& layout = plan.layout;
     std::uint64_t file_size = 0;
-    if (layout.file_of_rank[rank] >= 0) {
-      const std::string& name = layout.metadata.files[layout.file_of_rank[rank]].name;
+    if (layout.writes(rank)) {
+      const std::string name = data_file_name(rank, plan.save_id);
       CAIRN_TRY(detail::write_items(st, name, plan.items, opt.block_size, opt.io_threads, buffers,
                                     opt.zstd_level, &file_size));
       for (const auto& it : plan.items) plan.stats.bytes_written += it.nbytes;
@@ -62,9 +62,7 @@ class native_strategy final : public save_strategy {
                       const std::vector<bytes>&,
                       storage_ref st,
                       const save_options& opt) const override {
-    save_layout& layout = plan.layout;
-    apply_reports(layout, reports);
-    checkpoint_metadata& m = layout.metadata;
+    checkpoint_metadata m = metadata_of(plan.layout, plan.save_id, reports);
     m.content_metadata = opt.content_metadata;
     if (const auto* cs = std::any_cast<detail::common_state>(&w.local))
       detail::add_common_state(m, *cs);  // a copy: abandon still needs its name
@@ -72,31 +70,58 @@ class native_strategy final : public save_strategy {
     detail::remove_unreferenced(st, m);
     return ok();
   }
-  /// Puts what every rank's write reported (checksums; for compressed saves also where each
-  /// block went and the file sizes) into the planned layout.
-  static void apply_reports(save_layout& layout, const std::vector<bytes>& reports) {
+  /// The native metadata of a planned save, from every rank's write report: one data file per
+  /// writing rank (in the order ranks first appear in the chunk list, then ranks with objects),
+  /// the checksums of every chunk and object, for compressed saves also where each block went
+  /// and the file sizes, and the lowest format version that holds it. No common state and no
+  /// content metadata yet.
+  static checkpoint_metadata metadata_of(const save_layout& layout,
+                                         const std::string& save_id,
+                                         const std::vector<bytes>& reports) {
+    checkpoint_metadata m;
+    m.world_size = layout.world_size;
+    m.save_id = save_id;
+    m.block_size = layout.block_size;
+    m.tensors = layout.tensors;
+    m.objects = layout.objects;
+    std::vector<int> file_of_rank(static_cast<std::size_t>(layout.world_size), -1);
+    auto file_of = [&](std::uint32_t rank) {
+      int& f = file_of_rank.at(rank);
+      if (f < 0) {
+        f = static_cast<int>(m.files.size());
+        m.files.push_back(file_record{data_file_name(static_cast<int>(rank), save_id),
+                                      static_cast<int>(rank), layout.bytes_of_rank.at(rank)});
+      }
+      return static_cast<std::uint32_t>(f);
+    };
+    for (auto& [key, t] : m.tensors)
+      for (auto& c : t.chunks) c.where.file = file_of(c.where.file);
+    for (int r = 0; r < layout.world_size; ++r)  // objects in rank order, as planned
+      for (const auto& slot : layout.slots[static_cast<std::size_t>(r)])
+        if (slot.is_object)
+          m.objects.at(slot.key).where.file = file_of(static_cast<std::uint32_t>(r));
     for (std::size_t r = 0; r < reports.size(); ++r) {
       detail::binary_reader rd(reports[r]);
       bool compressed = rd.u8();
       std::uint64_t file_size = rd.u64();
       for (const auto& s : layout.slots[r]) {
-        extent& e = layout.where(s);
+        extent& e =
+            s.is_object ? m.objects.at(s.key).where : m.tensors.at(s.key).chunks.at(s.chunk).where;
         e.checksums = rd.u64s();
         if (compressed) {
           e.byte_offset = rd.u64();
           e.block_offsets = rd.u64s();
           e.block_stored = rd.u64s();
-          if (e.compressed()) layout.metadata.version = 3;
         }
       }
-      if (compressed && layout.file_of_rank[r] >= 0)
-        layout.metadata.files[layout.file_of_rank[r]].nbytes = file_size;
+      if (compressed && file_of_rank[r] >= 0)
+        m.files[static_cast<std::size_t>(file_of_rank[r])].nbytes = file_size;
     }
+    m.version = required_version(m);
+    return m;
   }
   void abandon(const planned_save& plan, const written_save& w, storage_ref st) const override {
-    const save_layout& layout = plan.layout;
-    if (layout.file_of_rank[plan.rank] >= 0)
-      (void)st.remove(layout.metadata.files[layout.file_of_rank[plan.rank]].name);
+    if (plan.layout.writes(plan.rank)) (void)st.remove(data_file_name(plan.rank, plan.save_id));
     // Rank 0's common state, also when its put failed after all (a lost acknowledgement).
     if (const auto* cs = std::any_cast<detail::common_state>(&w.local))
       (void)st.remove(cs->name);

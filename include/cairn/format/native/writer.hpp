@@ -16,9 +16,9 @@
 #include <vector>
 
 #include "cairn/core/bytes.hpp"
+#include "cairn/core/checksum.hpp"
 #include "cairn/core/error.hpp"
 #include "cairn/detail/parallel.hpp"
-#include "cairn/format/checksum.hpp"
 #include "cairn/format/commit.hpp"
 #include "cairn/format/native/metadata.hpp"
 #include "cairn/format/native/reader.hpp"

@@ -1,4 +1,4 @@
-// cairn/format/dcp_metadata.hpp: PyTorch Distributed Checkpoint's `.metadata` pickle — build it
+// cairn/format/dcp/metadata.hpp: PyTorch Distributed Checkpoint's `.metadata` pickle — build it
 // from plain structs (torch 2.x or torch 1.13 module paths) and parse it from any torch version,
 // tolerating unknown classes and extra fields (StorageMeta, transform_descriptors, Megatron's
 // MCoreMetadata subclass). Layout notes in docs/torch-formats.md.
@@ -18,8 +18,8 @@
 #include "cairn/core/error.hpp"
 #include "cairn/core/sharded_tensor.hpp"
 #include "cairn/format/detail/format_util.hpp"
-#include "cairn/format/pickle.hpp"
-#include "cairn/format/torch_zip.hpp"
+#include "cairn/format/torch/pickle.hpp"
+#include "cairn/format/torch/zip.hpp"
 #include "cairn/storage/storage.hpp"
 
 namespace cairn::dcp {

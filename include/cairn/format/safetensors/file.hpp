@@ -1,4 +1,4 @@
-// cairn/format/safetensors.hpp: the safetensors file format (huggingface/safetensors) — a
+// cairn/format/safetensors/file.hpp: the safetensors file format (huggingface/safetensors) — a
 // streaming, deterministic writer, a validating reader with byte-range reads, and the Hugging
 // Face `model.safetensors.index.json`. Layout notes in docs/safetensors.md.
 #pragma once

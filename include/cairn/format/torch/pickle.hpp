@@ -1,4 +1,4 @@
-// cairn/format/pickle.hpp: a Python pickle reader (protocols 0-5, the binary opcodes torch.save
+// cairn/format/torch/pickle.hpp: a Python pickle reader (protocols 0-5, the binary opcodes torch.save
 // and PyTorch DCP use) producing a generic value tree, and a writer for the values cairn emits.
 // No class is ever executed: GLOBAL/REDUCE/NEWOBJ/BUILD become `object` nodes that keep the
 // module, name, arguments and state, so unknown classes and extra fields are tolerated.

@@ -1,4 +1,4 @@
-// cairn/format/checksum.hpp: XXH3-64 checksums over fixed-size blocks, so a partial read
+// cairn/core/checksum.hpp: XXH3-64 checksums over fixed-size blocks, so a partial read
 // verifies exactly the blocks it reads.
 #pragma once
 

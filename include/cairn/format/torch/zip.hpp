@@ -1,4 +1,4 @@
-// cairn/format/torch_zip.hpp: the `torch.save` zip layout — a stored (uncompressed) ZIP writer
+// cairn/format/torch/zip.hpp: the `torch.save` zip layout — a stored (uncompressed) ZIP writer
 // with torch's 64-byte data alignment and zip64 when needed, a ZIP reader over any storage
 // backend (also for archives embedded in a larger file, as DCP's `.distcp` items are), and
 // `data.pkl` helpers to write and read tensors. Byte layout notes in docs/torch-formats.md.
@@ -21,7 +21,7 @@
 #include "cairn/core/error.hpp"
 #include "cairn/core/sharded_tensor.hpp"
 #include "cairn/format/detail/format_util.hpp"
-#include "cairn/format/pickle.hpp"
+#include "cairn/format/torch/pickle.hpp"
 #include "cairn/storage/storage.hpp"
 
 namespace cairn::torch_zip {

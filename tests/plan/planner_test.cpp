@@ -1,0 +1,120 @@
+// The save planner (plan_save) and the load planner (plan_copies, plan_reads), tested directly:
+// pure functions over descriptions and boxes, no storage, no communicator.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <vector>
+
+#include "cairn/plan/load_plan.hpp"
+#include "cairn/plan/save_plan.hpp"
+
+namespace {
+
+using cairn::box;
+using cairn::rank_desc;
+using cairn::tensor_desc;
+
+/// A rank holding `pieces` of a [rows, cols] f32 tensor "w" with replica id `replica`.
+rank_desc holding(std::vector<box> pieces, int replica = 0, cairn::shape global = {8, 4}) {
+  rank_desc d;
+  d.tensors.push_back(tensor_desc{"w", cairn::dtype::f32, global, replica, std::move(pieces)});
+  return d;
+}
+
+/// Every element of the tensor, counted once per chunk that holds it.
+std::vector<int> coverage(const cairn::tensor_record& t) {
+  box whole{cairn::shape(t.global_shape.size(), 0), t.global_shape};
+  std::vector<int> c(static_cast<std::size_t>(whole.volume()), 0);
+  for (const auto& ch : t.chunks)
+    cairn::for_each_run(whole, ch.region, ch.region,
+                        [&](std::int64_t s, std::int64_t, std::int64_t n) {
+                          for (std::int64_t i = 0; i < n; ++i) ++c[static_cast<std::size_t>(s + i)];
+                        });
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("plan_save: chunks tile the tensor once, extents name the writing rank") {
+  // Rows 0-3 on rank 0, rows 4-7 on rank 1; rank 2 replicates rank 0's rows.
+  std::vector<rank_desc> ranks{holding({box{{0, 0}, {4, 4}}}), holding({box{{4, 0}, {4, 4}}}),
+                               holding({box{{0, 0}, {4, 4}}}, 1)};
+  cairn::save_layout L = cairn::plan_save(ranks, /*block_size=*/16, /*split_min_bytes=*/16, false);
+  CHECK(L.world_size == 3);
+  const cairn::tensor_record& w = L.tensors.at("w");
+  for (int n : coverage(w)) CHECK(n == 1);
+  std::uint64_t total = 0;
+  for (int r = 0; r < 3; ++r) total += L.bytes_of_rank[static_cast<std::size_t>(r)];
+  CHECK(total == 8 * 4 * 4);
+  // The replicated rows are split between their two holders: rank 2 writes something.
+  CHECK(L.writes(2));
+  CHECK(L.bytes_of_rank[2] > 0);
+  // Every extent names a rank, with offsets that run through what that rank writes.
+  std::map<std::uint32_t, std::uint64_t> next;
+  for (std::size_t r = 0; r < L.slots.size(); ++r)
+    for (const auto& s : L.slots[r]) {
+      const cairn::extent& e = L.where(s);
+      CHECK(e.file == r);
+      CHECK(e.byte_offset == next[e.file]);
+      next[e.file] += e.nbytes;
+    }
+  CHECK(!L.tiled());
+}
+
+TEST_CASE("plan_save: deterministic, tiles only when asked") {
+  std::vector<rank_desc> ranks{holding({box{{0, 0}, {8, 2}}}), holding({box{{0, 2}, {8, 2}}})};
+  cairn::save_layout a = cairn::plan_save(ranks, 16, 1 << 16, true);
+  cairn::save_layout b = cairn::plan_save(ranks, 16, 1 << 16, true);
+  CHECK(a.tiled());  // 64-byte boxes, 16-byte blocks
+  REQUIRE(a.tensors.at("w").chunks.size() == b.tensors.at("w").chunks.size());
+  for (std::size_t i = 0; i < a.tensors.at("w").chunks.size(); ++i) {
+    CHECK(a.tensors.at("w").chunks[i].region == b.tensors.at("w").chunks[i].region);
+    CHECK(a.tensors.at("w").chunks[i].tiles == b.tensors.at("w").chunks[i].tiles);
+  }
+  CHECK(!cairn::plan_save(ranks, 16, 1 << 16, false).tiled());
+}
+
+TEST_CASE("plan_copies and plan_reads: a reshard reads whole blocks, straight in where it can") {
+  // A [8, 4] f32 tensor saved as two row blocks (128 bytes each, 16-byte blocks); the target
+  // is rows 2-5 (crossing both chunks).
+  cairn::tensor_record rec;
+  rec.type = cairn::dtype::f32;
+  rec.global_shape = {8, 4};
+  rec.chunks.push_back({box{{0, 0}, {4, 4}}, cairn::extent{0, 0, 64, {}}, {}});
+  rec.chunks.push_back({box{{4, 0}, {4, 4}}, cairn::extent{0, 64, 64, {}}, {}});
+  std::vector<std::byte> target(4 * 4 * 4);
+  std::vector<cairn::detail::copy_job> jobs;
+  REQUIRE(cairn::detail::plan_copies(rec, "w", box{{2, 0}, {4, 4}}, target.data(), jobs));
+  REQUIRE(jobs.size() == 2);
+  cairn::detail::read_plan plan = cairn::detail::plan_reads(jobs, 16, 1 << 20, 64 << 20);
+  CHECK(plan.bytes_needed == target.size());
+  std::uint64_t blocks = 0;
+  for (const auto& op : plan.ops) {
+    blocks += op.last_block - op.first_block + 1;
+    CHECK(op.direct != nullptr);  // rows are whole blocks: every read goes straight in
+  }
+  CHECK(blocks == 4);  // rows 2-3 of chunk 0 and rows 4-5 of chunk 1, one 16-byte block each
+  // Columns 1-2 only: blocks are shared with bytes nobody needs, so reads go through buffers.
+  jobs.clear();
+  std::vector<std::byte> cols(8 * 2 * 4);
+  REQUIRE(cairn::detail::plan_copies(rec, "w", box{{0, 1}, {8, 2}}, cols.data(), jobs));
+  plan = cairn::detail::plan_reads(jobs, 16, 1 << 20, 64 << 20);
+  CHECK(plan.bytes_needed == cols.size());
+  for (const auto& op : plan.ops) CHECK(op.direct == nullptr);
+}
+
+TEST_CASE("plan_copies: overlapping or missing chunks are refused before any read") {
+  cairn::tensor_record rec;
+  rec.type = cairn::dtype::f32;
+  rec.global_shape = {4};
+  rec.chunks.push_back({box{{0}, {2}}, cairn::extent{}, {}});
+  rec.chunks.push_back({box{{1}, {2}}, cairn::extent{}, {}});  // overlaps, and x[3] is missing
+  std::vector<cairn::detail::copy_job> jobs;
+  auto r = cairn::detail::plan_copies(rec, "x", box{{0}, {4}}, nullptr, jobs);
+  REQUIRE(!r);
+  CHECK(r.err().code == cairn::errc::integrity);
+  CHECK(r.err().key == "x");
+  CHECK(jobs.empty());
+}
