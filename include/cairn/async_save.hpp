@@ -61,6 +61,12 @@ struct async_saver_options {
   /// usable device, plain aligned host memory).
   cuda::staging_pool_options pool = {};
   const cuda::runtime_api* runtime = nullptr;
+  /// A staging pool the caller owns (null: the saver allocates its own from `pool` and
+  /// `runtime`). Give the same pool to synchronous `save` and `load` (`save_options::staging`,
+  /// `load_options::staging`) and pinned memory is allocated once for all of them. The pool is
+  /// busy while an async save is in flight: a synchronous call given it then fails
+  /// (errc::invalid_argument) instead of overwriting staged bytes.
+  cuda::staging_pool* staging = nullptr;
 };
 
 /// Timing of the synchronous part of an async save.
@@ -98,11 +104,14 @@ class save_handle {
 /// The storage and communicator given to `save` must stay alive until that save is committed.
 class async_saver {
  public:
-  /// A saver with its own staging pool.
+  /// A saver staging into `opt.staging`, or into a pool of its own.
   explicit async_saver(async_saver_options opt = {})
       : opt_(opt),
-        pool_(opt.pool, opt.runtime),
-        stager_(pool_,
+        own_pool_(opt.staging
+                      ? std::nullopt
+                      : std::optional<cuda::staging_pool>(std::in_place, opt.pool, opt.runtime)),
+        pool_(opt.staging ? opt.staging : &*own_pool_),
+        stager_(*pool_,
                 cuda::stager_options{.threads = opt.staging_threads, .runtime = opt.runtime}) {}
   async_saver(const async_saver&) = delete;
   async_saver& operator=(const async_saver&) = delete;
@@ -144,7 +153,7 @@ class async_saver {
         return detail::current_exception_error("committing an async save").with_rank(f.comm.rank());
       }
     }();
-    pool_.reset();
+    pool_->reset();
     committed_seq_ = f.seq;
     spare_plan_ = std::move(f.plan);
     flight_.reset();
@@ -155,7 +164,7 @@ class async_saver {
   /// Whether a save was started and not yet committed.
   bool in_flight() const noexcept { return flight_.has_value(); }
   /// The staging pool (its capacity and allocation count show the reuse).
-  const cuda::staging_pool& pool() const noexcept { return pool_; }
+  const cuda::staging_pool& pool() const noexcept { return *pool_; }
   /// Whether staging copies device memory through CUDA (a usable device).
   bool device_enabled() const noexcept { return stager_.device_enabled(); }
 
@@ -207,7 +216,7 @@ class async_saver {
       which.push_back(i);
     }
     std::optional<error> stage_failure;
-    pool_.reset();
+    pool_->reset();
     if (auto staged = stager_.stage(items); !staged) {
       stage_failure = std::move(staged).err();
     } else {
@@ -217,7 +226,7 @@ class async_saver {
     // Staging is local; a failure on one rank must stop every rank before anything is written.
     if (stage_failure) stage_failure = std::move(*stage_failure).with_rank(comm.rank());
     if (auto f = agree(comm, stage_failure).first_failure()) {
-      pool_.reset();
+      pool_->reset();
       return std::move(*f);
     }
     const auto t2 = clock::now();
@@ -253,7 +262,8 @@ class async_saver {
   }
 
   async_saver_options opt_;
-  cuda::staging_pool pool_;
+  std::optional<cuda::staging_pool> own_pool_;
+  cuda::staging_pool* pool_;
   cuda::stager stager_;
   buffer_pool buffers_;
   std::optional<flight> flight_;

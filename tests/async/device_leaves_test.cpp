@@ -104,3 +104,47 @@ TEST_CASE("device tensors: repeated saves and loads through one staging pool all
   fake.device_free(dev);
   CHECK(fake.misuse().empty());
 }
+
+TEST_CASE("device tensors: async_saver, save and load share one staging pool, allocated once") {
+  fake_runtime fake;
+  cairn::cuda::staging_pool pool({}, &fake.api());
+  const cairn::shape global{256, 64};
+  std::vector<std::byte> host(256 * 64 * 4);
+  cairn_test::fill_block("w", cairn::dtype::f32, global, cairn::box{{0, 0}, global}, host.data());
+  void* dev = fake.device_malloc(host.size());
+  fake.device_write(dev, host.data(), host.size());
+  cairn::state_dict sd;
+  sd.add("w", cairn::replicated("w", std::span(static_cast<float*>(dev), 256 * 64), global, 0));
+  cairn::memory_storage mem;
+  cairn::single_communicator one;
+  cairn::save_options so;
+  so.cuda_runtime = &fake.api();
+  so.staging = &pool;
+  so.overwrite = true;
+  cairn::load_options lo;
+  lo.cuda_runtime = &fake.api();
+  lo.staging = &pool;
+  cairn::async_saver_options ao;
+  ao.runtime = &fake.api();
+  ao.staging = &pool;
+  cairn::async_saver saver(ao);
+  CHECK(&saver.pool() == &pool);
+  const int allocs_before = fake.stats().host_allocs;
+  for (int i = 0; i < 2; ++i) {
+    auto h = saver.save(sd, mem, one, so);
+    REQUIRE(h);
+    // In flight, the staged bytes are the saver's: a synchronous save through the pool is
+    // refused, not allowed to overwrite them.
+    auto busy = cairn::try_save(sd, mem, one, so);
+    REQUIRE(!busy);
+    CHECK(busy.err().code == cairn::errc::invalid_argument);
+    REQUIRE(h->wait());
+    cairn::save(sd, mem, one, so);
+    cairn::load(sd, mem, one, lo);
+  }
+  CHECK(pool.allocations() == 1);
+  CHECK(fake.stats().host_allocs - allocs_before == 1);
+  CHECK(fake.device_read(dev, host.size()) == host);
+  fake.device_free(dev);
+  CHECK(fake.misuse().empty());
+}
