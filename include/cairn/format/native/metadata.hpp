@@ -290,14 +290,25 @@ inline std::string reseal_metadata_json(std::string_view json) {
 /// with errc::unsupported_version and malformed content with errc::corrupt.
 inline result<checkpoint_metadata> metadata_from_json(std::string_view json,
                                                       const std::string& where,
-                                                      bool allow_unverified = false) {
-  using namespace simdjson;
-  auto corrupt = [&](const std::string& msg) {
-    return make_error(errc::corrupt, "malformed metadata: " + msg).with_file(where);
-  };
-  checkpoint_metadata m;
-  // The document's checksum first: a flipped digit in an offset or a key must not load.
-  if (std::size_t at = json.rfind(metadata_checksum_member); at != std::string_view::npos) {
+                                                      bool allow_unverified = false);
+
+namespace detail {
+
+/// The pieces of `metadata_from_json`, one per record of the document. simdjson reports a
+/// member of the wrong type by throwing `simdjson_error`; `metadata_from_json` catches it.
+class metadata_json_reader {
+ public:
+  metadata_json_reader(const std::string& where, checkpoint_metadata& m) : where_(where), m_(m) {}
+
+  /// errc::corrupt naming the file.
+  error corrupt(const std::string& msg) const {
+    return make_error(errc::corrupt, "malformed metadata: " + msg).with_file(where_);
+  }
+
+  /// The document's checksum, first: a flipped digit in an offset or a key must not load.
+  result<void> check_checksum(std::string_view json) const {
+    std::size_t at = json.rfind(metadata_checksum_member);
+    if (at == std::string_view::npos) return ok();
     std::string_view rest = json.substr(at + metadata_checksum_member.size());
     std::optional<std::uint64_t> want;
     if (rest.size() >= 18 && rest[0] == '"' && rest[17] == '"')
@@ -305,14 +316,15 @@ inline result<checkpoint_metadata> metadata_from_json(std::string_view json,
     if (!want) return corrupt("unreadable metadata_checksum");
     if (checksum(std::as_bytes(std::span(json.data(), at))) != *want)
       return make_error(errc::corrupt,
-                        "metadata checksum mismatch: metadata.json was changed or "
-                        "damaged after it was written")
-          .with_file(where);
+                        "metadata checksum mismatch: metadata.json was changed or damaged after "
+                        "it was written")
+          .with_file(where_);
+    return ok();
   }
-  try {
-    dom::parser parser;
-    padded_string padded(json);
-    dom::element doc = parser.parse(padded);
+
+  /// format, version, world_size, save_id, block_size and the checksum algorithm (a foreign
+  /// layout's description, `allow_unverified`, carries none, and its inline common values).
+  result<void> header(simdjson::dom::element doc, bool allow_unverified) {
     if (std::string_view(doc["format"]) != "cairn") return corrupt("\"format\" is not \"cairn\"");
     std::int64_t version = doc["version"];
     if (version > format_version)
@@ -320,198 +332,209 @@ inline result<checkpoint_metadata> metadata_from_json(std::string_view json,
                         "checkpoint has format version " + std::to_string(version) +
                             "; this cairn reads versions up to " + std::to_string(format_version) +
                             ": upgrade cairn")
-          .with_file(where);
+          .with_file(where_);
     if (version < 1) return corrupt("bad version " + std::to_string(version));
-    m.version = static_cast<int>(version);
+    m_.version = static_cast<int>(version);
     std::int64_t world = doc["world_size"];
     if (world < 0 || world > (std::int64_t{1} << 30))
       return corrupt("bad world_size " + std::to_string(world));
-    m.world_size = static_cast<int>(world);
-    m.save_id = std::string(std::string_view(doc["save_id"]));
-    m.block_size = std::uint64_t(doc["block_size"]);
-    // A common value's "kind" and "dtype" members.
-    auto kind_and_dtype = [&](dom::element v, std::string_view path, common_kind& kind,
-                              dtype& type) -> std::optional<error> {
-      std::string_view k = v["kind"];
-      if (k == "scalar")
-        kind = common_kind::scalar;
-      else if (k == "vector")
-        kind = common_kind::vector;
-      else if (k == "string")
-        kind = common_kind::string;
-      else
-        return corrupt("unknown common kind '" + std::string(k) + "'");
-      auto dt = dtype_from_name(std::string_view(v["dtype"]));
-      if (!dt) return corrupt("unknown dtype for common value '" + std::string(path) + "'");
-      type = *dt;
-      return std::nullopt;
-    };
+    m_.world_size = static_cast<int>(world);
+    m_.save_id = std::string(std::string_view(doc["save_id"]));
+    m_.block_size = std::uint64_t(doc["block_size"]);
     std::string_view checksum_name = doc["checksum"];
     if (checksum_name == "none" && allow_unverified) {
       // A foreign layout described in cairn's terms (what load broadcasts): no checksums.
       std::string_view layout = doc["layout"];
       if (layout == "cairn") return corrupt("the native layout without checksums");
-      m.layout = std::string(layout);
-      dom::object ic;
-      if (doc["inline_commons"].get(ic) == SUCCESS)
-        for (auto [k, v] : ic) {
-          common_value c;
-          if (auto bad_kind = kind_and_dtype(v, k, c.kind, c.type)) return std::move(*bad_kind);
-          std::string_view hex = v["hex"];
-          auto nibble = [](char h) {
-            return h >= '0' && h <= '9'   ? h - '0'
-                   : h >= 'a' && h <= 'f' ? h - 'a' + 10
-                   : h >= 'A' && h <= 'F' ? h - 'A' + 10
-                                          : -1;
-          };
-          if (hex.size() % 2)
-            return corrupt("odd-length hex for common value '" + std::string(k) + "'");
-          for (std::size_t i = 0; i + 1 < hex.size(); i += 2) {
-            int hi = nibble(hex[i]), lo = nibble(hex[i + 1]);
-            if (hi < 0 || lo < 0)
-              return corrupt("bad hex for common value '" + std::string(k) + "'");
-            c.data.push_back(static_cast<std::byte>(hi * 16 + lo));
-          }
-          m.inline_commons.emplace(std::string(k), std::move(c));
-        }
+      m_.layout = std::string(layout);
+      simdjson::dom::object ic;
+      if (doc["inline_commons"].get(ic) == simdjson::SUCCESS)
+        for (auto [k, v] : ic) CAIRN_TRY(inline_common(k, v));
     } else if (checksum_name != "xxh3-64") {
       return make_error(errc::unsupported_version,
                         "checksum algorithm '" + std::string(checksum_name) +
                             "' is not supported (this cairn knows xxh3-64)")
-          .with_file(where);
+          .with_file(where_);
     }
-    if (m.block_size == 0 || m.block_size > max_block_size)
-      return corrupt("block_size " + std::to_string(m.block_size) + " is outside [1, " +
+    if (m_.block_size == 0 || m_.block_size > max_block_size)
+      return corrupt("block_size " + std::to_string(m_.block_size) + " is outside [1, " +
                      std::to_string(max_block_size) + "]");
-    auto ints = [](dom::element e) {
-      shape s;
-      for (dom::element v : dom::array(e)) s.push_back(std::int64_t(v));
-      return s;
+    return ok();
+  }
+
+  /// One of a foreign layout's inline common values: kind, dtype and hex bytes.
+  result<void> inline_common(std::string_view k, simdjson::dom::element v) {
+    common_value c;
+    CAIRN_TRY(kind_and_dtype(v, k, c.kind, c.type));
+    std::string_view hex = v["hex"];
+    auto nibble = [](char h) {
+      return h >= '0' && h <= '9'   ? h - '0'
+             : h >= 'a' && h <= 'f' ? h - 'a' + 10
+             : h >= 'A' && h <= 'F' ? h - 'A' + 10
+                                    : -1;
     };
-    std::string bad;
-    // `blocks`: the checksum count the extent must have (by default one per block).
-    auto read_extent = [&](dom::object e, std::int64_t blocks = -1) {
-      extent x;
-      std::uint64_t file = e["file"];
-      if (file > std::numeric_limits<std::uint32_t>::max()) bad = "file index out of range";
-      x.file = static_cast<std::uint32_t>(file);
-      x.byte_offset = std::uint64_t(e["byte_offset"]);
-      x.nbytes = std::uint64_t(e["bytes"]);
-      for (dom::element c : dom::array(e["checksums"])) {
-        auto v = parse_checksum_hex(std::string_view(c));
-        if (!v) bad = "bad checksum string";
-        x.checksums.push_back(v.value_or(0));
+    if (hex.size() % 2) return corrupt("odd-length hex for common value '" + std::string(k) + "'");
+    for (std::size_t i = 0; i + 1 < hex.size(); i += 2) {
+      int hi = nibble(hex[i]), lo = nibble(hex[i + 1]);
+      if (hi < 0 || lo < 0) return corrupt("bad hex for common value '" + std::string(k) + "'");
+      c.data.push_back(static_cast<std::byte>(hi * 16 + lo));
+    }
+    m_.inline_commons.emplace(std::string(k), std::move(c));
+    return ok();
+  }
+
+  /// A common value's "kind" and "dtype" members.
+  result<void> kind_and_dtype(simdjson::dom::element v,
+                              std::string_view path,
+                              common_kind& kind,
+                              dtype& type) const {
+    std::string_view k = v["kind"];
+    if (k == "scalar")
+      kind = common_kind::scalar;
+    else if (k == "vector")
+      kind = common_kind::vector;
+    else if (k == "string")
+      kind = common_kind::string;
+    else
+      return corrupt("unknown common kind '" + std::string(k) + "'");
+    auto dt = dtype_from_name(std::string_view(v["dtype"]));
+    if (!dt) return corrupt("unknown dtype for common value '" + std::string(path) + "'");
+    type = *dt;
+    return ok();
+  }
+
+  /// An extent. `blocks`: the checksum count it must have (by default one per block). Problems
+  /// are collected in `bad()` (reported once the whole document is read).
+  extent read_extent(simdjson::dom::object e, std::int64_t blocks = -1) {
+    extent x;
+    std::uint64_t file = e["file"];
+    if (file > std::numeric_limits<std::uint32_t>::max()) bad_ = "file index out of range";
+    x.file = static_cast<std::uint32_t>(file);
+    x.byte_offset = std::uint64_t(e["byte_offset"]);
+    x.nbytes = std::uint64_t(e["bytes"]);
+    for (simdjson::dom::element c : simdjson::dom::array(e["checksums"])) {
+      auto v = parse_checksum_hex(std::string_view(c));
+      if (!v) bad_ = "bad checksum string";
+      x.checksums.push_back(v.value_or(0));
+    }
+    if (blocks < 0)
+      blocks =
+          static_cast<std::int64_t>(x.nbytes / m_.block_size + (x.nbytes % m_.block_size != 0));
+    std::int64_t data_blocks = blocks;
+    if (!m_.verified()) blocks = 0;
+    if (x.checksums.size() != static_cast<std::uint64_t>(blocks))
+      bad_ = "checksum count does not match the byte count";
+    std::string_view codec;
+    if (e["codec"].get(codec) == simdjson::SUCCESS) {
+      if (codec != "zstd") {
+        bad_ = "unknown codec '" + std::string(codec) + "'";
+        return x;
       }
-      if (blocks < 0)
-        blocks =
-            static_cast<std::int64_t>(x.nbytes / m.block_size + (x.nbytes % m.block_size != 0));
-      std::int64_t data_blocks = blocks;
-      if (!m.verified()) blocks = 0;
-      if (x.checksums.size() != static_cast<std::uint64_t>(blocks))
-        bad = "checksum count does not match the byte count";
-      std::string_view codec;
-      if (e["codec"].get(codec) == SUCCESS) {
-        if (codec != "zstd") {
-          bad = "unknown codec '" + std::string(codec) + "'";
-          return x;
-        }
-        for (dom::element v : dom::array(e["block_offsets"]))
-          x.block_offsets.push_back(std::uint64_t(v));
-        for (dom::element v : dom::array(e["block_stored"]))
-          x.block_stored.push_back(std::uint64_t(v));
-        if (x.block_offsets.size() != static_cast<std::uint64_t>(data_blocks) ||
-            x.block_stored.size() != x.block_offsets.size() || x.block_stored.empty())
-          bad = "block_offsets / block_stored do not match the block count";
-      }
-      return x;
-    };
-    for (dom::object f : dom::array(doc["files"])) {
+      for (simdjson::dom::element v : simdjson::dom::array(e["block_offsets"]))
+        x.block_offsets.push_back(std::uint64_t(v));
+      for (simdjson::dom::element v : simdjson::dom::array(e["block_stored"]))
+        x.block_stored.push_back(std::uint64_t(v));
+      if (x.block_offsets.size() != static_cast<std::uint64_t>(data_blocks) ||
+          x.block_stored.size() != x.block_offsets.size() || x.block_stored.empty())
+        bad_ = "block_offsets / block_stored do not match the block count";
+    }
+    return x;
+  }
+
+  /// The `files` list and the content metadata.
+  result<void> files(simdjson::dom::element doc) {
+    for (simdjson::dom::object f : simdjson::dom::array(doc["files"])) {
       file_record r;
       r.name = std::string(std::string_view(f["name"]));
       std::int64_t rank = f["rank"];
       if (rank < 0 || rank > (std::int64_t{1} << 30)) return corrupt("bad file rank");
       r.rank = static_cast<int>(rank);
       r.nbytes = std::uint64_t(f["bytes"]);
-      m.files.push_back(std::move(r));
+      m_.files.push_back(std::move(r));
     }
-    for (auto [k, v] : dom::object(doc["content_metadata"]))
-      m.content_metadata.emplace(std::string(k), std::string(std::string_view(v)));
-    for (auto [k, v] : dom::object(doc["tensors"])) {
-      tensor_record t;
-      auto dt = dtype_from_name(std::string_view(v["dtype"]));
-      if (!dt) return corrupt("unknown dtype for tensor '" + std::string(k) + "'");
-      t.type = *dt;
-      t.global_shape = ints(v["shape"]);
-      if (!checked_numel(t.global_shape, dtype_size(t.type)))
-        return corrupt("tensor '" + std::string(k) +
-                       "' has a negative extent or more than 2^62 bytes");
-      for (dom::object c : dom::array(v["chunks"])) {
-        chunk_record cr;
-        cr.region.offset = ints(c["offset"]);
-        cr.region.size = ints(c["shape"]);
-        if (cr.region.offset.size() != t.global_shape.size() ||
-            cr.region.size.size() != t.global_shape.size())
-          return corrupt("chunk rank differs from tensor rank for '" + std::string(k) + "'");
-        // Inside the tensor before anything is computed from it (sizes then cannot overflow).
-        for (std::size_t a = 0; a < t.global_shape.size(); ++a)
-          if (cr.region.offset[a] < 0 || cr.region.size[a] < 0 ||
-              cr.region.size[a] > t.global_shape[a] ||
-              cr.region.offset[a] > t.global_shape[a] - cr.region.size[a])
-            return corrupt("chunk " + cr.region.str() + " of '" + std::string(k) +
-                           "' lies outside the tensor");
-        dom::element tiles;
-        if (c["tiles"].get(tiles) == SUCCESS) {
-          if (!m.verified()) return corrupt("an unverified layout has tiled chunks");
-          cr.tiles = ints(tiles);
-          if (cr.tiles.size() != cr.region.size.size())
-            return corrupt("tile counts of a chunk of '" + std::string(k) +
-                           "' have the wrong rank");
-          for (std::size_t a = 0; a < cr.tiles.size(); ++a)
-            if (cr.tiles[a] < 1 || cr.region.size[a] < 0 ||
-                (cr.region.size[a] > 0 && cr.tiles[a] > cr.region.size[a]))
-              return corrupt("bad tile counts for a chunk of '" + std::string(k) + "'");
-        }
-        cr.where = read_extent(c, cr.tiles.empty() ? -1 : tile_count(cr.region, cr.tiles));
-        t.chunks.push_back(std::move(cr));
-      }
-      m.tensors.emplace(std::string(k), std::move(t));
+    for (auto [k, v] : simdjson::dom::object(doc["content_metadata"]))
+      m_.content_metadata.emplace(std::string(k), std::string(std::string_view(v)));
+    return ok();
+  }
+
+  /// One chunk of tensor `k`: its box inside the tensor, its tiles, its extent.
+  result<chunk_record> chunk(std::string_view k, const tensor_record& t, simdjson::dom::object c) {
+    chunk_record cr;
+    cr.region.offset = ints(c["offset"]);
+    cr.region.size = ints(c["shape"]);
+    if (cr.region.offset.size() != t.global_shape.size() ||
+        cr.region.size.size() != t.global_shape.size())
+      return corrupt("chunk rank differs from tensor rank for '" + std::string(k) + "'");
+    // Inside the tensor before anything is computed from it (sizes then cannot overflow).
+    for (std::size_t a = 0; a < t.global_shape.size(); ++a)
+      if (cr.region.offset[a] < 0 || cr.region.size[a] < 0 ||
+          cr.region.size[a] > t.global_shape[a] ||
+          cr.region.offset[a] > t.global_shape[a] - cr.region.size[a])
+        return corrupt("chunk " + cr.region.str() + " of '" + std::string(k) +
+                       "' lies outside the tensor");
+    simdjson::dom::element tiles;
+    if (c["tiles"].get(tiles) == simdjson::SUCCESS) {
+      if (!m_.verified()) return corrupt("an unverified layout has tiled chunks");
+      cr.tiles = ints(tiles);
+      if (cr.tiles.size() != cr.region.size.size())
+        return corrupt("tile counts of a chunk of '" + std::string(k) + "' have the wrong rank");
+      for (std::size_t a = 0; a < cr.tiles.size(); ++a)
+        if (cr.tiles[a] < 1 || cr.region.size[a] < 0 ||
+            (cr.region.size[a] > 0 && cr.tiles[a] > cr.region.size[a]))
+          return corrupt("bad tile counts for a chunk of '" + std::string(k) + "'");
     }
-    for (auto [k, v] : dom::object(doc["objects"])) {
+    cr.where = read_extent(c, cr.tiles.empty() ? -1 : tile_count(cr.region, cr.tiles));
+    return cr;
+  }
+
+  /// One tensor record: dtype, shape (checked against overflow) and chunks.
+  result<void> tensor(std::string_view k, simdjson::dom::element v) {
+    tensor_record t;
+    auto dt = dtype_from_name(std::string_view(v["dtype"]));
+    if (!dt) return corrupt("unknown dtype for tensor '" + std::string(k) + "'");
+    t.type = *dt;
+    t.global_shape = ints(v["shape"]);
+    if (!checked_numel(t.global_shape, dtype_size(t.type)))
+      return corrupt("tensor '" + std::string(k) +
+                     "' has a negative extent or more than 2^62 bytes");
+    for (simdjson::dom::object c : simdjson::dom::array(v["chunks"])) {
+      CAIRN_TRY_ASSIGN(chunk_record cr, chunk(k, t, c));
+      t.chunks.push_back(std::move(cr));
+    }
+    m_.tensors.emplace(std::string(k), std::move(t));
+    return ok();
+  }
+
+  /// The sharded objects and the common state with its values.
+  result<void> objects_and_common(simdjson::dom::element doc) {
+    for (auto [k, v] : simdjson::dom::object(doc["objects"])) {
       object_record r;
       r.key = std::string(std::string_view(v["key"]));
       r.global_shape = ints(v["global_shape"]);
       r.global_offset = ints(v["global_offset"]);
-      r.where = read_extent(dom::object(v));
-      m.objects.emplace(std::string(k), std::move(r));
+      r.where = read_extent(simdjson::dom::object(v));
+      m_.objects.emplace(std::string(k), std::move(r));
     }
-    dom::element common = doc["common"];
-    if (!common.is_null()) {
-      m.common = read_extent(dom::object(common));
-      for (auto [k, v] : dom::object(common["values"])) {
-        common_record c;
-        if (auto bad_kind = kind_and_dtype(v, k, c.kind, c.type)) return std::move(*bad_kind);
-        c.offset = std::uint64_t(v["offset"]);
-        c.nbytes = std::uint64_t(v["bytes"]);
-        m.commons.emplace(std::string(k), c);
-      }
+    simdjson::dom::element common = doc["common"];
+    if (common.is_null()) return ok();
+    m_.common = read_extent(simdjson::dom::object(common));
+    for (auto [k, v] : simdjson::dom::object(common["values"])) {
+      common_record c;
+      CAIRN_TRY(kind_and_dtype(v, k, c.kind, c.type));
+      c.offset = std::uint64_t(v["offset"]);
+      c.nbytes = std::uint64_t(v["bytes"]);
+      m_.commons.emplace(std::string(k), c);
     }
-    if (!bad.empty()) return corrupt(bad);
-    // Every extent must lie inside its file, and every chunk inside its tensor with exactly
-    // the bytes its box holds: a reader copies chunks into user memory on these numbers.
-    auto check_extent = [&](const extent& e) {
-      if (e.file >= m.files.size()) return false;
-      const std::uint64_t size = m.files[e.file].nbytes;
-      if (!e.compressed()) return e.byte_offset <= size && e.nbytes <= size - e.byte_offset;
-      for (std::size_t b = 0; b < e.block_stored.size(); ++b) {
-        if (e.block_stored[b] > m.block_size || e.block_offsets[b] > size ||
-            e.block_stored[b] > size - e.block_offsets[b])
-          return false;
-      }
-      return true;
-    };
-    for (const auto& [k, t] : m.tensors) {
+    return ok();
+  }
+
+  /// Every extent must lie inside its file, and every chunk inside its tensor with exactly the
+  /// bytes its box holds: a reader copies chunks into user memory on these numbers.
+  result<void> check_bounds() const {
+    if (!bad_.empty()) return corrupt(bad_);
+    for (const auto& [k, t] : m_.tensors) {
       for (const auto& c : t.chunks) {
-        if (!check_extent(c.where)) return corrupt("a chunk of '" + k + "' lies outside its file");
+        if (!inside_file(c.where)) return corrupt("a chunk of '" + k + "' lies outside its file");
         if (c.where.nbytes != static_cast<std::uint64_t>(c.region.volume()) * dtype_size(t.type))
           return corrupt(
               "chunk " + c.region.str() + " of '" + k + "' has " + std::to_string(c.where.nbytes) +
@@ -519,8 +542,12 @@ inline result<checkpoint_metadata> metadata_from_json(std::string_view json,
               std::to_string(c.region.volume() * static_cast<std::int64_t>(dtype_size(t.type))));
       }
     }
-    // Readers see every tile as a chunk of its own, with its one checksum.
-    for (auto& [k, t] : m.tensors) {
+    return ok();
+  }
+
+  /// Readers see every tile as a chunk of its own, with its one checksum.
+  result<void> flatten_tiles() {
+    for (auto& [k, t] : m_.tensors) {
       if (std::none_of(t.chunks.begin(), t.chunks.end(),
                        [](const chunk_record& c) { return !c.tiles.empty(); }))
         continue;
@@ -534,9 +561,10 @@ inline result<checkpoint_metadata> metadata_from_json(std::string_view json,
         std::size_t i = 0;
         bool too_big = false;
         const std::size_t es = dtype_size(t.type);  // not `t` in the lambda: clang < 16
+        const std::uint64_t block_size = m_.block_size;
         for_each_tile(c.region, c.tiles, [&](const box& tile) {
           std::uint64_t n = static_cast<std::uint64_t>(tile.volume()) * es;
-          too_big = too_big || n > m.block_size;
+          too_big = too_big || n > block_size;
           extent te{c.where.file, off, n, {c.where.checksums[i]}, {}, {}};
           if (c.where.compressed()) {
             te.byte_offset = c.where.block_offsets[i];
@@ -553,16 +581,65 @@ inline result<checkpoint_metadata> metadata_from_json(std::string_view json,
       }
       t.chunks = std::move(flat);
     }
-    for (const auto& [k, o] : m.objects)
-      if (!check_extent(o.where)) return corrupt("object '" + k + "' lies outside its file");
-    if (m.common) {
-      if (!check_extent(*m.common)) return corrupt("common state lies outside its file");
-      for (const auto& [k, c] : m.commons)
-        if (c.offset > m.common->nbytes || c.nbytes > m.common->nbytes - c.offset)
-          return corrupt("common value '" + k + "' lies outside the common state");
+    return ok();
+  }
+
+  /// Objects and the common state inside their files; common values inside the common state.
+  result<void> check_objects_and_common() const {
+    for (const auto& [k, o] : m_.objects)
+      if (!inside_file(o.where)) return corrupt("object '" + k + "' lies outside its file");
+    if (!m_.common) return ok();
+    if (!inside_file(*m_.common)) return corrupt("common state lies outside its file");
+    for (const auto& [k, c] : m_.commons)
+      if (c.offset > m_.common->nbytes || c.nbytes > m_.common->nbytes - c.offset)
+        return corrupt("common value '" + k + "' lies outside the common state");
+    return ok();
+  }
+
+ private:
+  static shape ints(simdjson::dom::element e) {
+    shape s;
+    for (simdjson::dom::element v : simdjson::dom::array(e)) s.push_back(std::int64_t(v));
+    return s;
+  }
+  bool inside_file(const extent& e) const {
+    if (e.file >= m_.files.size()) return false;
+    const std::uint64_t size = m_.files[e.file].nbytes;
+    if (!e.compressed()) return e.byte_offset <= size && e.nbytes <= size - e.byte_offset;
+    for (std::size_t b = 0; b < e.block_stored.size(); ++b) {
+      if (e.block_stored[b] > m_.block_size || e.block_offsets[b] > size ||
+          e.block_stored[b] > size - e.block_offsets[b])
+        return false;
     }
-  } catch (const simdjson_error& e) {
-    return corrupt(e.what());
+    return true;
+  }
+
+  const std::string& where_;
+  checkpoint_metadata& m_;
+  std::string bad_;
+};
+
+}  // namespace detail
+
+inline result<checkpoint_metadata> metadata_from_json(std::string_view json,
+                                                      const std::string& where,
+                                                      bool allow_unverified) {
+  checkpoint_metadata m;
+  detail::metadata_json_reader r(where, m);
+  CAIRN_TRY(r.check_checksum(json));
+  try {
+    simdjson::dom::parser parser;
+    simdjson::padded_string padded(json);
+    simdjson::dom::element doc = parser.parse(padded);
+    CAIRN_TRY(r.header(doc, allow_unverified));
+    CAIRN_TRY(r.files(doc));
+    for (auto [k, v] : simdjson::dom::object(doc["tensors"])) CAIRN_TRY(r.tensor(k, v));
+    CAIRN_TRY(r.objects_and_common(doc));
+    CAIRN_TRY(r.check_bounds());
+    CAIRN_TRY(r.flatten_tiles());
+    CAIRN_TRY(r.check_objects_and_common());
+  } catch (const simdjson::simdjson_error& e) {
+    return r.corrupt(e.what());
   }
   return m;
 }
