@@ -75,3 +75,62 @@ TEST_CASE("preprocess_common drops values that may differ before the cross-rank 
   });
   CHECK(cairn::load_common(mem).value().at("hostname").as<std::string>() == "node0");
 }
+
+namespace {
+/// A typed tree holding one f64 tensor (at namespace scope: a local class cannot hold the
+/// static `fields` member).
+struct f64_state {
+  cairn::sharded_tensor<double> w;
+  static constexpr auto fields = cairn::field_names("w");
+};
+}  // namespace
+
+TEST_CASE("a typed sharded_tensor<T> saves as T's dtype whatever its type field says") {
+  std::vector<double> data{1.5, -2.25, 3.0, 4.125};
+  f64_state s;
+  s.w.key = "w";
+  s.w.type = cairn::dtype::f32;  // wrong, and never consulted for a typed tensor
+  s.w.local_shape = s.w.global_shape = {4};
+  s.w.global_offset = {0};
+  s.w.data = data;
+  cairn::memory_storage mem;
+  cairn::single_communicator one;
+  cairn::save(s, mem, one);
+  auto t = cairn::load_tensors(mem, {"w"}).value();
+  CHECK(t.at("w").type == cairn::dtype::f64);
+  auto back = t.at("w").as<double>();
+  CHECK(std::vector<double>(back.begin(), back.end()) == data);
+  cairn::state_dict sd;
+  sd.add("w", s.w);  // the conversion to sharded_tensor<> takes T's dtype too
+  CHECK(std::get<cairn::sharded_tensor<>>(*sd.find("w")).type == cairn::dtype::f64);
+}
+
+TEST_CASE("from_rank_offsets with splits built at run time, and from_rank_offsets_flat") {
+  // A [4, 6] f32 tensor: 2 tensor-parallel row blocks, each held by 2 ranks of a distributed
+  // optimizer as flat halves; the splits come from a vector built at run time.
+  const cairn::shape global{4, 6};
+  cairn::memory_storage mem;
+  cairn::run_ranks(4, [&](cairn::thread_communicator& comm) {
+    const int tp = comm.rank() / 2, half = comm.rank() % 2;
+    std::vector<cairn::axis_split> splits;
+    splits.push_back({0, tp, 2});
+    std::vector<std::byte> block(2 * 6 * 4);
+    cairn_test::fill_block("w", cairn::dtype::f32, global, cairn::box{{2 * tp, 0}, {2, 6}},
+                           block.data());
+    std::vector<float> mine(6);
+    std::memcpy(mine.data(), block.data() + half * 6 * 4, 6 * 4);
+    auto w = cairn::from_rank_offsets_flat("w", std::span(mine), {2, 6}, splits,
+                                           cairn::flat_range{6 * half, 6 * half + 6});
+    auto same = cairn::from_rank_offsets("w", std::span(mine), {2, 6}, {{0, tp, 2}});
+    CHECK(w.global_shape == same.global_shape);
+    CHECK(w.global_offset == same.global_offset);
+    CHECK(w.axis_fragmentations == same.axis_fragmentations);
+    cairn::state_dict sd;
+    sd.add("w", w);
+    cairn::save(sd, mem, comm);
+  });
+  auto t = cairn::load_tensors(mem, {"w"}).value();
+  std::vector<std::byte> want(4 * 6 * 4);
+  cairn_test::fill_block("w", cairn::dtype::f32, global, cairn::box{{0, 0}, global}, want.data());
+  CHECK(t.at("w").data == want);
+}

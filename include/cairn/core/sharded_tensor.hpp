@@ -144,6 +144,10 @@ struct sharded_tensor : tensor_layout {
                 "float, double, cairn::f16, cairn::bf16, cairn::f8_e4m3, cairn::f8_e5m2)");
   std::span<T> data;  ///< the user's memory: data_numel() elements, row-major
 
+  /// The element type. It fixes the dtype: the inherited `type` field is ignored for typed
+  /// tensors (visiting and the conversion to `sharded_tensor<>` take `dtype_of<T>`).
+  using value_type = T;
+
   /// The data as raw bytes.
   std::span<std::byte> raw() const noexcept { return std::as_writable_bytes(data); }
   /// The dynamically typed view of the same piece.
@@ -154,6 +158,8 @@ struct sharded_tensor : tensor_layout {
 template <>
 struct sharded_tensor<void> : tensor_layout {
   std::span<std::byte> data;  ///< the user's memory: data_numel() * dtype_size(type) bytes
+  /// No static element type: the dtype is the `type` field.
+  using value_type = void;
 
   std::span<std::byte> raw() const noexcept { return data; }
 };
@@ -162,6 +168,7 @@ template <class T>
 sharded_tensor<T>::operator sharded_tensor<void>() const {
   sharded_tensor<void> d;
   static_cast<tensor_layout&>(d) = *this;
+  d.type = dtype_of<T>;
   d.data = raw();
   return d;
 }
@@ -181,11 +188,13 @@ struct axis_split {
 ///
 ///     auto w = cairn::from_rank_offsets("layer0.w", std::span(buf), {1024, 256},
 ///                                       {{1, tp_rank, tp_size}});
+///
+/// The splits may also be built at run time (`std::vector<axis_split>`, any contiguous range).
 template <element_type T>
 sharded_tensor<T> from_rank_offsets(std::string key,
                                     std::span<T> data,
                                     shape local_shape,
-                                    std::initializer_list<axis_split> splits,
+                                    std::span<const axis_split> splits,
                                     int replica_id = 0,
                                     int prepend_axis_num = 0) {
   sharded_tensor<T> t;
@@ -212,6 +221,49 @@ sharded_tensor<T> from_rank_offsets(std::string key,
   t.replica_id = replica_id;
   t.data = data;
   return t;
+}
+
+/// `from_rank_offsets` with the splits written in place: `{{axis, index, count}, ...}`.
+template <element_type T>
+sharded_tensor<T> from_rank_offsets(std::string key,
+                                    std::span<T> data,
+                                    shape local_shape,
+                                    std::initializer_list<axis_split> splits,
+                                    int replica_id = 0,
+                                    int prepend_axis_num = 0) {
+  return from_rank_offsets(std::move(key), data, std::move(local_shape),
+                           std::span<const axis_split>(splits.begin(), splits.size()), replica_id,
+                           prepend_axis_num);
+}
+
+/// Like Megatron's `ShardedTensor.from_rank_offsets_flat`: the block is described as by
+/// `from_rank_offsets`, but `data` holds only the elements `range` of the block flattened
+/// row-major (a distributed optimizer's slice of a parameter). Ranks holding the other slices
+/// of the same block pass the same splits and their own ranges; each slice is a main copy.
+template <element_type T>
+sharded_tensor<T> from_rank_offsets_flat(std::string key,
+                                         std::span<T> data,
+                                         shape local_shape,
+                                         std::span<const axis_split> splits,
+                                         flat_range range,
+                                         int prepend_axis_num = 0) {
+  sharded_tensor<T> t =
+      from_rank_offsets(std::move(key), data, std::move(local_shape), splits, 0, prepend_axis_num);
+  t.flattened_range = range;
+  return t;
+}
+
+/// `from_rank_offsets_flat` with the splits written in place.
+template <element_type T>
+sharded_tensor<T> from_rank_offsets_flat(std::string key,
+                                         std::span<T> data,
+                                         shape local_shape,
+                                         std::initializer_list<axis_split> splits,
+                                         flat_range range,
+                                         int prepend_axis_num = 0) {
+  return from_rank_offsets_flat(std::move(key), data, std::move(local_shape),
+                                std::span<const axis_split>(splits.begin(), splits.size()), range,
+                                prepend_axis_num);
 }
 
 /// Describes an arbitrary (possibly uneven) block: `global_offset` and `global_shape` given

@@ -119,6 +119,8 @@ struct flattener {
       tensor_leaf leaf;
       leaf.path = path;
       leaf.layout = static_cast<const tensor_layout&>(v);
+      if constexpr (!std::is_void_v<typename T::value_type>)
+        leaf.layout.type = dtype_of<typename T::value_type>;  // a typed tensor's dtype is T's
       if (leaf.layout.key.empty()) leaf.layout.key = path;
       auto raw = v.raw();
       leaf.data = raw.data();
