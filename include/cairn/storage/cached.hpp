@@ -23,10 +23,10 @@
 #include <vector>
 
 #include "cairn/core/error.hpp"
-#include "cairn/storage/detail/names.hpp"
 #include "cairn/storage/detail/posix.hpp"
 #include "cairn/storage/file.hpp"
 #include "cairn/storage/memory.hpp"
+#include "cairn/storage/names.hpp"
 #include "cairn/storage/storage.hpp"
 
 namespace cairn {
@@ -177,7 +177,7 @@ class cached_storage {
   /// Fills `out` from the local copy of `name` (downloaded whole on first use); errc::corrupt
   /// "truncated" when the object is shorter, errc::not_found when it is missing.
   result<void> read(std::string_view name, std::uint64_t offset, std::span<std::byte> out) {
-    CAIRN_TRY(detail::check_name(name));
+    CAIRN_TRY(check_object_name(name));
     auto e = state_->entry(name);
     if (!e->ready.load()) {
       std::lock_guard lock(e->mu);

@@ -25,8 +25,8 @@
 #include <vector>
 
 #include "cairn/core/error.hpp"
-#include "cairn/storage/detail/names.hpp"
 #include "cairn/storage/detail/posix.hpp"
+#include "cairn/storage/names.hpp"
 #include "cairn/storage/storage.hpp"
 
 namespace cairn {
@@ -225,7 +225,7 @@ class file_storage {
 
   /// Atomically replaces (or creates) `name` with `data`, durably (see the class comment).
   result<void> put(std::string_view name, std::span<const std::byte> data) {
-    CAIRN_TRY(detail::check_name(name));
+    CAIRN_TRY(check_object_name(name));
     std::filesystem::path path = full_path(name);
     std::string dir = path.parent_path().string();
     CAIRN_TRY(make_dirs(dir));
@@ -266,7 +266,7 @@ class file_storage {
   /// Creates (or truncates) `name` and returns a writer for parallel positioned writes into it.
   /// The writer owns its fd and may outlive this storage.
   result<std::unique_ptr<object_writer>> open_writer(std::string_view name) {
-    CAIRN_TRY(detail::check_name(name));
+    CAIRN_TRY(check_object_name(name));
     std::filesystem::path path = full_path(name);
     std::string dir = path.parent_path().string();
     CAIRN_TRY(make_dirs(dir));
@@ -282,7 +282,7 @@ class file_storage {
   /// errc::corrupt "truncated" error whose `offset` is the byte where data ran out; a missing file
   /// is errc::not_found.
   result<void> read(std::string_view name, std::uint64_t offset, std::span<std::byte> out) const {
-    CAIRN_TRY(detail::check_name(name));
+    CAIRN_TRY(check_object_name(name));
     std::string p = describe(name);
     if (out.size() > detail::max_file_offset || offset > detail::max_file_offset - out.size()) {
       error e = make_error(errc::invalid_argument, "read range overflows a file offset");
@@ -318,7 +318,7 @@ class file_storage {
 
   /// The size in bytes of `name`; errc::not_found when there is no such file.
   result<std::uint64_t> size(std::string_view name) const {
-    CAIRN_TRY(detail::check_name(name));
+    CAIRN_TRY(check_object_name(name));
     std::string p = describe(name);
     struct stat st {};
     if (::stat(p.c_str(), &st) != 0)
@@ -329,7 +329,7 @@ class file_storage {
 
   /// Whether `name` exists as a regular file (directories are not objects).
   result<bool> exists(std::string_view name) const {
-    CAIRN_TRY(detail::check_name(name));
+    CAIRN_TRY(check_object_name(name));
     std::string p = describe(name);
     struct stat st {};
     if (::stat(p.c_str(), &st) != 0) {
@@ -344,7 +344,7 @@ class file_storage {
   /// that does not exist yet lists as empty.
   result<std::vector<std::string>> list(std::string_view prefix) const {
     namespace fs = std::filesystem;
-    CAIRN_TRY(detail::check_prefix(prefix));
+    CAIRN_TRY(check_list_prefix(prefix));
     std::size_t slash = prefix.rfind('/');
     std::string dirpart(slash == std::string_view::npos ? std::string_view()
                                                         : prefix.substr(0, slash));
@@ -377,7 +377,7 @@ class file_storage {
 
   /// Deletes `name`; errc::not_found when there is no such file.
   result<void> remove(std::string_view name) {
-    CAIRN_TRY(detail::check_name(name));
+    CAIRN_TRY(check_object_name(name));
     std::string p = describe(name);
     cache_->erase(std::string(name));
     if (::unlink(p.c_str()) != 0) {
@@ -392,7 +392,7 @@ class file_storage {
   /// would be removed under it, failing that put.
   result<std::size_t> remove_temporaries(std::string_view prefix) {
     namespace fs = std::filesystem;
-    CAIRN_TRY(detail::check_prefix(prefix));
+    CAIRN_TRY(check_list_prefix(prefix));
     std::error_code ec;
     if (!fs::is_directory(root_, ec)) return std::size_t{0};
     std::size_t removed = 0;
@@ -418,7 +418,7 @@ class file_storage {
   /// Flushes `name` to disk and drops it from the OS page cache (posix_fadvise DONTNEED), so a
   /// following read measures the device rather than memory. Not part of the storage concept.
   result<void> drop_cache(std::string_view name) const {
-    CAIRN_TRY(detail::check_name(name));
+    CAIRN_TRY(check_object_name(name));
     std::string p = describe(name);
     int fd = detail::open_retry(p.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) return detail::os_error(detail::lookup_errc(errno), errno, "open", p);

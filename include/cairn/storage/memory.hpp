@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "cairn/core/error.hpp"
-#include "cairn/storage/detail/names.hpp"
+#include "cairn/storage/names.hpp"
 #include "cairn/storage/storage.hpp"
 
 namespace cairn {
@@ -141,7 +141,7 @@ class memory_storage {
 
   /// Atomically replaces (or creates) `name` with a copy of `data`.
   result<void> put(std::string_view name, std::span<const std::byte> data) {
-    CAIRN_TRY(detail::check_name(name));
+    CAIRN_TRY(check_object_name(name));
     store_->publish(name, std::make_shared<const bytes>(data.begin(), data.end()));
     return ok();
   }
@@ -149,7 +149,7 @@ class memory_storage {
   /// A writer whose bytes become the object `name` when `finish()` succeeds; writes at any offset
   /// grow the object (gaps read as zero).
   result<std::unique_ptr<object_writer>> open_writer(std::string_view name) {
-    CAIRN_TRY(detail::check_name(name));
+    CAIRN_TRY(check_object_name(name));
     return std::unique_ptr<object_writer>(
         std::make_unique<detail::memory_writer>(store_, std::string(name)));
   }
@@ -157,7 +157,7 @@ class memory_storage {
   /// Fills `out` with the bytes of `name` from `offset`; errc::corrupt "truncated" when the
   /// object is shorter, errc::not_found when it is missing.
   result<void> read(std::string_view name, std::uint64_t offset, std::span<std::byte> out) const {
-    CAIRN_TRY(detail::check_name(name));
+    CAIRN_TRY(check_object_name(name));
     auto b = store_->find(name);
     if (!b) return missing(name);
     const std::uint64_t size = b->size();
@@ -177,7 +177,7 @@ class memory_storage {
 
   /// The size of `name` in bytes; errc::not_found when missing.
   result<std::uint64_t> size(std::string_view name) const {
-    CAIRN_TRY(detail::check_name(name));
+    CAIRN_TRY(check_object_name(name));
     auto b = store_->find(name);
     if (!b) return missing(name);
     return static_cast<std::uint64_t>(b->size());
@@ -185,13 +185,13 @@ class memory_storage {
 
   /// Whether `name` exists.
   result<bool> exists(std::string_view name) const {
-    CAIRN_TRY(detail::check_name(name));
+    CAIRN_TRY(check_object_name(name));
     return store_->find(name) != nullptr;
   }
 
   /// The sorted names that start with `prefix`.
   result<std::vector<std::string>> list(std::string_view prefix) const {
-    CAIRN_TRY(detail::check_prefix(prefix));
+    CAIRN_TRY(check_list_prefix(prefix));
     std::vector<std::string> names;
     std::lock_guard lock(store_->mu);
     for (auto it = store_->objects.lower_bound(prefix);
@@ -203,7 +203,7 @@ class memory_storage {
 
   /// Deletes `name`; errc::not_found when missing.
   result<void> remove(std::string_view name) {
-    CAIRN_TRY(detail::check_name(name));
+    CAIRN_TRY(check_object_name(name));
     std::lock_guard lock(store_->mu);
     auto it = store_->objects.find(name);
     if (it == store_->objects.end()) return missing(name);

@@ -11,7 +11,7 @@
 #include <utility>
 
 #include "cairn/core/error.hpp"
-#include "cairn/storage/detail/names.hpp"
+#include "cairn/storage/names.hpp"
 
 namespace cairn {
 
@@ -43,9 +43,9 @@ inline result<std::pair<std::string, std::string>> parse_s3_uri(std::string_view
                         "bad bucket name in \"" + std::string(uri) +
                             "\" (S3 bucket names hold letters, digits, '.', '-' and '_')");
   }
-  if (!prefix.empty() && !name_problem(prefix).empty())
+  if (!prefix.empty() && !object_name_problem(prefix).empty())
     return make_error(errc::invalid_argument,
-                      "bad prefix in \"" + std::string(uri) + "\": " + name_problem(prefix));
+                      "bad prefix in \"" + std::string(uri) + "\": " + object_name_problem(prefix));
   return std::pair{bucket, prefix};
 }
 

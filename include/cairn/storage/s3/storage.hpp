@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "cairn/core/error.hpp"
-#include "cairn/storage/detail/names.hpp"
+#include "cairn/storage/names.hpp"
 #include "cairn/storage/s3/client.hpp"
 #include "cairn/storage/s3/endpoint.hpp"
 #include "cairn/storage/s3/options.hpp"
@@ -73,7 +73,7 @@ class s3_storage {
 
   /// Atomically replaces (or creates) `name` with `data` (one PUT).
   result<void> put(std::string_view name, std::span<const std::byte> data) {
-    CAIRN_TRY(detail::check_name(name));
+    CAIRN_TRY(check_object_name(name));
     detail::s3_http_request r;
     r.method = "PUT";
     r.key = c_->key_of(name);
@@ -87,7 +87,7 @@ class s3_storage {
 
   /// A writer whose bytes become the object `name` when `finish()` succeeds.
   result<std::unique_ptr<object_writer>> open_writer(std::string_view name) {
-    CAIRN_TRY(detail::check_name(name));
+    CAIRN_TRY(check_object_name(name));
     return std::unique_ptr<object_writer>(
         std::make_unique<detail::s3_writer>(c_, std::string(name)));
   }
@@ -95,7 +95,7 @@ class s3_storage {
   /// Fills `out` with the bytes of `name` from `offset` (one ranged GET); errc::corrupt
   /// "truncated" when the object is shorter, errc::not_found when it is missing.
   result<void> read(std::string_view name, std::uint64_t offset, std::span<std::byte> out) const {
-    CAIRN_TRY(detail::check_name(name));
+    CAIRN_TRY(check_object_name(name));
     if (out.empty()) {
       CAIRN_TRY_ASSIGN(auto n, size(name));
       if (offset > n) return truncated(name, offset, 0, n);
@@ -135,7 +135,7 @@ class s3_storage {
 
   /// The size of `name` in bytes (HEAD); errc::not_found when missing.
   result<std::uint64_t> size(std::string_view name) const {
-    CAIRN_TRY(detail::check_name(name));
+    CAIRN_TRY(check_object_name(name));
     CAIRN_TRY_ASSIGN(auto resp, head(name));
     if (resp.status != 200) return c_->http_error(resp, "HEAD", c_->key_of(name), name);
     auto it = resp.headers.find("content-length");
@@ -150,7 +150,7 @@ class s3_storage {
 
   /// Whether `name` exists (HEAD).
   result<bool> exists(std::string_view name) const {
-    CAIRN_TRY(detail::check_name(name));
+    CAIRN_TRY(check_object_name(name));
     CAIRN_TRY_ASSIGN(auto resp, head(name));
     if (resp.status == 200) return true;
     if (resp.status == 404) return false;
@@ -159,7 +159,7 @@ class s3_storage {
 
   /// The sorted names that start with `prefix` (ListObjectsV2, every page).
   result<std::vector<std::string>> list(std::string_view prefix) const {
-    CAIRN_TRY(detail::check_prefix(prefix));
+    CAIRN_TRY(check_list_prefix(prefix));
     const std::string kp = c_->key_prefix();
     std::vector<std::string> names;
     std::string token;
@@ -188,7 +188,7 @@ class s3_storage {
 
   /// Deletes `name`; errc::not_found when missing.
   result<void> remove(std::string_view name) {
-    CAIRN_TRY(detail::check_name(name));
+    CAIRN_TRY(check_object_name(name));
     CAIRN_TRY_ASSIGN(bool there, exists(name));
     if (!there) return missing(name);
     detail::s3_http_request r;

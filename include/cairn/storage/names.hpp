@@ -1,4 +1,4 @@
-// cairn/storage/detail/names.hpp: validation of object names shared by every backend, so a
+// cairn/storage/names.hpp: validation of object names shared by every backend (and by yours), so a
 // name rejected by the file backend is rejected by the memory backend too.
 #pragma once
 
@@ -7,14 +7,14 @@
 
 #include "cairn/core/error.hpp"
 
-namespace cairn::detail {
+namespace cairn {
 
 /// Why `name` is not a valid object name, or an empty string when it is valid.
 ///
 /// A valid name is a non-empty relative path with '/' separators whose components are neither
 /// empty, "." nor "..", and which contains no NUL byte: "a/b/c.bin" is valid; "", "/a", "a//b",
 /// "a/", "./a" and "a/../b" are not.
-inline std::string name_problem(std::string_view name) {
+inline std::string object_name_problem(std::string_view name) {
   if (name.empty()) return "an object name must not be empty";
   if (name.find('\0') != std::string_view::npos) return "an object name must not contain NUL";
   if (name.front() == '/') return "an object name must be relative, not absolute";
@@ -34,8 +34,8 @@ inline std::string name_problem(std::string_view name) {
 }
 
 /// Succeeds when `name` is a valid object name, else an errc::invalid_argument error naming it.
-inline result<void> check_name(std::string_view name) {
-  std::string why = name_problem(name);
+inline result<void> check_object_name(std::string_view name) {
+  std::string why = object_name_problem(name);
   if (why.empty()) return ok();
   error e = make_error(errc::invalid_argument, why + ": \"" + std::string(name) + "\"");
   return e;
@@ -44,15 +44,16 @@ inline result<void> check_name(std::string_view name) {
 /// Succeeds when `prefix` may be passed to `list`: empty, or a prefix of a valid name (it may end
 /// in '/' or in a partial component); never absolute, and the components before its last '/' are
 /// valid name components.
-inline result<void> check_prefix(std::string_view prefix) {
+inline result<void> check_list_prefix(std::string_view prefix) {
   if (prefix.empty()) return ok();
   std::size_t slash = prefix.rfind('/');
-  bool bad = prefix.front() == '/' || prefix.find('\0') != std::string_view::npos ||
-             (slash != std::string_view::npos && !name_problem(prefix.substr(0, slash)).empty());
+  bool bad =
+      prefix.front() == '/' || prefix.find('\0') != std::string_view::npos ||
+      (slash != std::string_view::npos && !object_name_problem(prefix.substr(0, slash)).empty());
   if (!bad) return ok();
   return make_error(errc::invalid_argument,
                     "a list prefix must be relative with no empty, '.' or '..' components: \"" +
                         std::string(prefix) + "\"");
 }
 
-}  // namespace cairn::detail
+}  // namespace cairn
