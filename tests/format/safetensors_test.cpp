@@ -1,6 +1,4 @@
 // safetensors: layout, streaming writes, validation of corrupt headers, index files.
-#include "cairn/format/safetensors/file.hpp"
-
 #include <doctest/doctest.h>
 
 #include <cstdlib>
@@ -8,6 +6,7 @@
 #include <filesystem>
 #include <numeric>
 
+#include "cairn/format/safetensors/file.hpp"
 #include "cairn/storage/file.hpp"
 #include "cairn/storage/memory.hpp"
 

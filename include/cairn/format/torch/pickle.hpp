@@ -1,6 +1,6 @@
-// cairn/format/torch/pickle.hpp: a Python pickle reader (protocols 0-5, the binary opcodes torch.save
-// and PyTorch DCP use) producing a generic value tree, and a writer for the values cairn emits.
-// No class is ever executed: GLOBAL/REDUCE/NEWOBJ/BUILD become `object` nodes that keep the
+// cairn/format/torch/pickle.hpp: a Python pickle reader (protocols 0-5, the binary opcodes
+// torch.save and PyTorch DCP use) producing a generic value tree, and a writer for the values cairn
+// emits. No class is ever executed: GLOBAL/REDUCE/NEWOBJ/BUILD become `object` nodes that keep the
 // module, name, arguments and state, so unknown classes and extra fields are tolerated.
 // The reader is safe on hostile input: it never throws, rejects results that contain themselves,
 // nest too deep or expand (through memo sharing) far beyond the input (`load_limits`), and frees
