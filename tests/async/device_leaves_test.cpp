@@ -60,25 +60,41 @@ TEST_CASE("device tensors: save and load through staging memory (fake device)") 
   for (const auto& m : fake.misuse()) MESSAGE(m);
 }
 
-TEST_CASE("device tensors: repeated saves and loads through one staging pool allocate it once") {
+namespace {
+
+/// One [256, 64] f32 tensor in (fake) device memory, a staging pool, and save and load options
+/// that stage through the pool.
+struct pooled_device_state {
   fake_runtime fake;
-  cairn::cuda::staging_pool pool({}, &fake.api());
-  const cairn::shape global{256, 64};
-  std::vector<std::byte> host(256 * 64 * 4);
-  cairn_test::fill_block("w", cairn::dtype::f32, global, cairn::box{{0, 0}, global}, host.data());
-  void* dev = fake.device_malloc(host.size());
-  fake.device_write(dev, host.data(), host.size());
+  cairn::cuda::staging_pool pool{{}, &fake.api()};
+  std::vector<std::byte> host = std::vector<std::byte>(256 * 64 * 4);
+  void* dev = nullptr;
   cairn::state_dict sd;
-  sd.add("w", cairn::replicated("w", std::span(static_cast<float*>(dev), 256 * 64), global, 0));
   cairn::memory_storage mem;
   cairn::single_communicator one;
   cairn::save_options so;
-  so.cuda_runtime = &fake.api();
-  so.staging = &pool;
-  so.overwrite = true;
   cairn::load_options lo;
-  lo.cuda_runtime = &fake.api();
-  lo.staging = &pool;
+
+  pooled_device_state() {
+    const cairn::shape global{256, 64};
+    cairn_test::fill_block("w", cairn::dtype::f32, global, cairn::box{{0, 0}, global}, host.data());
+    dev = fake.device_malloc(host.size());
+    fake.device_write(dev, host.data(), host.size());
+    sd.add("w", cairn::replicated("w", std::span(static_cast<float*>(dev), 256 * 64), global, 0));
+    so.cuda_runtime = &fake.api();
+    so.staging = &pool;
+    so.overwrite = true;
+    lo.cuda_runtime = &fake.api();
+    lo.staging = &pool;
+  }
+  ~pooled_device_state() { fake.device_free(dev); }
+};
+
+}  // namespace
+
+TEST_CASE("device tensors: repeated saves and loads through one staging pool allocate it once") {
+  pooled_device_state t;
+  auto& [fake, pool, host, dev, sd, mem, one, so, lo] = t;
   const int allocs_before = fake.stats().host_allocs;
   for (int i = 0; i < 3; ++i) {
     cairn::save(sd, mem, one, so);
@@ -101,29 +117,12 @@ TEST_CASE("device tensors: repeated saves and loads through one staging pool all
   CHECK(busy.err().code == cairn::errc::invalid_argument);
   CHECK(busy.err().message.find("staging pool is in use") != std::string::npos);
   pool.reset();
-  fake.device_free(dev);
   CHECK(fake.misuse().empty());
 }
 
 TEST_CASE("device tensors: async_saver, save and load share one staging pool, allocated once") {
-  fake_runtime fake;
-  cairn::cuda::staging_pool pool({}, &fake.api());
-  const cairn::shape global{256, 64};
-  std::vector<std::byte> host(256 * 64 * 4);
-  cairn_test::fill_block("w", cairn::dtype::f32, global, cairn::box{{0, 0}, global}, host.data());
-  void* dev = fake.device_malloc(host.size());
-  fake.device_write(dev, host.data(), host.size());
-  cairn::state_dict sd;
-  sd.add("w", cairn::replicated("w", std::span(static_cast<float*>(dev), 256 * 64), global, 0));
-  cairn::memory_storage mem;
-  cairn::single_communicator one;
-  cairn::save_options so;
-  so.cuda_runtime = &fake.api();
-  so.staging = &pool;
-  so.overwrite = true;
-  cairn::load_options lo;
-  lo.cuda_runtime = &fake.api();
-  lo.staging = &pool;
+  pooled_device_state t;
+  auto& [fake, pool, host, dev, sd, mem, one, so, lo] = t;
   cairn::async_saver_options ao;
   ao.runtime = &fake.api();
   ao.staging = &pool;
@@ -145,6 +144,5 @@ TEST_CASE("device tensors: async_saver, save and load share one staging pool, al
   CHECK(pool.allocations() == 1);
   CHECK(fake.stats().host_allocs - allocs_before == 1);
   CHECK(fake.device_read(dev, host.size()) == host);
-  fake.device_free(dev);
   CHECK(fake.misuse().empty());
 }

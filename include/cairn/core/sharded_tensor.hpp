@@ -181,6 +181,21 @@ struct axis_split {
   std::int64_t count = 1;
 };
 
+/// The splits of a block, written in place (`{{axis, index, count}, ...}`) or built at run
+/// time (a `std::vector<axis_split>` or any span). A view: it lives for the call it is passed to.
+class axis_splits {
+ public:
+  axis_splits(std::initializer_list<axis_split> l) noexcept  // NOLINT(implicit)
+      : s_(l.begin(), l.size()) {}
+  axis_splits(std::span<const axis_split> s) noexcept : s_(s) {}     // NOLINT(implicit)
+  axis_splits(const std::vector<axis_split>& v) noexcept : s_(v) {}  // NOLINT(implicit)
+  auto begin() const noexcept { return s_.begin(); }
+  auto end() const noexcept { return s_.end(); }
+
+ private:
+  std::span<const axis_split> s_;
+};
+
 /// Describes a block of an evenly split tensor, like Megatron's
 /// `ShardedTensor.from_rank_offsets`: `local_shape` is this rank's block (without prepended
 /// axes); each split multiplies the global size of its axis by `count` and offsets the block
@@ -189,12 +204,12 @@ struct axis_split {
 ///     auto w = cairn::from_rank_offsets("layer0.w", std::span(buf), {1024, 256},
 ///                                       {{1, tp_rank, tp_size}});
 ///
-/// The splits may also be built at run time (`std::vector<axis_split>`, any contiguous range).
+/// The splits may also be built at run time (a `std::vector<axis_split>`).
 template <element_type T>
 sharded_tensor<T> from_rank_offsets(std::string key,
                                     std::span<T> data,
                                     shape local_shape,
-                                    std::span<const axis_split> splits,
+                                    axis_splits splits,
                                     int replica_id = 0,
                                     int prepend_axis_num = 0) {
   sharded_tensor<T> t;
@@ -223,19 +238,6 @@ sharded_tensor<T> from_rank_offsets(std::string key,
   return t;
 }
 
-/// `from_rank_offsets` with the splits written in place: `{{axis, index, count}, ...}`.
-template <element_type T>
-sharded_tensor<T> from_rank_offsets(std::string key,
-                                    std::span<T> data,
-                                    shape local_shape,
-                                    std::initializer_list<axis_split> splits,
-                                    int replica_id = 0,
-                                    int prepend_axis_num = 0) {
-  return from_rank_offsets(std::move(key), data, std::move(local_shape),
-                           std::span<const axis_split>(splits.begin(), splits.size()), replica_id,
-                           prepend_axis_num);
-}
-
 /// Like Megatron's `ShardedTensor.from_rank_offsets_flat`: the block is described as by
 /// `from_rank_offsets`, but `data` holds only the elements `range` of the block flattened
 /// row-major (a distributed optimizer's slice of a parameter). Ranks holding the other slices
@@ -244,26 +246,13 @@ template <element_type T>
 sharded_tensor<T> from_rank_offsets_flat(std::string key,
                                          std::span<T> data,
                                          shape local_shape,
-                                         std::span<const axis_split> splits,
+                                         axis_splits splits,
                                          flat_range range,
                                          int prepend_axis_num = 0) {
   sharded_tensor<T> t =
       from_rank_offsets(std::move(key), data, std::move(local_shape), splits, 0, prepend_axis_num);
   t.flattened_range = range;
   return t;
-}
-
-/// `from_rank_offsets_flat` with the splits written in place.
-template <element_type T>
-sharded_tensor<T> from_rank_offsets_flat(std::string key,
-                                         std::span<T> data,
-                                         shape local_shape,
-                                         std::initializer_list<axis_split> splits,
-                                         flat_range range,
-                                         int prepend_axis_num = 0) {
-  return from_rank_offsets_flat(std::move(key), data, std::move(local_shape),
-                                std::span<const axis_split>(splits.begin(), splits.size()), range,
-                                prepend_axis_num);
 }
 
 /// Describes an arbitrary (possibly uneven) block: `global_offset` and `global_shape` given

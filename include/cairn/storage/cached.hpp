@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "cairn/core/error.hpp"
+#include "cairn/storage/decorator.hpp"
 #include "cairn/storage/detail/posix.hpp"
 #include "cairn/storage/file.hpp"
 #include "cairn/storage/memory.hpp"
@@ -132,14 +133,16 @@ inline std::string unique_cache_subdir() {
 ///
 /// Thread-safe as the wrapped backend is. The referenced backend must outlive it.
 template <storage S>
-class cached_storage {
+class cached_storage : public storage_decorator<S> {
+  using storage_decorator<S>::inner_;
+
  public:
   /// Wraps `inner`, keeping local copies under `dir` (created when needed); downloads go in
   /// reads of `chunk_bytes`.
   cached_storage(S& inner,
                  std::filesystem::path dir,
                  std::size_t chunk_bytes = std::size_t{16} << 20)
-      : inner_(&inner),
+      : storage_decorator<S>(inner),
         state_(std::make_shared<detail::cache_state>()),
         chunk_(chunk_bytes == 0 ? std::size_t{16} << 20 : chunk_bytes) {
     state_->dir = std::move(dir) / detail::unique_cache_subdir();
@@ -155,15 +158,10 @@ class cached_storage {
     std::filesystem::remove_all(state_->dir, ec);
   }
 
-  /// The wrapped backend.
-  S& inner() const noexcept { return *inner_; }
   /// The directory of this decorator's local copies.
   const std::filesystem::path& directory() const noexcept { return state_->dir; }
   /// Objects downloaded so far.
   std::uint64_t downloads() const noexcept { return state_->downloads.load(); }
-
-  /// What the wrapped backend guarantees, for changes made through this decorator.
-  storage_features features() const { return storage_features_of(*inner_); }
 
   result<void> put(std::string_view name, std::span<const std::byte> data) {
     return state_->changing(name, [&] { return inner_->put(name, data); });
@@ -210,16 +208,8 @@ class cached_storage {
     return ok();
   }
 
-  result<std::uint64_t> size(std::string_view name) { return inner_->size(name); }
-  result<bool> exists(std::string_view name) { return inner_->exists(name); }
-  result<std::vector<std::string>> list(std::string_view prefix) { return inner_->list(prefix); }
   result<void> remove(std::string_view name) {
     return state_->changing(name, [&] { return inner_->remove(name); });
-  }
-  std::string describe(std::string_view name) const { return inner_->describe(name); }
-  /// Forwarded when the backend has it (see `storage_with_temporaries`).
-  result<std::size_t> remove_temporaries(std::string_view prefix) {
-    return storage_ref(*inner_).remove_temporaries(prefix);
   }
 
  private:
@@ -274,16 +264,9 @@ class cached_storage {
                   std::uint64_t offset,
                   std::uint64_t got,
                   std::uint64_t object_size) const {
-    error e =
-        make_error(errc::corrupt, "truncated: reading bytes at offset " + std::to_string(offset) +
-                                      " of " + describe(name) + ", the object ends at byte " +
-                                      std::to_string(object_size));
-    e.file = describe(name);
-    e.offset = offset + got;
-    return e;
+    return detail::truncated_read(this->describe(name), offset, got, object_size);
   }
 
-  S* inner_;
   std::shared_ptr<detail::cache_state> state_;
   std::size_t chunk_;
 };

@@ -123,6 +123,22 @@ concept storage_with_temporaries = requires(S& s, std::string_view prefix) {
   { s.remove_temporaries(prefix) } -> std::same_as<result<std::size_t>>;
 };
 
+namespace detail {
+/// The errc::corrupt error of a read that runs past the end of an object: of the bytes asked
+/// for at `offset` of `file`, `got` were there; the object ends at byte `object_size`.
+inline error truncated_read(const std::string& file,
+                            std::uint64_t offset,
+                            std::uint64_t got,
+                            std::uint64_t object_size) {
+  error e = make_error(errc::corrupt,
+                       "truncated: reading bytes at offset " + std::to_string(offset) + " of " +
+                           file + ", the object ends at byte " + std::to_string(object_size));
+  e.file = file;
+  e.offset = offset + got;
+  return e;
+}
+}  // namespace detail
+
 /// A non-owning, type-erased reference to any `storage`. Cheap to copy; the referenced backend
 /// must outlive it.
 class storage_ref {

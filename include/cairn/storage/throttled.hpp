@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "cairn/core/error.hpp"
+#include "cairn/storage/decorator.hpp"
 #include "cairn/storage/file.hpp"
 #include "cairn/storage/memory.hpp"
 #include "cairn/storage/storage.hpp"
@@ -101,17 +102,13 @@ class throttled_writer final : public object_writer {
 /// `writer_slot_storage` (one writer at a time per slot). Thread-safe as the wrapped backend is.
 /// The referenced backend must outlive it; writers it hands out may outlive the decorator.
 template <storage S>
-class throttled_storage {
+class throttled_storage : public storage_decorator<S> {
+  using storage_decorator<S>::inner_;
+
  public:
   /// Wraps `inner` with the rates of `opt`.
   throttled_storage(S& inner, throttle_options opt)
-      : inner_(&inner), state_(std::make_shared<detail::throttle_state>(opt)) {}
-
-  /// The wrapped backend.
-  S& inner() const noexcept { return *inner_; }
-
-  /// What the wrapped backend guarantees.
-  storage_features features() const { return storage_features_of(*inner_); }
+      : storage_decorator<S>(inner), state_(std::make_shared<detail::throttle_state>(opt)) {}
 
   result<void> put(std::string_view name, std::span<const std::byte> data) {
     state_->writes.pace(data.size());
@@ -126,18 +123,8 @@ class throttled_storage {
     state_->reads.pace(out.size());
     return inner_->read(name, offset, out);
   }
-  result<std::uint64_t> size(std::string_view name) { return inner_->size(name); }
-  result<bool> exists(std::string_view name) { return inner_->exists(name); }
-  result<std::vector<std::string>> list(std::string_view prefix) { return inner_->list(prefix); }
-  result<void> remove(std::string_view name) { return inner_->remove(name); }
-  std::string describe(std::string_view name) const { return inner_->describe(name); }
-  /// Forwarded when the backend has it (see `storage_with_temporaries`).
-  result<std::size_t> remove_temporaries(std::string_view prefix) {
-    return storage_ref(*inner_).remove_temporaries(prefix);
-  }
 
  private:
-  S* inner_;
   std::shared_ptr<detail::throttle_state> state_;
 };
 

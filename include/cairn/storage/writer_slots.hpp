@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "cairn/core/error.hpp"
+#include "cairn/storage/decorator.hpp"
 #include "cairn/storage/file.hpp"
 #include "cairn/storage/memory.hpp"
 #include "cairn/storage/storage.hpp"
@@ -161,18 +162,16 @@ class slotted_writer final : public object_writer {
 /// Thread-safe as the wrapped backend is. The referenced backend must outlive it; writers it
 /// hands out may outlive the decorator.
 template <storage S>
-class writer_slot_storage {
+class writer_slot_storage : public storage_decorator<S> {
+  using storage_decorator<S>::inner_;
+
  public:
   /// Wraps `inner`; its writes take turns in `slots`.
-  writer_slot_storage(S& inner, writer_slots slots) : inner_(&inner), slots_(std::move(slots)) {}
+  writer_slot_storage(S& inner, writer_slots slots)
+      : storage_decorator<S>(inner), slots_(std::move(slots)) {}
 
-  /// The wrapped backend.
-  S& inner() const noexcept { return *inner_; }
   /// The slots its writes take turns in.
   const writer_slots& slots() const noexcept { return slots_; }
-
-  /// What the wrapped backend guarantees.
-  storage_features features() const { return storage_features_of(*inner_); }
 
   result<void> put(std::string_view name, std::span<const std::byte> data) {
     writer_slot slot = slots_.acquire();
@@ -183,21 +182,8 @@ class writer_slot_storage {
     return std::unique_ptr<object_writer>(
         std::make_unique<detail::slotted_writer>(std::move(w), slots_));
   }
-  result<void> read(std::string_view name, std::uint64_t offset, std::span<std::byte> out) {
-    return inner_->read(name, offset, out);
-  }
-  result<std::uint64_t> size(std::string_view name) { return inner_->size(name); }
-  result<bool> exists(std::string_view name) { return inner_->exists(name); }
-  result<std::vector<std::string>> list(std::string_view prefix) { return inner_->list(prefix); }
-  result<void> remove(std::string_view name) { return inner_->remove(name); }
-  std::string describe(std::string_view name) const { return inner_->describe(name); }
-  /// Forwarded when the backend has it (see `storage_with_temporaries`).
-  result<std::size_t> remove_temporaries(std::string_view prefix) {
-    return storage_ref(*inner_).remove_temporaries(prefix);
-  }
 
  private:
-  S* inner_;
   writer_slots slots_;
 };
 

@@ -250,14 +250,8 @@ class s3_storage {
                   std::uint64_t offset,
                   std::uint64_t got,
                   std::uint64_t object_size) const {
-    error e =
-        make_error(errc::corrupt, "truncated: reading bytes at offset " + std::to_string(offset) +
-                                      " of " + describe(name) + ", the object ends at byte " +
-                                      std::to_string(object_size));
-    e.file = describe(name);
-    e.offset = offset + got;
-    e.rank = c_->options().rank;
-    return e;
+    return detail::truncated_read(describe(name), offset, got, object_size)
+        .with_rank(c_->options().rank);
   }
 
   error missing(std::string_view name) const {
