@@ -571,7 +571,7 @@ int run(const options& o) {
   std::unique_ptr<cairn::save_strategy> safetensors;
   if (o.strategy != "native" && o.strategy != "torch_dist")
     safetensors = std::make_unique<cairn::safetensors_strategy>(
-        cairn::convert::parse_strategy(o.strategy).value());
+        cairn::convert::parse_output_format(o.strategy).value());
   const bool tensors_only = safetensors != nullptr;
   const cairn::save_strategy* strategy = safetensors                  ? safetensors.get()
                                          : o.strategy == "torch_dist" ? &torch_dist

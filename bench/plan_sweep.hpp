@@ -82,10 +82,10 @@ inline plan_point simulate_plan(int ranks, int tensors) {
   wire.shrink_to_fit();
   if (auto v = cairn::validate_integrity(all); !v)
     std::fprintf(stderr, "plan bench: integrity check failed: %s\n", v.err().describe().c_str());
-  cairn::save_layout layout = cairn::plan_save(all, cairn::default_block_size);
-  for (const auto& [k, t] : layout.tensors) p.chunks += t.chunks.size();
+  cairn::save_index index = cairn::plan_save(all, cairn::default_block_size);
+  for (const auto& [k, t] : index.tensors) p.chunks += t.chunks.size();
   // The native metadata, with checksums as a real save would have them.
-  cairn::checkpoint_metadata m = cairn::native_strategy::metadata_of(layout, "bench", {});
+  cairn::checkpoint_metadata m = cairn::native_strategy::metadata_of(index, "bench", {});
   for (auto& [k, t] : m.tensors)
     for (auto& c : t.chunks)
       c.where.checksums.assign(

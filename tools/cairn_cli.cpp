@@ -2,8 +2,8 @@
 //
 //   cairn inspect DIR [--json]   keys, dtypes, shapes, chunks, bytes, world size, metadata
 //   cairn verify DIR             recompute every checksum; exit 0 when all match
-//   cairn unshard SRC DST --strategy one_file|per_tensor|chunks [--chunk-size 5GB] [--dtype f32]
-//   cairn convert SRC DST --strategy torch_dist|one_file|per_tensor|chunks [--dtype f32]
+//   cairn unshard SRC DST --format one_file|per_tensor|chunks [--chunk-size 5GB] [--dtype f32]
+//   cairn convert SRC DST --format native|torch_dist|one_file|per_tensor|chunks [--dtype f32]
 // DIR, SRC and DST may be s3://bucket/prefix when built with cairn::s3 (endpoint and
 // credentials from AWS_*).
 #include <fmt/core.h>
@@ -34,9 +34,9 @@ int usage() {
   std::fputs(
       "usage: cairn inspect DIR [--json]\n"
       "       cairn verify DIR\n"
-      "       cairn unshard SRC DST --strategy one_file|per_tensor|chunks [--chunk-size 5GB]\n"
+      "       cairn unshard SRC DST --format one_file|per_tensor|chunks [--chunk-size 5GB]\n"
       "                     [--dtype f32] [--slab 64MiB]\n"
-      "       cairn convert SRC DST --strategy torch_dist|one_file|per_tensor|chunks [--dtype "
+      "       cairn convert SRC DST --format native|torch_dist|one_file|per_tensor|chunks [--dtype "
       "f32]\n"
       "                     [--chunk-size 5GB] [--slab 64MiB]\n"
       "  inspect  list keys, dtypes, global shapes, chunk counts, bytes, the saved world\n"
@@ -44,7 +44,7 @@ int usage() {
       "  verify   recompute every checksum; exit 0 when all match, 1 naming each bad chunk\n"
       "  unshard  consolidate a cairn, DCP or safetensors checkpoint into safetensors,\n"
       "           streaming\n"
-      "  convert  rewrite a cairn, DCP or safetensors checkpoint in another layout\n"
+      "  convert  rewrite a cairn, DCP or safetensors checkpoint in another format\n"
       "           (native, torch_dist, one_file, per_tensor, chunks), streaming\n",
       stderr);
   return 2;
@@ -92,11 +92,11 @@ int inspect(const std::string& dir, bool json) {
     auto out = std::back_inserter(o);
     auto [data, stored] = compression_totals(*m);
     fmt::format_to(out,
-                   "{{\"path\":{},\"layout\":{},\"format_version\":{},\"world_size\":{},"
+                   "{{\"path\":{},\"format\":{},\"format_version\":{},\"world_size\":{},"
                    "\"save_id\":{},\"block_size\":{},\"total_bytes\":{},\"tensor_bytes\":{},"
                    "\"stored_tensor_bytes\":{},\"compression_ratio\":{:.4f},"
                    "\"content_metadata\":{{",
-                   json_str(dir), json_str(m->layout), m->version, m->world_size,
+                   json_str(dir), json_str(m->format), m->version, m->world_size,
                    json_str(m->save_id), m->block_size, total_bytes(*m), data, stored,
                    stored ? static_cast<double>(data) / static_cast<double>(stored) : 1.0);
     bool first = true;
@@ -136,7 +136,7 @@ int inspect(const std::string& dir, bool json) {
   fmt::print("checkpoint     {}\n", dir);
   fmt::print("format version {}\nsaved by       {} rank(s)\nsave id        {}\n", m->version,
              m->world_size, m->save_id);
-  if (m->layout != "cairn") fmt::print("layout         {} (no checksums)\n", m->layout);
+  if (m->format != "cairn") fmt::print("format         {} (no checksums)\n", m->format);
   fmt::print("files          {} ({} bytes), checksum blocks of {} bytes\n", m->files.size(),
              total_bytes(*m), m->block_size);
   if (auto [data, stored] = compression_totals(*m); stored != data)
@@ -215,19 +215,19 @@ int convert_cmd(const std::string& cmd, const std::vector<std::string>& args) {
   namespace cv = cairn::convert;
   if (args.size() < 2) return usage();
   cv::convert_options opt;
-  bool have_strategy = false;
+  bool have_format = false;
   for (std::size_t i = 2; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (i + 1 >= args.size()) return usage();
     const std::string& v = args[++i];
-    if (a == "--strategy") {
-      auto s = cv::parse_strategy(v);
+    if (a == "--format" || a == "--strategy") {  // --strategy: the older name
+      auto s = cv::parse_output_format(v);
       if (!s) {
         fmt::print(stderr, "cairn {}: {}\n", cmd, s.err().describe());
         return 2;
       }
-      opt.layout = *s;
-      have_strategy = true;
+      opt.format = *s;
+      have_format = true;
     } else if (a == "--chunk-size" || a == "--slab") {
       auto n = parse_size(v);
       if (!n) {
@@ -248,8 +248,8 @@ int convert_cmd(const std::string& cmd, const std::vector<std::string>& args) {
       return usage();
     }
   }
-  if (!have_strategy) {
-    fmt::print(stderr, "cairn {}: --strategy is required\n", cmd);
+  if (!have_format) {
+    fmt::print(stderr, "cairn {}: --format is required\n", cmd);
     return 2;
   }
   cairn::any_storage in_holder = open_dir(args[0]), out_holder = open_dir(args[1]);
@@ -276,9 +276,9 @@ int convert_cmd(const std::string& cmd, const std::vector<std::string>& args) {
   }
   fmt::print("{}: {} tensor(s), {} bytes from {} ({}) -> {} file(s) in {} ({})\n", cmd,
              stats->tensors, stats->bytes_read, args[0], (*src)->kind(), stats->files.size(),
-             args[1], cv::strategy_name(opt.layout));
+             args[1], cv::format_name(opt.format));
   if (!stats->skipped.empty())
-    fmt::print("not carried over (no place in {}): {}\n", cv::strategy_name(opt.layout),
+    fmt::print("not carried over (no place in {}): {}\n", cv::format_name(opt.format),
                fmt::join(stats->skipped, ", "));
   return 0;
 }

@@ -52,7 +52,7 @@ class torch_dist_strategy final : public save_strategy {
                      const save_options&,
                      buffer_pool*,
                      written_save& out) const override {
-    const auto& slots = plan.layout.slots[plan.rank];
+    const auto& slots = plan.index.slots[plan.rank];
     detail::binary_writer report;
     if (!plan.items.empty()) {
       std::string name = data_name(plan.rank, plan.save_id);
@@ -70,7 +70,7 @@ class torch_dist_strategy final : public save_strategy {
                {it.src, static_cast<std::size_t>(it.nbytes)}};
         } else {
           v = {it.key,
-               plan.layout.tensors.at(slot.key).type,
+               plan.index.tensors.at(slot.key).type,
                it.region.size,
                {it.src, static_cast<std::size_t>(it.nbytes)}};
         }
@@ -94,19 +94,19 @@ class torch_dist_strategy final : public save_strategy {
                       const std::vector<bytes>&,
                       storage_ref st,
                       const save_options&) const override {
-    const save_layout& layout = plan.layout;
+    const save_index& index = plan.index;
     dcp::metadata m;
     for (std::size_t r = 0; r < reports.size(); ++r) {
       detail::binary_reader rd(reports[r]);
       std::string file = data_name(static_cast<int>(r), plan.save_id);
-      for (const write_slot& slot : layout.slots[r]) {
+      for (const write_slot& slot : index.slots[r]) {
         std::uint64_t off = rd.u64(), len = rd.u64();
         if (slot.is_object) {
           m.state_dict_metadata[slot.key] = dcp::bytes_meta{};
           m.storage_data.push_back({{slot.key, std::nullopt, 0}, {file, off, len}});
           continue;
         }
-        const tensor_record& rec = layout.tensors.at(slot.key);
+        const tensor_record& rec = index.tensors.at(slot.key);
         convert::detail::add_dcp_chunk(m, slot.key, rec.type, rec.global_shape,
                                        rec.chunks.at(slot.chunk).region, {file, off, len});
       }
@@ -150,7 +150,7 @@ class torch_dist_strategy final : public save_strategy {
     const std::string mine = "." + plan.save_id + ".distcp";
     for (const auto& [k, v] : m.storage_data)
       if (v.relative_path.ends_with(mine)) return true;
-    return m.storage_data.empty() && plan.layout.tensors.empty() && plan.layout.objects.empty();
+    return m.storage_data.empty() && plan.index.tensors.empty() && plan.index.objects.empty();
   }
 
  private:
@@ -176,17 +176,17 @@ class safetensors_strategy final : public save_strategy {
  public:
   /// `layout`: one_file, per_tensor or chunks; `chunk_size`: the most tensor bytes per file of
   /// `chunks`.
-  explicit safetensors_strategy(convert::strategy layout = convert::strategy::one_file,
+  explicit safetensors_strategy(convert::output_format format = convert::output_format::one_file,
                                 std::uint64_t chunk_size = 5'000'000'000,
                                 std::uint64_t slab_bytes = std::uint64_t{64} << 20)
-      : layout_(layout), chunk_size_(chunk_size), slab_bytes_(slab_bytes) {
-    if (layout != convert::strategy::one_file && layout != convert::strategy::per_tensor &&
-        layout != convert::strategy::chunks)
+      : format_(format), chunk_size_(chunk_size), slab_bytes_(slab_bytes) {
+    if (format != convert::output_format::one_file &&
+        format != convert::output_format::per_tensor && format != convert::output_format::chunks)
       throw exception(make_error(errc::invalid_argument,
-                                 "safetensors_strategy: layout must be one_file, per_tensor or "
+                                 "safetensors_strategy: the format must be one_file, per_tensor or "
                                  "chunks"));
   }
-  std::string_view name() const noexcept override { return convert::strategy_name(layout_); }
+  std::string_view name() const noexcept override { return convert::format_name(format_); }
   bool can_overwrite() const noexcept override { return false; }
 
   result<void> check(const leaf_list& leaves) const override {
@@ -242,16 +242,16 @@ class safetensors_strategy final : public save_strategy {
                       const std::vector<bytes>&,
                       storage_ref st,
                       const save_options& opt) const override {
-    if (layout_ != convert::strategy::one_file) {
+    if (format_ != convert::output_format::one_file) {
       convert::convert_options copt = options(opt);
       std::vector<convert::tensor_entry> ts;
-      for (const auto& [k, t] : plan.layout.tensors) ts.push_back({k, t.type, t.global_shape});
+      for (const auto& [k, t] : plan.index.tensors) ts.push_back({k, t.type, t.global_shape});
       CAIRN_TRY_ASSIGN(auto files, convert::detail::safetensors_files(ts, copt));
       CAIRN_TRY_ASSIGN(safetensors::index ix, convert::detail::safetensors_index(files, copt));
       CAIRN_TRY(safetensors::write_index(st, safetensors::index_name, ix));
     }
-    for (int r = 0; r < plan.layout.world_size; ++r)  // the shards
-      if (plan.layout.writes(r)) (void)st.remove(data_file_name(r, plan.save_id));
+    for (int r = 0; r < plan.index.world_size; ++r)  // the shards
+      if (plan.index.writes(r)) (void)st.remove(data_file_name(r, plan.save_id));
     return ok();
   }
 
@@ -264,14 +264,14 @@ class safetensors_strategy final : public save_strategy {
   /// Committed when the index is there (`one_file` has nothing to commit after `assemble`).
   /// These layouts never replace a checkpoint, so what is there is this save's.
   result<bool> committed(const planned_save&, const written_save&, storage_ref st) const override {
-    if (layout_ == convert::strategy::one_file) return true;
+    if (format_ == convert::output_format::one_file) return true;
     return st.exists(safetensors::index_name);
   }
 
  private:
   convert::convert_options options(const save_options& opt) const {
     convert::convert_options c;
-    c.layout = layout_;
+    c.format = format_;
     c.chunk_size = chunk_size_;
     c.slab_bytes = slab_bytes_;
     c.io_threads = opt.io_threads;
@@ -280,7 +280,7 @@ class safetensors_strategy final : public save_strategy {
   }
   /// The shard files as a native checkpoint (not committed anywhere: metadata in memory).
   static checkpoint_metadata shards(const planned_save& plan, const std::vector<bytes>& reports) {
-    return native_strategy::metadata_of(plan.layout, plan.save_id, reports);
+    return native_strategy::metadata_of(plan.index, plan.save_id, reports);
   }
   /// Which rank writes each output file: largest first, onto the rank with the fewest bytes.
   static std::vector<int> owners(
@@ -303,7 +303,7 @@ class safetensors_strategy final : public save_strategy {
     return owner;
   }
 
-  convert::strategy layout_;
+  convert::output_format format_;
   std::uint64_t chunk_size_;
   std::uint64_t slab_bytes_;
   native_strategy native_;

@@ -174,18 +174,19 @@ inline void save_on_threads(cairn::storage_ref st,
   });
 }
 
-/// Loads the case on `m` thread ranks (shards laid out as `kind`) from `st`; returns what
-/// differs from the expected values (empty: all equal).
+/// Loads the case on `m` thread ranks (shards laid out as `kind`) from `st` with `lo`; returns
+/// what differs from the expected values (empty: all equal).
 inline std::vector<std::string> load_failures_on_threads(cairn::storage_ref st,
                                                          const property_case& c,
                                                          int m,
-                                                         layout_kind kind) {
+                                                         layout_kind kind,
+                                                         const cairn::load_options& lo = {}) {
   std::mutex mu;
   std::vector<std::string> failures;
   cairn::run_ranks(m, [&](cairn::thread_communicator& comm) {
     rank_state rs;
     build_rank(rs, c.specs, c.load_grids, comm.rank(), m, false, kind);
-    cairn::load(rs.sd, st, comm);
+    cairn::load(rs.sd, st, comm, lo);
     auto f = rank_failures(rs, c.specs, c.load_grids, comm.rank(), m, kind);
     std::lock_guard lk(mu);
     failures.insert(failures.end(), f.begin(), f.end());

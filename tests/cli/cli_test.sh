@@ -51,36 +51,36 @@ check "unshard one_file exits 0" test $rc -eq 0
 check "unshard one_file writes model.safetensors" test -s "$dir/one/model.safetensors"
 check "unshard is quiet on a non-terminal stderr" test ! -s "$dir/err"
 check "unshard reports what it left out" contains "$dir/out" "not carried over.*step"
-"$cairn" unshard "$dir/ckpt" "$dir/chunks" --strategy chunks --chunk-size 1KB --dtype f64 \
+"$cairn" unshard "$dir/ckpt" "$dir/chunks" --format chunks --chunk-size 1KB --dtype f64 \
   >"$dir/out" 2>&1; rc=$?
 check "unshard chunks exits 0" test $rc -eq 0
 check "unshard chunks writes the index" contains "$dir/chunks/model.safetensors.index.json" '"model.w": "model-00002-of-00002.safetensors"'
 check "unshard --dtype f64 converts" grep -aq '"F64"' "$dir/chunks/model-00002-of-00002.safetensors"
-"$cairn" unshard "$dir/ckpt" "$dir/x" --strategy torch_dist >"$dir/out" 2>&1; rc=$?
+"$cairn" unshard "$dir/ckpt" "$dir/x" --format torch_dist >"$dir/out" 2>&1; rc=$?
 check "unshard refuses torch_dist" test $rc -ne 0
-"$cairn" convert "$dir/ckpt" "$dir/dist" --strategy torch_dist >"$dir/out" 2>&1; rc=$?
+"$cairn" convert "$dir/ckpt" "$dir/dist" --format torch_dist >"$dir/out" 2>&1; rc=$?
 check "convert torch_dist exits 0" test $rc -eq 0
 check "convert torch_dist writes .metadata" test -s "$dir/dist/.metadata"
 check "convert torch_dist writes Megatron metadata.json" contains "$dir/dist/metadata.json" torch_dist
 "$cairn" inspect "$dir/dist" >"$dir/out" 2>&1; rc=$?
-check "inspect reads a DCP checkpoint" contains "$dir/out" "layout *torch_dist"
-"$cairn" unshard "$dir/dist" "$dir/one2" --strategy one_file >"$dir/out" 2>&1; rc=$?
+check "inspect reads a DCP checkpoint" contains "$dir/out" "format *torch_dist"
+"$cairn" unshard "$dir/dist" "$dir/one2" --format one_file >"$dir/out" 2>&1; rc=$?
 check "unshard of the DCP output exits 0" test $rc -eq 0
 check "DCP round trip gives identical safetensors" cmp -s "$dir/one/model.safetensors" "$dir/one2/model.safetensors"
-"$cairn" convert "$dir/ckpt" "$dir/nat" --strategy native >"$dir/out" 2>&1; rc=$?
+"$cairn" convert "$dir/ckpt" "$dir/nat" --format native >"$dir/out" 2>&1; rc=$?
 check "convert native of a cairn checkpoint exits 0" test $rc -eq 0
-"$cairn" convert "$dir/dist" "$dir/nat2" --strategy native >"$dir/out" 2>&1; rc=$?
+"$cairn" convert "$dir/dist" "$dir/nat2" --format native >"$dir/out" 2>&1; rc=$?
 check "convert native of the DCP output exits 0" test $rc -eq 0
 "$cairn" verify "$dir/nat2" >"$dir/out" 2>&1; rc=$?
 check "the converted native checkpoint verifies" test $rc -eq 0
-"$cairn" unshard "$dir/nat2" "$dir/one3" --strategy one_file >"$dir/out" 2>&1; rc=$?
+"$cairn" unshard "$dir/nat2" "$dir/one3" --format one_file >"$dir/out" 2>&1; rc=$?
 check "DCP -> native -> safetensors gives identical safetensors" cmp -s "$dir/one/model.safetensors" "$dir/one3/model.safetensors"
-"$cairn" unshard "$dir/one" "$dir/one4" --strategy one_file >"$dir/out" 2>&1; rc=$?
+"$cairn" unshard "$dir/one" "$dir/one4" --format one_file >"$dir/out" 2>&1; rc=$?
 check "unshard reads safetensors too" cmp -s "$dir/one/model.safetensors" "$dir/one4/model.safetensors"
-"$cairn" unshard "$dir/ckpt" "$dir/y" --strategy one_file --chunk-size 5XB >"$dir/out" 2>&1; rc=$?
+"$cairn" unshard "$dir/ckpt" "$dir/y" --format one_file --chunk-size 5XB >"$dir/out" 2>&1; rc=$?
 check "unshard rejects a bad size" test $rc -eq 2
 if command -v script >/dev/null; then  # a pseudo-terminal: the progress bar appears
-  script -qec "\"$cairn\" unshard \"$dir/ckpt\" \"$dir/tty\" --strategy one_file" /dev/null >"$dir/out" 2>&1
+  script -qec "\"$cairn\" unshard \"$dir/ckpt\" \"$dir/tty\" --format one_file" /dev/null >"$dir/out" 2>&1
   check "unshard shows a progress bar on a terminal" contains "$dir/out" "100.0%"
 fi
 

@@ -23,10 +23,10 @@ struct named_strategy {
 std::vector<named_strategy> all_strategies() {
   static const cairn::native_strategy native;
   static const cairn::torch_dist_strategy torch_dist;
-  static const cairn::safetensors_strategy one_file(cairn::convert::strategy::one_file);
-  static const cairn::safetensors_strategy per_tensor(cairn::convert::strategy::per_tensor);
+  static const cairn::safetensors_strategy one_file(cairn::convert::output_format::one_file);
+  static const cairn::safetensors_strategy per_tensor(cairn::convert::output_format::per_tensor);
   // Small chunks and slabs: several files, several slabs per tensor.
-  static const cairn::safetensors_strategy chunks(cairn::convert::strategy::chunks, 600, 256);
+  static const cairn::safetensors_strategy chunks(cairn::convert::output_format::chunks, 600, 256);
   return {{"native", &native},
           {"native_zstd", &native},  // zstd level 1 (random data:
                                      // blocks mostly stored raw)
@@ -134,7 +134,7 @@ TEST_CASE("torch_dist keeps common values and sharded objects; a DCP item holds 
   CHECK(mem.exists("common.pt").value());
   CHECK(mem.exists(".metadata").value());
   auto m = cairn::read_any_metadata(mem).value();
-  CHECK(m.layout == "torch_dist");
+  CHECK(m.format == "torch_dist");
   CHECK(m.objects.size() == 4);
   CHECK(m.inline_commons.at("step").type == cairn::dtype::i64);  // Python int in common.pt
   cairn::run_ranks(2, [&](cairn::thread_communicator& comm) {
@@ -191,7 +191,7 @@ TEST_CASE("a Python value that does not fit the target's dtype fails naming the 
 
 TEST_CASE("safetensors strategies hold tensors only and never replace a checkpoint in place") {
   cairn::memory_storage mem;
-  cairn::safetensors_strategy one(cairn::convert::strategy::one_file);
+  cairn::safetensors_strategy one(cairn::convert::output_format::one_file);
   cairn::save_options so;
   so.strategy = &one;
   cairn::single_communicator comm;
@@ -225,7 +225,7 @@ TEST_CASE("safetensors output is byte-identical for the same state on any number
   std::vector<std::vector<std::byte>> outputs;
   for (int n : {1, 3}) {
     cairn::memory_storage mem;
-    cairn::safetensors_strategy chunks(cairn::convert::strategy::chunks, 2000);
+    cairn::safetensors_strategy chunks(cairn::convert::output_format::chunks, 2000);
     cairn::save_options so;
     so.strategy = &chunks;
     std::mt19937 rng(5);
@@ -435,7 +435,7 @@ TEST_CASE("zstd_level out of range is refused before anything is written") {
 
 TEST_CASE("async_saver writes every strategy in the background; the result loads on M ranks") {
   const cairn::torch_dist_strategy torch_dist;
-  const cairn::safetensors_strategy chunks(cairn::convert::strategy::chunks, 700);
+  const cairn::safetensors_strategy chunks(cairn::convert::output_format::chunks, 700);
   for (const cairn::save_strategy* strategy :
        {static_cast<const cairn::save_strategy*>(&torch_dist),
         static_cast<const cairn::save_strategy*>(&chunks)}) {
@@ -482,7 +482,7 @@ class manifest_strategy final : public cairn::save_strategy {
                              const cairn::save_options& opt) const override {
     std::string manifest;
     for (const auto& f :
-         cairn::native_strategy::metadata_of(plan.layout, plan.save_id, reports).files)
+         cairn::native_strategy::metadata_of(plan.index, plan.save_id, reports).files)
       manifest += f.name + " rank " + std::to_string(f.rank) + "\n";
     CAIRN_TRY(st.put("MANIFEST", std::as_bytes(std::span(manifest))));
     return native_.commit(plan, w, reports, assembled, st, opt);

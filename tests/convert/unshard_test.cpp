@@ -187,7 +187,7 @@ TEST_CASE("unshard per_tensor and chunks write an index; chunks respect the byte
   SUBCASE("per_tensor") {
     cairn::file_storage out(d.path / "pt");
     cv::convert_options opt;
-    opt.layout = cv::strategy::per_tensor;
+    opt.format = cv::output_format::per_tensor;
     auto stats = cv::unshard(*src, out, opt).value();
     CHECK(stats.files.size() == kSpecs.size() + 1);
     auto ix = cairn::safetensors::read_index(out, cairn::safetensors::index_name).value();
@@ -197,7 +197,7 @@ TEST_CASE("unshard per_tensor and chunks write an index; chunks respect the byte
   SUBCASE("chunks") {
     cairn::file_storage out(d.path / "chunks");
     cv::convert_options opt;
-    opt.layout = cv::strategy::chunks;
+    opt.format = cv::output_format::chunks;
     opt.chunk_size = 400;
     opt.slab_bytes = 64;
     cv::unshard(*src, out, opt).value();
@@ -237,15 +237,16 @@ TEST_CASE("unshard output is deterministic: same checkpoint, byte-identical file
   cairn_test::temp_dir d;
   cairn::file_storage ck(d.path / "ckpt");
   save_multirank(ck);
-  for (auto layout : {cv::strategy::one_file, cv::strategy::chunks, cv::strategy::torch_dist}) {
-    INFO(cv::strategy_name(layout));
+  for (auto format :
+       {cv::output_format::one_file, cv::output_format::chunks, cv::output_format::torch_dist}) {
+    INFO(cv::format_name(format));
     std::vector<fs::path> dirs;
     for (int run = 0; run < 2; ++run) {
-      dirs.push_back(d.path / (std::string(cv::strategy_name(layout)) + std::to_string(run)));
+      dirs.push_back(d.path / (std::string(cv::format_name(format)) + std::to_string(run)));
       cairn::file_storage out(dirs.back());
       auto src = cv::open_source(ck).value();
       cv::convert_options opt;
-      opt.layout = layout;
+      opt.format = format;
       opt.chunk_size = 300;
       opt.slab_bytes = 96;
       cv::convert(*src, out, opt).value();
@@ -322,7 +323,7 @@ TEST_CASE("convert torch_dist writes DCP + Megatron files that read back as a DC
   save_multirank(ck);
   auto src = cv::open_source(ck).value();
   cv::convert_options opt;
-  opt.layout = cv::strategy::torch_dist;
+  opt.format = cv::output_format::torch_dist;
   opt.slab_bytes = 56;  // several DCP items per tensor
   auto stats = cv::convert(*src, dist, opt).value();
   CHECK(stats.files ==
@@ -363,7 +364,7 @@ TEST_CASE("convert torch_dist writes DCP + Megatron files that read back as a DC
   cairn_test::temp_dir nd;
   cairn::file_storage nat(nd.path);
   cv::convert_options native;
-  native.layout = cv::strategy::native;
+  native.format = cv::output_format::native;
   native.slab_bytes = 100;  // several chunks per tensor
   cv::convert(*dcp, nat, native).value();
   CHECK(cairn::verify_checkpoint(nat).value().empty());

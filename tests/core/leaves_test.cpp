@@ -51,12 +51,12 @@ TEST_CASE("from_rank_offsets computes global shape, offset and fragmentation") {
   CHECK(t.global_offset == cairn::shape{4, 6});
   CHECK(t.axis_fragmentations == cairn::shape{2, 4});
   CHECK(t.type == cairn::dtype::f32);
-  CHECK(cairn::validate_layout(t, buf.size()));
+  CHECK(cairn::validate_sharding(t, buf.size()));
   // prepended axis: one layer of a stack of 5
   auto p = cairn::from_rank_offsets("layers.w", std::span(buf), {4, 3}, {{0, 3, 5}}, 0, 1);
   CHECK(p.global_shape == cairn::shape{5, 4, 3});
   CHECK(p.global_offset == cairn::shape{3, 0, 0});
-  CHECK(cairn::validate_layout(p, buf.size()));
+  CHECK(cairn::validate_sharding(p, buf.size()));
   CHECK_THROWS_AS(cairn::from_rank_offsets("w", std::span(buf), {4, 3}, {{2, 0, 2}}),
                   cairn::exception);
   auto r = cairn::replicated("b", std::span(buf), {12}, 1);
@@ -64,20 +64,20 @@ TEST_CASE("from_rank_offsets computes global shape, offset and fragmentation") {
   CHECK(r.global_offset == cairn::shape{0});
 }
 
-TEST_CASE("validate_layout names the key and the problem") {
+TEST_CASE("validate_sharding names the key and the problem") {
   std::vector<float> buf(6);
   auto t = cairn::block("w", std::span(buf), {2, 3}, {4, 3}, {3, 0});
-  auto r = cairn::validate_layout(t, buf.size());
+  auto r = cairn::validate_sharding(t, buf.size());
   REQUIRE(!r);
   CHECK(r.err().key == "w");
   CHECK(r.err().message.find("exceeds global size") != std::string::npos);
   auto ok = cairn::block("w", std::span(buf), {2, 3}, {4, 3}, {2, 0});
-  CHECK(cairn::validate_layout(ok, buf.size()));
-  CHECK(!cairn::validate_layout(ok, 5));
+  CHECK(cairn::validate_sharding(ok, buf.size()));
+  CHECK(!cairn::validate_sharding(ok, 5));
   ok.flattened_range = cairn::flat_range{1, 4};
-  CHECK(cairn::validate_layout(ok, 3));
+  CHECK(cairn::validate_sharding(ok, 3));
   ok.flattened_range = cairn::flat_range{4, 9};
-  CHECK(!cairn::validate_layout(ok, 5));
+  CHECK(!cairn::validate_sharding(ok, 5));
 }
 
 TEST_CASE("common values keep kind and dtype and never convert silently") {

@@ -23,7 +23,7 @@ __global__ void scale(float* x, float a, int n) {
 int main() {
   std::vector<float> w(64, 1.5f);
   auto t = cairn::block<float>("w", w, {64}, {128}, {0});
-  if (!cairn::validate_layout(t, w.size())) return 1;
+  if (!cairn::validate_sharding(t, w.size())) return 1;
   // The device path, against the fake runtime, from a .cu translation unit.
   cairn::cuda::testing::fake_runtime fake;
   void* d = fake.device_malloc(w.size() * sizeof(float));

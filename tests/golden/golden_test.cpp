@@ -91,9 +91,9 @@ struct golden_format {
 };
 
 const cairn::torch_dist_strategy torch_dist;
-const cairn::safetensors_strategy one_file(cairn::convert::strategy::one_file);
-const cairn::safetensors_strategy per_tensor(cairn::convert::strategy::per_tensor);
-const cairn::safetensors_strategy chunks(cairn::convert::strategy::chunks, 600);
+const cairn::safetensors_strategy one_file(cairn::convert::output_format::one_file);
+const cairn::safetensors_strategy per_tensor(cairn::convert::output_format::per_tensor);
+const cairn::safetensors_strategy chunks(cairn::convert::output_format::chunks, 600);
 
 std::vector<golden_format> formats() {
   std::vector<golden_format> out;

@@ -302,8 +302,8 @@ int save_strategy(const std::string& name, const std::string& dir) {
     cairn::torch_dist_strategy s;
     return write_multirank(dir, &s);
   }
-  auto layout = cv::parse_strategy(name).value();
-  cairn::safetensors_strategy s(layout, 200);  // chunks: at most 200 bytes per file
+  auto format = cv::parse_output_format(name).value();
+  cairn::safetensors_strategy s(format, 200);  // chunks: at most 200 bytes per file
   return write_multirank(dir, &s);
 }
 
@@ -351,7 +351,7 @@ int unshard(const std::string& src_dir, const std::string& dst) {
   cv::convert_options opt;
   opt.slab_bytes = 40;
   cv::unshard(*src, one, opt).value();
-  opt.layout = cv::strategy::chunks;
+  opt.format = cv::output_format::chunks;
   opt.chunk_size = 200;
   cv::unshard(*src, chunks, opt).value();
   return 0;
@@ -363,7 +363,7 @@ int convert_dcp(const std::string& src_dir, const std::string& dst) {
   cairn::file_storage in(src_dir), out(dst);
   auto src = cv::open_source(in).value();
   cv::convert_options opt;
-  opt.layout = cv::strategy::torch_dist;
+  opt.format = cv::output_format::torch_dist;
   opt.slab_bytes = 40;
   cv::convert(*src, out, opt).value();
   return 0;

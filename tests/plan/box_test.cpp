@@ -17,7 +17,7 @@ TEST_CASE("intersect") {
 TEST_CASE("a flattened range splits into contiguous boxes that cover exactly the range") {
   std::mt19937 rng(3);
   for (int trial = 0; trial < 500; ++trial) {
-    cairn::tensor_layout t;
+    cairn::tensor_sharding t;
     int nd = 1 + static_cast<int>(rng() % 4);
     for (int d = 0; d < nd; ++d) t.local_shape.push_back(1 + rng() % 5);
     t.global_shape = t.local_shape;

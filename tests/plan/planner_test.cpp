@@ -41,7 +41,7 @@ TEST_CASE("plan_save: chunks tile the tensor once, extents name the writing rank
   // Rows 0-3 on rank 0, rows 4-7 on rank 1; rank 2 replicates rank 0's rows.
   std::vector<rank_desc> ranks{holding({box{{0, 0}, {4, 4}}}), holding({box{{4, 0}, {4, 4}}}),
                                holding({box{{0, 0}, {4, 4}}}, 1)};
-  cairn::save_layout L = cairn::plan_save(ranks, /*block_size=*/16, /*split_min_bytes=*/16, false);
+  cairn::save_index L = cairn::plan_save(ranks, /*block_size=*/16, /*split_min_bytes=*/16, false);
   CHECK(L.world_size == 3);
   const cairn::tensor_record& w = L.tensors.at("w");
   for (int n : coverage(w)) CHECK(n == 1);
@@ -65,8 +65,8 @@ TEST_CASE("plan_save: chunks tile the tensor once, extents name the writing rank
 
 TEST_CASE("plan_save: deterministic, tiles only when asked") {
   std::vector<rank_desc> ranks{holding({box{{0, 0}, {8, 2}}}), holding({box{{0, 2}, {8, 2}}})};
-  cairn::save_layout a = cairn::plan_save(ranks, 16, 1 << 16, true);
-  cairn::save_layout b = cairn::plan_save(ranks, 16, 1 << 16, true);
+  cairn::save_index a = cairn::plan_save(ranks, 16, 1 << 16, true);
+  cairn::save_index b = cairn::plan_save(ranks, 16, 1 << 16, true);
   CHECK(a.tiled());  // 64-byte boxes, 16-byte blocks
   REQUIRE(a.tensors.at("w").chunks.size() == b.tensors.at("w").chunks.size());
   for (std::size_t i = 0; i < a.tensors.at("w").chunks.size(); ++i) {

@@ -57,7 +57,7 @@ TEST_CASE("paths join field names, indices and map keys with '.'") {
   auto leaves = cairn::flatten(o);
   REQUIRE(leaves.tensors.size() == 2);
   CHECK(leaves.tensors[0].path == "layers.0.w");
-  CHECK(leaves.tensors[1].layout.key == "layers.1.w");  // empty key: the path
+  CHECK(leaves.tensors[1].sharding.key == "layers.1.w");  // empty key: the path
   CHECK(leaves.tensors[1].nbytes == 16);
   std::vector<std::string> paths;
   for (const auto& c : leaves.commons) paths.push_back(c.path);
@@ -80,7 +80,7 @@ TEST_CASE("fields_of and adapter hooks for types the user cannot edit") {
   CHECK(leaves.commons[0].path == "opt.lr");
   CHECK(leaves.commons[1].encode(leaves.commons[1].value).as<std::int64_t>() == 3);
   REQUIRE(leaves.tensors.size() == 1);
-  CHECK(leaves.tensors[0].layout.key == "their.tensor");
+  CHECK(leaves.tensors[0].sharding.key == "their.tensor");
   CHECK(reinterpret_cast<float*>(leaves.tensors[0].data) == h.t.storage.data());
 }
 
@@ -103,7 +103,7 @@ TEST_CASE("state_dict entries are visited in name order with nested paths") {
   sd.child("opt").add("lr", 0.5);
   sd.add("rng", cairn::byte_object{"rng", {std::byte{1}}, {1}, {0}, 0});
   auto leaves = cairn::flatten(sd);
-  CHECK(leaves.tensors.at(0).layout.key == "z");
+  CHECK(leaves.tensors.at(0).sharding.key == "z");
   CHECK(leaves.commons.at(0).path == "a");
   CHECK(leaves.commons.at(1).path == "opt.lr");
   CHECK(leaves.objects.at(0).key == "rng");

@@ -145,7 +145,7 @@ class native_source final : public source {
     s->m_ = std::move(m);
     return s;
   }
-  std::string_view kind() const noexcept override { return m_.layout; }
+  std::string_view kind() const noexcept override { return m_.format; }
   const std::vector<tensor_entry>& tensors() const noexcept override { return tensors_; }
   result<void> read(const std::vector<box_read>& reqs) override {
     state_dict sd;
@@ -338,12 +338,12 @@ class dcp_source final : public source {
 /// `metadata.json`), or safetensors (an index, or `model.safetensors`). Fails with
 /// errc::incomplete_checkpoint when none is there.
 inline result<std::unique_ptr<source>> open_source(storage_ref st) {
-  CAIRN_TRY_ASSIGN(std::string layout, detect_layout(st));
-  if (layout == "torch_dist") {
+  CAIRN_TRY_ASSIGN(std::string format, detect_format(st));
+  if (format == "torch_dist") {
     CAIRN_TRY_ASSIGN(auto s, dcp_source::open(st));
     return std::unique_ptr<source>(std::move(s));
   }
-  if (layout.empty())
+  if (format.empty())
     return make_error(errc::incomplete_checkpoint,
                       "not a readable checkpoint: no cairn metadata.json, no DCP "
                       ".metadata and no safetensors")

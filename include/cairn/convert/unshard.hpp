@@ -34,8 +34,8 @@
 
 namespace cairn::convert {
 
-/// Output layouts of `convert` (the safetensors ones are also `unshard`'s).
-enum class strategy {
+/// Output formats of `convert` (the safetensors ones are also `unshard`'s).
+enum class output_format {
   one_file,    ///< one `model.safetensors`
   per_tensor,  ///< one `<key>.safetensors` per tensor ('/' in keys becomes '-'), plus the index
   chunks,      ///< `model-NNNNN-of-MMMMM.safetensors` of at most `chunk_size` bytes, plus the index
@@ -44,36 +44,36 @@ enum class strategy {
   native,      ///< cairn's own format, one data file written streaming
 };
 
-/// The strategy's command-line name ("one_file", "torch_dist", ...).
-constexpr std::string_view strategy_name(strategy s) noexcept {
+/// The output format's command-line name ("one_file", "torch_dist", ...).
+constexpr std::string_view format_name(output_format s) noexcept {
   switch (s) {
-    case strategy::one_file:
+    case output_format::one_file:
       return "one_file";
-    case strategy::per_tensor:
+    case output_format::per_tensor:
       return "per_tensor";
-    case strategy::chunks:
+    case output_format::chunks:
       return "chunks";
-    case strategy::torch_dist:
+    case output_format::torch_dist:
       return "torch_dist";
-    case strategy::native:
+    case output_format::native:
       return "native";
   }
   return "?";
 }
 
-/// Parses a strategy name; errc::invalid_argument for unknown names.
-inline result<strategy> parse_strategy(std::string_view s) {
-  for (strategy x : {strategy::one_file, strategy::per_tensor, strategy::chunks,
-                     strategy::torch_dist, strategy::native})
-    if (strategy_name(x) == s) return x;
+/// Parses an output format name; errc::invalid_argument for unknown names.
+inline result<output_format> parse_output_format(std::string_view s) {
+  for (output_format x : {output_format::one_file, output_format::per_tensor, output_format::chunks,
+                          output_format::torch_dist, output_format::native})
+    if (format_name(x) == s) return x;
   return make_error(errc::invalid_argument,
-                    "unknown strategy '" + std::string(s) +
+                    "unknown output format '" + std::string(s) +
                         "' (one_file, per_tensor, chunks, torch_dist, native)");
 }
 
 /// Options of `convert` and `unshard`.
 struct convert_options {
-  strategy layout = strategy::one_file;
+  output_format format = output_format::one_file;
   /// `chunks`: the most tensor bytes per file (a tensor larger than this gets a file alone).
   std::uint64_t chunk_size = 5'000'000'000;
   /// Convert floating-point tensors (F16, BF16, F32, F64) to this floating dtype; other tensors
@@ -359,16 +359,16 @@ inline std::string chunk_name(std::size_t i, std::size_t n) {
   return buf;
 }
 
-/// The files of a safetensors output and the tensors of each, in the order `opt.layout` gives:
+/// The files of a safetensors output and the tensors of each, in the order `opt.format` gives:
 /// one `model.safetensors`; one file per tensor; or `model-NNNNN-of-MMMMM.safetensors` of at
 /// most `opt.chunk_size` tensor bytes each. Deterministic for a tensor list.
 inline result<std::vector<std::pair<std::string, std::vector<const tensor_entry*>>>>
 safetensors_files(const std::vector<tensor_entry>& all, const convert_options& opt) {
   std::vector<std::pair<std::string, std::vector<const tensor_entry*>>> files;
-  if (opt.layout == strategy::one_file) {
+  if (opt.format == output_format::one_file) {
     files.emplace_back("model.safetensors", std::vector<const tensor_entry*>{});
     for (const auto& t : all) files.back().second.push_back(&t);
-  } else if (opt.layout == strategy::per_tensor) {
+  } else if (opt.format == output_format::per_tensor) {
     std::set<std::string> seen;
     for (const auto& t : all) {
       std::string f = per_tensor_name(t.key);
@@ -417,7 +417,7 @@ inline result<void> write_safetensors_file(source& src,
   CAIRN_TRY_ASSIGN(safetensors::writer w,
                    safetensors::writer::open(dst, name, safetensors_decls(ts, opt), opt.metadata));
   std::vector<const tensor_entry*> ordered;
-  for (const auto& info : w.layout().tensors) ordered.push_back(src.find(info.name));
+  for (const auto& info : w.planned().tensors) ordered.push_back(src.find(info.name));
   CAIRN_TRY(pump(
       src, plan_jobs(ordered, opt), opt, stats, total,
       [&](const slab_job& job, std::span<const std::byte> bytes) -> result<void> {
@@ -460,7 +460,7 @@ inline result<void> write_safetensors(source& src,
   slab_buffers buffers;
   for (const auto& [name, ts] : files)
     CAIRN_TRY(write_safetensors_file(src, dst, name, ts, opt, stats, total, &buffers));
-  if (opt.layout != strategy::one_file) {
+  if (opt.format != output_format::one_file) {
     CAIRN_TRY_ASSIGN(safetensors::index ix, safetensors_index(files, opt));
     CAIRN_TRY(safetensors::write_index(dst, safetensors::index_name, ix));
     stats.files.emplace_back(safetensors::index_name);
@@ -572,7 +572,7 @@ inline result<void> write_native(source& src,
                                  const convert_options& opt,
                                  convert_stats& stats,
                                  std::uint64_t total) {
-  CAIRN_TRY_ASSIGN(std::string existing, detect_layout(dst));
+  CAIRN_TRY_ASSIGN(std::string existing, detect_format(dst));
   if (!existing.empty())
     return make_error(errc::already_exists,
                       "convert: a " + existing + " checkpoint is already there")
@@ -624,14 +624,15 @@ inline result<void> write_native(source& src,
 
 }  // namespace detail
 
-/// Rewrites the checkpoint `src` into `dst` (which should be empty) in `opt.layout`, streaming:
+/// Rewrites the checkpoint `src` into `dst` (which should be empty) in `opt.format`, streaming:
 /// tensors are read and written one slab (`opt.slab_bytes`) at a time, never whole. The same
 /// source and options give byte-identical output. Non-tensor items that have no place in the
 /// target are listed in `convert_stats::skipped`.
 ///
 ///     cairn::file_storage in{"ckpt/step_100"}, out{"hf/step_100"};
 ///     auto src = cairn::convert::open_source(in).value();
-///     cairn::convert::convert(*src, out, {.layout = cairn::convert::strategy::chunks}).value();
+///     cairn::convert::convert(*src, out, {.format =
+///     cairn::convert::output_format::chunks}).value();
 inline result<convert_stats> convert(source& src, storage_ref dst, const convert_options& opt) {
   if (opt.to_dtype && !convertible_float(*opt.to_dtype))
     return make_error(errc::invalid_argument,
@@ -641,10 +642,10 @@ inline result<convert_stats> convert(source& src, storage_ref dst, const convert
   convert_stats stats;
   std::uint64_t total = 0;
   for (const auto& t : src.tensors()) total += t.nbytes();
-  if (opt.layout == strategy::torch_dist) {
+  if (opt.format == output_format::torch_dist) {
     CAIRN_TRY(detail::write_torch_dist(src, dst, opt, stats, total));
     stats.skipped = src.other_items();
-  } else if (opt.layout == strategy::native) {
+  } else if (opt.format == output_format::native) {
     CAIRN_TRY(detail::write_native(src, dst, opt, stats, total));
     stats.skipped = src.other_items();
   } else {
@@ -658,14 +659,15 @@ inline result<convert_stats> convert(source& src, storage_ref dst, const convert
 
 /// Consolidates a sharded checkpoint (any readable layout, distributed-optimizer slices
 /// included) into safetensors — what DeepSpeed's `zero_to_fp32.py` does, streaming.
-/// `opt.layout` must be one_file, per_tensor or chunks.
+/// `opt.format` must be one_file, per_tensor or chunks.
 inline result<convert_stats> unshard(source& src, storage_ref dst, const convert_options& opt) {
-  if (opt.layout != strategy::one_file && opt.layout != strategy::per_tensor &&
-      opt.layout != strategy::chunks)
-    return make_error(errc::invalid_argument,
-                      "unshard writes safetensors: strategy must be one_file, per_tensor or "
-                      "chunks, not " +
-                          std::string(strategy_name(opt.layout)));
+  if (opt.format != output_format::one_file && opt.format != output_format::per_tensor &&
+      opt.format != output_format::chunks)
+    return make_error(
+        errc::invalid_argument,
+        "unshard writes safetensors: the output format must be one_file, per_tensor or "
+        "chunks, not " +
+            std::string(format_name(opt.format)));
   return convert(src, dst, opt);
 }
 

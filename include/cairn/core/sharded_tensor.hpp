@@ -69,7 +69,7 @@ struct flat_range {
 
 /// Where one rank's piece sits in a global tensor: everything a sharded tensor says except its
 /// data. Field meanings follow Megatron-core's ShardedTensor.
-struct tensor_layout {
+struct tensor_sharding {
   std::string key;            ///< global tensor name; the same on every rank
   dtype type = dtype::f32;    ///< element type
   shape local_shape;          ///< shape of this rank's block (without prepended axes)
@@ -96,7 +96,7 @@ struct tensor_layout {
 /// Checks a layout for internal consistency against a data span of `data_elems` elements:
 /// axis counts agree, the block lies inside the global shape, the flattened range lies inside
 /// the block, and the data has exactly the right number of elements. Errors name the key.
-inline result<void> validate_layout(const tensor_layout& t, std::size_t data_elems) {
+inline result<void> validate_sharding(const tensor_sharding& t, std::size_t data_elems) {
   auto fail = [&](std::string msg) {
     return make_error(errc::invalid_argument, std::move(msg)).with_key(t.key);
   };
@@ -138,7 +138,7 @@ inline result<void> validate_layout(const tensor_layout& t, std::size_t data_ele
 /// `data` in place. `T` is the element type; `sharded_tensor<>` (T = void) is the dynamically
 /// typed form whose data is raw bytes and whose dtype is `type`.
 template <class T = void>
-struct sharded_tensor : tensor_layout {
+struct sharded_tensor : tensor_sharding {
   static_assert(std::is_void_v<T> || element_type<T>,
                 "cairn::sharded_tensor<T>: T must be a cairn element type (bool, integers, "
                 "float, double, cairn::f16, cairn::bf16, cairn::f8_e4m3, cairn::f8_e5m2)");
@@ -156,7 +156,7 @@ struct sharded_tensor : tensor_layout {
 
 /// The dynamically typed sharded tensor: raw bytes and a run-time dtype.
 template <>
-struct sharded_tensor<void> : tensor_layout {
+struct sharded_tensor<void> : tensor_sharding {
   std::span<std::byte> data;  ///< the user's memory: data_numel() * dtype_size(type) bytes
   /// No static element type: the dtype is the `type` field.
   using value_type = void;
@@ -167,7 +167,7 @@ struct sharded_tensor<void> : tensor_layout {
 template <class T>
 sharded_tensor<T>::operator sharded_tensor<void>() const {
   sharded_tensor<void> d;
-  static_cast<tensor_layout&>(d) = *this;
+  static_cast<tensor_sharding&>(d) = *this;
   d.type = dtype_of<T>;
   d.data = raw();
   return d;

@@ -5,7 +5,7 @@
 
 #include "cairn/format/dcp/metadata.hpp"
 #include "cairn/format/dcp/reader.hpp"
-#include "cairn/format/layout.hpp"
+#include "cairn/format/registry.hpp"
 #include "cairn/format/safetensors/file.hpp"
 #include "cairn/format/safetensors/reader.hpp"
 
@@ -13,12 +13,12 @@ namespace cairn {
 
 // Every file that includes this header makes `load` and `read_any_metadata` read these
 // layouts (format/layout.hpp keeps the registry).
-static_assert(dcp::metadata_name == layout_files::dcp_metadata);
-static_assert(safetensors::index_name == layout_files::safetensors_index);
+static_assert(dcp::metadata_name == format_files::dcp_metadata);
+static_assert(safetensors::index_name == format_files::safetensors_index);
 namespace detail {
-inline const bool foreign_layouts_registered =
-    register_layout_reader("torch_dist", &dcp_as_metadata) &&
-    register_layout_reader("safetensors", &safetensors_as_metadata);
+inline const bool foreign_formats_registered =
+    register_format_reader("torch_dist", &dcp_as_metadata) &&
+    register_format_reader("safetensors", &safetensors_as_metadata);
 }  // namespace detail
 
 }  // namespace cairn

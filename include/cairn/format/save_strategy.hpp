@@ -43,7 +43,7 @@ struct write_item {
 /// Tensor items point into the user's memory (or, for an async save, into the staging pool);
 /// objects and common values are owned copies.
 struct planned_save {
-  save_layout layout;                                         ///< the plan every rank agreed on
+  save_index index;                                           ///< the plan every rank agreed on
   std::string save_id;                                        ///< the id in this save's names
   int rank = 0;                                               ///< this rank
   std::vector<write_item> items;                              ///< this rank's items, in order
@@ -100,7 +100,7 @@ class save_strategy {
     (void)leaves;
     return ok();
   }
-  /// Step 1: writes this rank's items (`plan.items`, in `plan.layout.slots[plan.rank]` order)
+  /// Step 1: writes this rank's items (`plan.items`, in `plan.index.slots[plan.rank]` order)
   /// and sets `out.report`.
   virtual result<void> write(planned_save& plan,
                              storage_ref st,

@@ -20,9 +20,9 @@
 #include "cairn/core/sharded_object.hpp"
 #include "cairn/detail/binary.hpp"
 #include "cairn/detail/parallel.hpp"
-#include "cairn/format/layout.hpp"
 #include "cairn/format/native/metadata.hpp"
 #include "cairn/format/native/reader.hpp"
+#include "cairn/format/registry.hpp"
 #include "cairn/options.hpp"
 #include "cairn/pipeline/buffer_pool.hpp"
 #include "cairn/pipeline/stage.hpp"
@@ -176,7 +176,7 @@ inline result<void> load_commons(const leaf_list& leaves,
 /// padded target with `allow_shape_mismatch` is zeroed first).
 inline result<const tensor_record*> matching_record(const tensor_leaf& t,
                                                     const checkpoint_metadata& m) {
-  const tensor_layout& L = t.layout;
+  const tensor_sharding& L = t.sharding;
   auto it = m.tensors.find(L.key);
   if (it == m.tensors.end())
     return make_error(errc::not_found, "tensor is not in the checkpoint").with_key(L.key);
@@ -190,7 +190,7 @@ inline result<const tensor_record*> matching_record(const tensor_leaf& t,
   if (t.nbytes % es != 0)
     return make_error(errc::invalid_argument, "data size is not a multiple of the element size")
         .with_key(L.key);
-  CAIRN_TRY(validate_layout(L, t.nbytes / es));
+  CAIRN_TRY(validate_sharding(L, t.nbytes / es));
   if (rec.global_shape != L.global_shape) {
     if (!L.allow_shape_mismatch || rec.global_shape.size() != L.global_shape.size())
       return make_error(errc::mismatch,
@@ -214,12 +214,12 @@ inline result<std::vector<copy_job>> plan_tensor_copies(const leaf_list& leaves,
   for (std::size_t ti = 0; ti < leaves.tensors.size(); ++ti) {
     const tensor_leaf& t = leaves.tensors[ti];
     CAIRN_TRY_ASSIGN(const tensor_record* rec, matching_record(t, m));
-    const std::size_t es = dtype_size(t.layout.type);
-    auto ps = pieces_of(t.layout);
+    const std::size_t es = dtype_size(t.sharding.type);
+    auto ps = pieces_of(t.sharding);
     for (std::size_t pi = 0; pi < ps.size(); ++pi)
       if (!skip.count({ti, pi}))
-        CAIRN_TRY(
-            plan_copies(*rec, t.layout.key, ps[pi].region, t.data + ps[pi].data_offset * es, jobs));
+        CAIRN_TRY(plan_copies(*rec, t.sharding.key, ps[pi].region, t.data + ps[pi].data_offset * es,
+                              jobs));
   }
   return jobs;
 }
@@ -343,13 +343,13 @@ inline std::vector<shared_piece> plan_shared_pieces(const leaf_list& leaves,
   std::map<std::pair<std::string, std::pair<shape, shape>>, shared_piece> mine;
   for (std::size_t ti = 0; ti < leaves.tensors.size(); ++ti) {
     const tensor_leaf& t = leaves.tensors[ti];
-    const std::size_t es = dtype_size(t.layout.type);
-    auto ps = pieces_of(t.layout);
+    const std::size_t es = dtype_size(t.sharding.type);
+    auto ps = pieces_of(t.sharding);
     for (std::size_t pi = 0; pi < ps.size(); ++pi) {
       std::uint64_t n = static_cast<std::uint64_t>(ps[pi].region.volume()) * es;
       if (n < std::max<std::uint64_t>(opt.broadcast_min_bytes, 1)) continue;
       mine.emplace(
-          std::make_pair(t.layout.key, std::make_pair(ps[pi].region.offset, ps[pi].region.size)),
+          std::make_pair(t.sharding.key, std::make_pair(ps[pi].region.offset, ps[pi].region.size)),
           shared_piece{piece_ref{ti, pi}, 0, n, t.data + ps[pi].data_offset * es});
     }
   }

@@ -19,8 +19,8 @@
 #include "cairn/comm/communicator.hpp"
 #include "cairn/core/error.hpp"
 #include "cairn/detail/binary.hpp"
-#include "cairn/format/layout.hpp"
 #include "cairn/format/native/strategy.hpp"
+#include "cairn/format/registry.hpp"
 #include "cairn/format/save_strategy.hpp"
 #include "cairn/options.hpp"
 #include "cairn/pipeline/stage.hpp"
@@ -66,7 +66,7 @@ inline result<void> check_utf8_names(const leaf_list& leaves, const save_options
           .with_key(s);
     return ok();
   };
-  for (const auto& t : leaves.tensors) CAIRN_TRY(check(t.layout.key, "tensor key"));
+  for (const auto& t : leaves.tensors) CAIRN_TRY(check(t.sharding.key, "tensor key"));
   for (const auto& o : leaves.objects) CAIRN_TRY(check(o.key, "object key"));
   for (const auto& c : leaves.commons) CAIRN_TRY(check(c.path, "common value path"));
   for (const auto& [k, v] : opt.content_metadata) {
@@ -88,13 +88,14 @@ inline result<std::vector<std::vector<piece>>> describe_rank(const leaf_list& le
   std::vector<std::vector<piece>> pieces(leaves.tensors.size());
   for (std::size_t i = 0; i < leaves.tensors.size(); ++i) {
     const tensor_leaf& t = leaves.tensors[i];
-    std::size_t es = dtype_size(t.layout.type);
+    std::size_t es = dtype_size(t.sharding.type);
     if (t.nbytes % es != 0)
       return make_error(errc::invalid_argument, "data size is not a multiple of the element size")
-          .with_key(t.layout.key);
-    CAIRN_TRY(validate_layout(t.layout, t.nbytes / es));
-    pieces[i] = pieces_of(t.layout);
-    tensor_desc d{t.layout.key, t.layout.type, t.layout.global_shape, t.layout.replica_id, {}};
+          .with_key(t.sharding.key);
+    CAIRN_TRY(validate_sharding(t.sharding, t.nbytes / es));
+    pieces[i] = pieces_of(t.sharding);
+    tensor_desc d{
+        t.sharding.key, t.sharding.type, t.sharding.global_shape, t.sharding.replica_id, {}};
     for (const auto& p : pieces[i]) d.pieces.push_back(p.region);
     me.tensors.push_back(std::move(d));
   }
@@ -116,8 +117,8 @@ inline result<std::vector<std::vector<piece>>> describe_rank(const leaf_list& le
   CAIRN_TRY(strategy_of(opt).check(leaves));
   if (out.rank == 0) {
     // Any committed layout counts: a save never writes over a checkpoint of another kind.
-    CAIRN_TRY_ASSIGN(std::string layout, detect_layout(st));
-    me.checkpoint_exists = !layout.empty();
+    CAIRN_TRY_ASSIGN(std::string format, detect_format(st));
+    me.checkpoint_exists = !format.empty();
     me.save_id = new_save_id();
   }
   return pieces;
@@ -125,10 +126,10 @@ inline result<std::vector<std::vector<piece>>> describe_rank(const leaf_list& le
 
 /// What the ranks agreed on in plan step 2.
 struct agreed_plan {
-  std::optional<save_layout> cached;  ///< the plan cache's layout, when every rank matched it
-  std::vector<rank_desc> all;         ///< every rank's description (empty on a cache hit)
-  bool exists_at_root = false;        ///< rank 0 found a committed checkpoint
-  std::string save_id;                ///< rank 0's save id
+  std::optional<save_index> cached;  ///< the plan cache's layout, when every rank matched it
+  std::vector<rank_desc> all;        ///< every rank's description (empty on a cache hit)
+  bool exists_at_root = false;       ///< rank 0 found a committed checkpoint
+  std::string save_id;               ///< rank 0's save id
 };
 
 /// Plan step 2 with a warm plan cache (collective): ranks exchange a hash of their structure
@@ -200,12 +201,12 @@ inline result<void> check_overwrite(bool exists_at_root, storage_ref st, const s
 /// Plan step 2 (collective): agrees on the layout, from the plan cache when every rank's
 /// structure is unchanged, otherwise from every rank's description (validated, then planned
 /// alike on every rank). Fails on every rank alike.
-inline result<save_layout> agree_on_layout(const rank_desc& me,
-                                           const std::optional<error>& failure,
-                                           storage_ref st,
-                                           comm_ref comm,
-                                           const save_options& opt,
-                                           save_stats& stats) {
+inline result<save_index> agree_on_index(const rank_desc& me,
+                                         const std::optional<error>& failure,
+                                         storage_ref st,
+                                         comm_ref comm,
+                                         const save_options& opt,
+                                         save_stats& stats) {
   agreed_plan agreed;
   save_plan_cache* cache = opt.plan_cache;
   if (cache && plan_cache_access::usable(*cache, comm.size(), opt))
@@ -227,14 +228,14 @@ inline result<save_layout> agree_on_layout(const rank_desc& me,
     CAIRN_TRY(validate_integrity(agreed.all));
   else
     CAIRN_TRY(check_unique_objects(agreed.all));
-  save_layout layout =
+  save_index index =
       plan_save(agreed.all, opt.block_size, opt.balance_min_bytes, strategy_of(opt).tiles(opt));
   if (cache) {
     std::vector<std::uint64_t> per_rank;
     for (const auto& d : agreed.all) per_rank.push_back(structure_hash(d));
-    plan_cache_access::store(*cache, comm.size(), opt, std::move(per_rank), layout);
+    plan_cache_access::store(*cache, comm.size(), opt, std::move(per_rank), index);
   }
-  return layout;
+  return index;
 }
 
 /// Plan step 3 (local): this rank's write items, in the order of its slots.
@@ -242,8 +243,8 @@ inline void list_items(const leaf_list& leaves,
                        const std::vector<std::vector<piece>>& pieces,
                        planned_save& out) {
   out.items.clear();
-  for (const write_slot& slot : out.layout.slots[out.rank]) {
-    const extent& e = out.layout.where(slot);
+  for (const write_slot& slot : out.index.slots[out.rank]) {
+    const extent& e = out.index.where(slot);
     if (slot.is_object) {
       out.items.push_back(write_item{.src = out.object_bytes[slot.leaf].data(),
                                      .nbytes = e.nbytes,
@@ -257,13 +258,13 @@ inline void list_items(const leaf_list& leaves,
       continue;
     }
     const tensor_leaf& t = leaves.tensors[slot.leaf];
-    std::size_t es = dtype_size(t.layout.type);
+    std::size_t es = dtype_size(t.sharding.type);
     const piece& p = pieces[slot.leaf][slot.piece];
-    const chunk_record& c = out.layout.tensors.at(slot.key).chunks.at(slot.chunk);
+    const chunk_record& c = out.index.tensors.at(slot.key).chunks.at(slot.chunk);
     out.items.push_back(write_item{.src = t.data + (p.data_offset + slot.element) * es,
                                    .nbytes = e.nbytes,
                                    .file_offset = e.byte_offset,
-                                   .key = t.layout.key,
+                                   .key = t.sharding.key,
                                    .checksums = {},
                                    .region = c.region,
                                    .tiles = c.tiles,
@@ -297,9 +298,9 @@ inline result<void> plan_phase(const leaf_list& leaves,
     else
       failure = std::move(d).err();
   }
-  CAIRN_TRY_ASSIGN(out.layout, agree_on_layout(me, failure, st, comm, opt, out.stats));
+  CAIRN_TRY_ASSIGN(out.index, agree_on_index(me, failure, st, comm, opt, out.stats));
   out.save_id = out.stats.save_id;
-  out.stats.bytes_per_rank = out.layout.bytes_of_rank;
+  out.stats.bytes_per_rank = out.index.bytes_of_rank;
   list_items(leaves, pieces, out);
   return ok();
 }

@@ -42,7 +42,7 @@ class device_leaf_staging {
     std::vector<cuda::stage_item> items;
     for (std::size_t i : which) {
       const tensor_leaf& t = leaves.tensors[i];
-      items.push_back({t.data, t.nbytes, t.layout.key});
+      items.push_back({t.data, t.nbytes, t.sharding.key});
     }
     CAIRN_TRY_ASSIGN(auto spans, stager_->stage(items));
     for (std::size_t k = 0; k < which.size(); ++k) leaves.tensors[which[k]].data = spans[k].data();
@@ -61,7 +61,7 @@ class device_leaf_staging {
     for (std::size_t i : which) {
       tensor_leaf& t = leaves.tensors[i];
       CAIRN_TRY_ASSIGN(auto span, pool_->acquire(t.nbytes));
-      back_.push_back({t.data, span.data(), t.nbytes, t.layout.key});
+      back_.push_back({t.data, span.data(), t.nbytes, t.sharding.key});
       t.data = span.data();
     }
     return ok();

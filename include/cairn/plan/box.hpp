@@ -98,7 +98,7 @@ inline std::vector<piece> flat_range_boxes(const box& whole, std::int64_t begin,
 
 /// Splits a tensor layout into pieces. A plain block is one piece; a flattened range (a 1-D
 /// slice of the row-major block) becomes at most 2·N-1 boxes, each contiguous in the slice.
-inline std::vector<piece> pieces_of(const tensor_layout& t) {
+inline std::vector<piece> pieces_of(const tensor_sharding& t) {
   box whole{t.global_offset, t.global_block_shape()};
   if (!t.flattened_range) return {piece{std::move(whole), 0}};
   return flat_range_boxes(whole, t.flattened_range->begin, t.flattened_range->end);

@@ -21,7 +21,7 @@ inline constexpr std::uint64_t default_block_size = std::uint64_t{1} << 20;
 inline constexpr std::uint64_t max_block_size = std::uint64_t{64} << 20;
 
 /// Where a run of bytes lives: file index, byte range, and one checksum per block. In a save
-/// plan (`save_layout`), `file` is the rank that writes the bytes and `byte_offset` their place in
+/// plan (`save_index`), `file` is the rank that writes the bytes and `byte_offset` their place in
 /// what that rank writes; a format maps ranks to its own files.
 struct extent {
   std::uint32_t file = 0;  ///< index into the checkpoint's files (a save plan: the writing rank)

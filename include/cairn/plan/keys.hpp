@@ -16,7 +16,7 @@
 namespace cairn::detail {
 
 /// The key a leaf is known by in the tree (tensor key, object key, common path).
-inline const std::string& tree_key(const tensor_leaf& t) { return t.layout.key; }
+inline const std::string& tree_key(const tensor_leaf& t) { return t.sharding.key; }
 inline const std::string& tree_key(const object_leaf& o) { return o.key; }
 inline const std::string& tree_key(const common_leaf& c) { return c.path; }
 
@@ -46,8 +46,8 @@ inline leaf_list select_leaves(const leaf_list& leaves, const load_options& opt)
   out.keep_alive = leaves.keep_alive;
   out.after_load = leaves.after_load;
   for (auto t : leaves.tensors)
-    if (keep.count(t.layout.key)) {
-      t.layout.key = mapped(t.layout.key);
+    if (keep.count(t.sharding.key)) {
+      t.sharding.key = mapped(t.sharding.key);
       out.tensors.push_back(std::move(t));
     }
   for (auto o : leaves.objects)

@@ -39,7 +39,7 @@ class save_plan_cache {
   const void* strategy_ = nullptr;
   bool validated_ = false;
   std::vector<std::uint64_t> structure_;  // per rank
-  save_layout layout_;
+  save_index index_;
   std::size_t hits_ = 0, misses_ = 0;
 };
 
@@ -66,15 +66,15 @@ struct plan_cache_access {
   static const std::vector<std::uint64_t>& structure(const save_plan_cache& c) {
     return c.structure_;
   }
-  static save_layout hit(save_plan_cache& c) {
+  static save_index hit(save_plan_cache& c) {
     ++c.hits_;
-    return c.layout_;
+    return c.index_;
   }
   static void store(save_plan_cache& c,
                     int world,
                     const save_options& o,
                     std::vector<std::uint64_t> structure,
-                    const save_layout& layout) {
+                    const save_index& index) {
     ++c.misses_;
     c.valid_ = true;
     c.world_ = world;
@@ -84,7 +84,7 @@ struct plan_cache_access {
     c.strategy_ = o.strategy;
     c.validated_ = o.validate_access_integrity;
     c.structure_ = std::move(structure);
-    c.layout_ = layout;
+    c.index_ = index;
   }
 };
 

@@ -283,7 +283,7 @@ struct write_slot {
 /// with the rank that writes each (`extent::file` is that rank, `byte_offset` the place in what
 /// it writes; checksums still empty), and per rank the order of its items. No file names, no
 /// format version: a strategy maps this onto its own files.
-struct save_layout {
+struct save_index {
   int world_size = 1;
   std::uint64_t block_size = 0;
   std::map<std::string, tensor_record> tensors;
@@ -314,11 +314,11 @@ struct save_layout {
 /// computes the same layout from the same descriptions. With `tile` on, every written box larger
 /// than a checksum block is cut into tiles of at most one block (`choose_tiles`), so that a
 /// reader that needs only some columns reads only the tiles holding them.
-inline save_layout plan_save(const std::vector<rank_desc>& ranks,
-                             std::uint64_t block_size,
-                             std::uint64_t split_min_bytes = std::uint64_t{64} << 10,
-                             bool tile = true) {
-  save_layout L;
+inline save_index plan_save(const std::vector<rank_desc>& ranks,
+                            std::uint64_t block_size,
+                            std::uint64_t split_min_bytes = std::uint64_t{64} << 10,
+                            bool tile = true) {
+  save_index L;
   const int world = static_cast<int>(ranks.size());
   L.world_size = world;
   L.block_size = block_size;

@@ -18,7 +18,7 @@ namespace cairn {
 /// A sharded tensor found in the tree: its layout and the user's memory.
 struct tensor_leaf {
   std::string path;  ///< where it sits in the tree ("layers.0.w")
-  tensor_layout layout;
+  tensor_sharding sharding;
   std::byte* data = nullptr;  ///< data_numel() * dtype_size(type) bytes of user memory
   std::size_t nbytes = 0;
 };

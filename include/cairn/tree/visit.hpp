@@ -118,10 +118,10 @@ struct flattener {
     if constexpr (is_sharded_tensor<T>::value) {
       tensor_leaf leaf;
       leaf.path = path;
-      leaf.layout = static_cast<const tensor_layout&>(v);
+      leaf.sharding = static_cast<const tensor_sharding&>(v);
       if constexpr (!std::is_void_v<typename T::value_type>)
-        leaf.layout.type = dtype_of<typename T::value_type>;  // a typed tensor's dtype is T's
-      if (leaf.layout.key.empty()) leaf.layout.key = path;
+        leaf.sharding.type = dtype_of<typename T::value_type>;  // a typed tensor's dtype is T's
+      if (leaf.sharding.key.empty()) leaf.sharding.key = path;
       auto raw = v.raw();
       leaf.data = raw.data();
       leaf.nbytes = raw.size();

@@ -17,9 +17,9 @@
 #include "cairn/core/common_value.hpp"
 #include "cairn/core/error.hpp"
 #include "cairn/format/dcp/metadata.hpp"
-#include "cairn/format/layout.hpp"
 #include "cairn/format/native/metadata.hpp"
 #include "cairn/format/native/reader.hpp"
+#include "cairn/format/registry.hpp"
 #include "cairn/format/torch/pickle.hpp"
 #include "cairn/format/torch/zip.hpp"
 #include "cairn/storage/storage.hpp"
@@ -136,7 +136,7 @@ inline result<checkpoint_metadata> dcp_as_metadata(storage_ref st) {
   CAIRN_TRY_ASSIGN(dcp::metadata d, dcp::read(st));
   CAIRN_TRY(dcp::check_storage(st, d));
   checkpoint_metadata m;
-  m.layout = "torch_dist";
+  m.format = "torch_dist";
   m.block_size = foreign_read_block;
   m.save_id = "dcp";
   std::map<std::string, std::uint32_t> files;

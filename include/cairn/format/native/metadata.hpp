@@ -67,10 +67,10 @@ struct checkpoint_metadata {
   std::map<std::string, common_record> commons;  ///< by tree path
   /// The layout the checkpoint was read from: "cairn", or a foreign one ("torch_dist",
   /// "safetensors") that `read_any_metadata` described in these terms.
-  std::string layout = "cairn";
+  std::string format = "cairn";
   /// False for a foreign layout: extents carry no checksums and reads are not verified
   /// (`block_size` is then only the read granularity).
-  bool verified() const noexcept { return layout == "cairn"; }
+  bool verified() const noexcept { return format == "cairn"; }
   /// Common values a foreign layout holds outside any extent (Megatron's `common.pt`).
   std::map<std::string, common_value> inline_commons;
 };
@@ -170,9 +170,9 @@ inline std::string to_json(const checkpoint_metadata& m) {
   json_string(out, m.save_id);
   fmt::format_to(o, ",\n\"block_size\":{},\n\"checksum\":\"{}\",\n", m.block_size,
                  m.verified() ? "xxh3-64" : "none");
-  if (m.layout != "cairn") {
+  if (m.format != "cairn") {
     fmt::format_to(o, "\"layout\":");
-    json_string(out, m.layout);
+    json_string(out, m.format);
     fmt::format_to(o, ",\n");
   }
   if (!m.inline_commons.empty()) {
@@ -346,7 +346,7 @@ class metadata_json_reader {
       // A foreign layout described in cairn's terms (what load broadcasts): no checksums.
       std::string_view layout = doc["layout"];
       if (layout == "cairn") return corrupt("the native layout without checksums");
-      m_.layout = std::string(layout);
+      m_.format = std::string(layout);
       simdjson::dom::object ic;
       if (doc["inline_commons"].get(ic) == simdjson::SUCCESS)
         for (auto [k, v] : ic) CAIRN_TRY(inline_common(k, v));

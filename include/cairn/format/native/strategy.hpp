@@ -27,9 +27,9 @@ class native_strategy final : public save_strategy {
                      buffer_pool* buffers,
                      written_save& out) const override {
     const int rank = plan.rank;
-    const save_layout& layout = plan.layout;
+    const save_index& index = plan.index;
     std::uint64_t file_size = 0;
-    if (layout.writes(rank)) {
+    if (index.writes(rank)) {
       const std::string name = data_file_name(rank, plan.save_id);
       CAIRN_TRY(detail::write_items(st, name, plan.items, opt.block_size, opt.io_threads, buffers,
                                     opt.zstd_level, &file_size));
@@ -62,7 +62,7 @@ class native_strategy final : public save_strategy {
                       const std::vector<bytes>&,
                       storage_ref st,
                       const save_options& opt) const override {
-    checkpoint_metadata m = metadata_of(plan.layout, plan.save_id, reports);
+    checkpoint_metadata m = metadata_of(plan.index, plan.save_id, reports);
     m.content_metadata = opt.content_metadata;
     if (const auto* cs = std::any_cast<detail::common_state>(&w.local))
       detail::add_common_state(m, *cs);  // a copy: abandon still needs its name
@@ -75,36 +75,36 @@ class native_strategy final : public save_strategy {
   /// the checksums of every chunk and object, for compressed saves also where each block went
   /// and the file sizes, and the lowest format version that holds it. No common state and no
   /// content metadata yet.
-  static checkpoint_metadata metadata_of(const save_layout& layout,
+  static checkpoint_metadata metadata_of(const save_index& index,
                                          const std::string& save_id,
                                          const std::vector<bytes>& reports) {
     checkpoint_metadata m;
-    m.world_size = layout.world_size;
+    m.world_size = index.world_size;
     m.save_id = save_id;
-    m.block_size = layout.block_size;
-    m.tensors = layout.tensors;
-    m.objects = layout.objects;
-    std::vector<int> file_of_rank(static_cast<std::size_t>(layout.world_size), -1);
+    m.block_size = index.block_size;
+    m.tensors = index.tensors;
+    m.objects = index.objects;
+    std::vector<int> file_of_rank(static_cast<std::size_t>(index.world_size), -1);
     auto file_of = [&](std::uint32_t rank) {
       int& f = file_of_rank.at(rank);
       if (f < 0) {
         f = static_cast<int>(m.files.size());
         m.files.push_back(file_record{data_file_name(static_cast<int>(rank), save_id),
-                                      static_cast<int>(rank), layout.bytes_of_rank.at(rank)});
+                                      static_cast<int>(rank), index.bytes_of_rank.at(rank)});
       }
       return static_cast<std::uint32_t>(f);
     };
     for (auto& [key, t] : m.tensors)
       for (auto& c : t.chunks) c.where.file = file_of(c.where.file);
-    for (int r = 0; r < layout.world_size; ++r)  // objects in rank order, as planned
-      for (const auto& slot : layout.slots[static_cast<std::size_t>(r)])
+    for (int r = 0; r < index.world_size; ++r)  // objects in rank order, as planned
+      for (const auto& slot : index.slots[static_cast<std::size_t>(r)])
         if (slot.is_object)
           m.objects.at(slot.key).where.file = file_of(static_cast<std::uint32_t>(r));
     for (std::size_t r = 0; r < reports.size(); ++r) {
       detail::binary_reader rd(reports[r]);
       bool compressed = rd.u8();
       std::uint64_t file_size = rd.u64();
-      for (const auto& s : layout.slots[r]) {
+      for (const auto& s : index.slots[r]) {
         extent& e =
             s.is_object ? m.objects.at(s.key).where : m.tensors.at(s.key).chunks.at(s.chunk).where;
         e.checksums = rd.u64s();
@@ -121,7 +121,7 @@ class native_strategy final : public save_strategy {
     return m;
   }
   void abandon(const planned_save& plan, const written_save& w, storage_ref st) const override {
-    if (plan.layout.writes(plan.rank)) (void)st.remove(data_file_name(plan.rank, plan.save_id));
+    if (plan.index.writes(plan.rank)) (void)st.remove(data_file_name(plan.rank, plan.save_id));
     // Rank 0's common state, also when its put failed after all (a lost acknowledgement).
     if (const auto* cs = std::any_cast<detail::common_state>(&w.local))
       (void)st.remove(cs->name);

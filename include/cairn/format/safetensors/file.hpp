@@ -219,7 +219,7 @@ class writer {
   }
 
   /// The planned header (tensor order and offsets).
-  const header& layout() const noexcept { return h_; }
+  const header& planned() const noexcept { return h_; }
 
   /// Writes all bytes of tensor `name` (size must equal dtype size × numel).
   result<void> write(std::string_view name, std::span<const std::byte> data) {

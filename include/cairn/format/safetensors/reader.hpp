@@ -16,9 +16,9 @@
 
 #include "cairn/core/common_value.hpp"
 #include "cairn/core/error.hpp"
-#include "cairn/format/layout.hpp"
 #include "cairn/format/native/metadata.hpp"
 #include "cairn/format/native/reader.hpp"
+#include "cairn/format/registry.hpp"
 #include "cairn/format/safetensors/file.hpp"
 #include "cairn/storage/storage.hpp"
 
@@ -30,7 +30,7 @@ namespace cairn {
 /// content metadata.
 inline result<checkpoint_metadata> safetensors_as_metadata(storage_ref st) {
   checkpoint_metadata m;
-  m.layout = "safetensors";
+  m.format = "safetensors";
   m.block_size = foreign_read_block;
   m.save_id = "safetensors";
   std::vector<std::string> names;

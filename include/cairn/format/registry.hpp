@@ -1,4 +1,4 @@
-// cairn/format/layout.hpp: which checkpoint layout a storage holds, and reading any layout's
+// cairn/format/registry.hpp: which checkpoint layout a storage holds, and reading any layout's
 // metadata in cairn's terms. The native format is built in; readers of the foreign layouts
 // (PyTorch DCP, safetensors) are registered by cairn/format/foreign.hpp, which
 // cairn/strategies.hpp and the convert headers include. Kept apart so that the core headers do
@@ -28,32 +28,32 @@ namespace cairn {
 inline constexpr std::uint64_t foreign_read_block = std::uint64_t{256} << 10;
 
 /// The files that tell the layouts apart.
-namespace layout_files {
+namespace format_files {
 inline constexpr std::string_view dcp_metadata = ".metadata";  ///< PyTorch DCP
 inline constexpr std::string_view safetensors_index = "model.safetensors.index.json";
 inline constexpr std::string_view safetensors_one = "model.safetensors";
-}  // namespace layout_files
+}  // namespace format_files
 
 /// Reads a layout other than the native one and describes it as cairn metadata.
-using layout_reader = result<checkpoint_metadata> (*)(storage_ref);
+using format_reader = result<checkpoint_metadata> (*)(storage_ref);
 
 namespace detail {
-inline std::map<std::string, layout_reader, std::less<>>& layout_readers() {
-  static std::map<std::string, layout_reader, std::less<>> readers;
+inline std::map<std::string, format_reader, std::less<>>& format_readers() {
+  static std::map<std::string, format_reader, std::less<>> readers;
   return readers;
 }
 }  // namespace detail
 
 /// Registers the reader of layout `name` ("torch_dist", "safetensors"). Called during static
 /// initialization by cairn/format/foreign.hpp; returns true.
-inline bool register_layout_reader(std::string name, layout_reader reader) {
-  detail::layout_readers()[std::move(name)] = reader;
+inline bool register_format_reader(std::string name, format_reader reader) {
+  detail::format_readers()[std::move(name)] = reader;
   return true;
 }
 
 /// Which layout is on `st`: "cairn" (`metadata.json` of the native format), "torch_dist"
 /// (`.metadata`), "safetensors" (an index or `model.safetensors`), or "" when none.
-inline result<std::string> detect_layout(storage_ref st) {
+inline result<std::string> detect_format(storage_ref st) {
   CAIRN_TRY_ASSIGN(bool has_json, st.exists(metadata_name));
   if (has_json) {
     CAIRN_TRY_ASSIGN(std::uint64_t n, st.size(metadata_name));
@@ -61,22 +61,22 @@ inline result<std::string> detect_layout(storage_ref st) {
     CAIRN_TRY(st.read(metadata_name, 0, std::as_writable_bytes(std::span(head))));
     if (head.find("\"format\":\"cairn\"") != std::string::npos) return std::string("cairn");
   }
-  CAIRN_TRY_ASSIGN(bool has_dcp, st.exists(layout_files::dcp_metadata));
+  CAIRN_TRY_ASSIGN(bool has_dcp, st.exists(format_files::dcp_metadata));
   if (has_dcp) return std::string("torch_dist");
-  CAIRN_TRY_ASSIGN(bool has_index, st.exists(layout_files::safetensors_index));
+  CAIRN_TRY_ASSIGN(bool has_index, st.exists(format_files::safetensors_index));
   if (has_index) return std::string("safetensors");
-  CAIRN_TRY_ASSIGN(bool has_one, st.exists(layout_files::safetensors_one));
+  CAIRN_TRY_ASSIGN(bool has_one, st.exists(format_files::safetensors_one));
   if (has_one) return std::string("safetensors");
   return std::string();
 }
 
 namespace detail {
 /// The registered reader of foreign layout `layout`, or an error saying what to include.
-inline result<layout_reader> reader_of(storage_ref st, const std::string& layout) {
-  auto it = layout_readers().find(layout);
-  if (it == layout_readers().end())
+inline result<format_reader> reader_of(storage_ref st, const std::string& format) {
+  auto it = format_readers().find(format);
+  if (it == format_readers().end())
     return make_error(errc::unsupported_version,
-                      "this is a " + layout +
+                      "this is a " + format +
                           " checkpoint; include <cairn/format/foreign.hpp> (or "
                           "<cairn/strategies.hpp>) in the program to read it")
         .with_file(st.describe(""));
@@ -89,9 +89,9 @@ inline result<layout_reader> reader_of(storage_ref st, const std::string& layout
 /// errc::unsupported_version for a foreign layout whose reader this program does not include.
 inline result<checkpoint_metadata> read_any_metadata(storage_ref st) {
   return detail::catch_all("reading the metadata", [&]() -> result<checkpoint_metadata> {
-    CAIRN_TRY_ASSIGN(std::string layout, detect_layout(st));
-    if (layout.empty() || layout == "cairn") return read_metadata(st);  // or its error
-    CAIRN_TRY_ASSIGN(layout_reader reader, detail::reader_of(st, layout));
+    CAIRN_TRY_ASSIGN(std::string format, detect_format(st));
+    if (format.empty() || format == "cairn") return read_metadata(st);  // or its error
+    CAIRN_TRY_ASSIGN(format_reader reader, detail::reader_of(st, format));
     return reader(st);
   });
 }
@@ -105,12 +105,12 @@ struct metadata_json {
 
 namespace detail {
 inline result<metadata_json> read_any_metadata_json_impl(storage_ref st) {
-  CAIRN_TRY_ASSIGN(std::string layout, detect_layout(st));
-  if (layout.empty() || layout == "cairn") {
+  CAIRN_TRY_ASSIGN(std::string format, detect_format(st));
+  if (format.empty() || format == "cairn") {
     CAIRN_TRY_ASSIGN(std::string json, read_metadata_json(st));
     return metadata_json{std::move(json), false};
   }
-  CAIRN_TRY_ASSIGN(layout_reader reader, detail::reader_of(st, layout));
+  CAIRN_TRY_ASSIGN(format_reader reader, detail::reader_of(st, format));
   CAIRN_TRY_ASSIGN(checkpoint_metadata m, reader(st));
   return metadata_json{to_json(m), true};
 }
