@@ -40,7 +40,7 @@
 #include <thread>
 #include <vector>
 
-#include "cairn/async_save.hpp"
+#include "cairn/async/saver.hpp"
 #include "cairn/cairn.hpp"
 #include "cairn/strategies.hpp"
 #include "plan_sweep.hpp"
@@ -204,9 +204,8 @@ std::optional<options> parse_args(int argc, char** argv) {
       o.zstd = parse_int(value(), 0, "--zstd", 22);
     } else if (a == "--strategy") {
       o.strategy = std::string(value());
-      if (o.strategy != "native" && o.strategy != "torch_dist" && o.strategy != "one_file" &&
-          o.strategy != "per_tensor" && o.strategy != "chunks")
-        throw usage_error("--strategy must be native, torch_dist, one_file, per_tensor or chunks");
+      if (auto made = cairn::make_save_strategy(o.strategy); !made)
+        throw usage_error("--strategy: " + made.err().message);
     } else if (a == "--json") {
       o.json = true;
     } else {
@@ -567,15 +566,10 @@ int run(const options& o) {
   cairn::load_stats load_total;
   std::uint64_t bytes_written = 0;
   std::uint64_t stored_bytes = 0;  ///< bytes of every file of the checkpoint
-  const cairn::torch_dist_strategy torch_dist;
-  std::unique_ptr<cairn::save_strategy> safetensors;
-  if (o.strategy != "native" && o.strategy != "torch_dist")
-    safetensors = std::make_unique<cairn::safetensors_strategy>(
-        cairn::convert::parse_output_format(o.strategy).value());
-  const bool tensors_only = safetensors != nullptr;
-  const cairn::save_strategy* strategy = safetensors                  ? safetensors.get()
-                                         : o.strategy == "torch_dist" ? &torch_dist
-                                                                      : nullptr;
+  // The writer registered under the format id (cairn/strategies.hpp registers them all).
+  const std::unique_ptr<cairn::save_strategy> writer = cairn::make_save_strategy(o.strategy).value();
+  const bool tensors_only = o.strategy != "native" && o.strategy != "torch_dist";
+  const cairn::save_strategy* strategy = writer.get();
   int mismatches = 0;
   bool objects_ok = true, commons_ok = true;
 

@@ -6,7 +6,7 @@
 // every file including this header would otherwise compile).
 #pragma once
 
-#include "cairn/async_save.hpp"
+#include "cairn/async/saver.hpp"
 #include "cairn/comm/communicator.hpp"
 #include "cairn/comm/single.hpp"
 #include "cairn/comm/threads.hpp"

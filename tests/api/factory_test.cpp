@@ -134,3 +134,43 @@ TEST_CASE("from_rank_offsets with splits built at run time, and from_rank_offset
   cairn_test::fill_block("w", cairn::dtype::f32, global, cairn::box{{0, 0}, global}, want.data());
   CHECK(t.at("w").data == want);
 }
+
+TEST_CASE(
+    "block with prepended axes and uneven rows, flattened into distributed-optimizer slices") {
+  // A [3, 5, 4] f32 tensor of 3 stacked layers (the layer axis is prepended: no rank holds it
+  // locally). Rank r < 3 holds layer r, rows [0, 3) or [3, 5) (uneven), as two flat slices
+  // held by ranks 2k and 2k + 1.
+  const cairn::shape global{3, 5, 4};
+  cairn::memory_storage mem;
+  cairn::run_ranks(4, [&](cairn::thread_communicator& comm) {
+    cairn::state_dict sd;
+    std::vector<std::vector<float>> keep;
+    for (int layer = 0; layer < 3; ++layer)
+      for (int part = 0; part < 2; ++part) {
+        const int owner = (layer * 2 + part) % comm.size();
+        if (owner != comm.rank()) continue;
+        const std::int64_t row0 = part == 0 ? 0 : 3, rows = part == 0 ? 3 : 2;
+        std::vector<std::byte> bytes(static_cast<std::size_t>(rows * 4 * 4));
+        cairn_test::fill_block("w", cairn::dtype::f32, global,
+                               cairn::box{{layer, row0, 0}, {1, rows, 4}}, bytes.data());
+        auto whole = cairn::block("w", std::span<float>{}, {rows, 4}, global, {layer, row0, 0}, 0,
+                                  /*prepend_axis_num=*/1);
+        CHECK(whole.global_block_shape() == cairn::shape{1, rows, 4});
+        // Two flat slices of the block: the first `cut` elements, then the rest.
+        const std::int64_t n = rows * 4, cut = n / 2 + 1;
+        for (auto [b, e] : {std::pair{std::int64_t{0}, cut}, std::pair{cut, n}}) {
+          auto& slice = keep.emplace_back(static_cast<std::size_t>(e - b));
+          std::memcpy(slice.data(), bytes.data() + b * 4, slice.size() * 4);
+          sd.add("w" + std::to_string(layer) + "." + std::to_string(part) + "." + std::to_string(b),
+                 cairn::flattened(whole, std::span(slice), cairn::flat_range{b, e}));
+        }
+      }
+    cairn::save(sd, mem, comm);
+  });
+  auto t = cairn::load_tensors(mem, {"w"}).value();
+  std::vector<std::byte> want(3 * 5 * 4 * 4);
+  cairn_test::fill_block("w", cairn::dtype::f32, global, cairn::box{{0, 0, 0}, global},
+                         want.data());
+  CHECK(t.at("w").global_shape == global);
+  CHECK(t.at("w").data == want);
+}

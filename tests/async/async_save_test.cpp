@@ -1,7 +1,7 @@
 // async_saver: the save returns after staging; the checkpoint holds what the tensors held
 // then; background failures reach every rank; later saves reuse the staging pool and
 // allocate nothing large.
-#include "cairn/async_save.hpp"
+#include "cairn/async/saver.hpp"
 
 #include <doctest/doctest.h>
 

@@ -6,7 +6,7 @@
 #include <random>
 
 #include "../api/property.hpp"
-#include "cairn/async_save.hpp"
+#include "cairn/async/saver.hpp"
 #include "cairn/cairn.hpp"
 #include "cairn/storage/fault_injection.hpp"
 #include "cairn/strategies.hpp"

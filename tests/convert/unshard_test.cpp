@@ -327,7 +327,7 @@ TEST_CASE("convert torch_dist writes DCP + Megatron files that read back as a DC
   opt.slab_bytes = 56;  // several DCP items per tensor
   auto stats = cv::convert(*src, dist, opt).value();
   CHECK(stats.files ==
-        std::vector<std::string>{"__0_0.distcp", "common.pt", ".metadata", "metadata.json"});
+        std::vector<std::string>{"__0_0.distcp", "common.pt", "metadata.json", ".metadata"});
   auto mj = file_bytes(d.path / "dist" / "metadata.json");
   CHECK(std::string(reinterpret_cast<const char*>(mj.data()), mj.size())
             .find("\"sharded_backend\": \"torch_dist\"") != std::string::npos);

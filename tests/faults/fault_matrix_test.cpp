@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "cairn/async_save.hpp"
+#include "cairn/async/saver.hpp"
 #include "cairn/cairn.hpp"
 #include "cairn/storage/fault_injection.hpp"
 

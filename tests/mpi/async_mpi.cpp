@@ -5,7 +5,7 @@
 
 #include <filesystem>
 
-#include "cairn/async_save.hpp"
+#include "cairn/async/saver.hpp"
 #include "cairn/comm/mpi.hpp"
 #include "cairn/storage/fault_injection.hpp"
 #include "tests/api/test_util.hpp"

@@ -23,6 +23,7 @@
 #include "cairn/core/error.hpp"
 #include "cairn/core/sharded_tensor.hpp"
 #include "cairn/format/dcp/metadata.hpp"
+#include "cairn/format/dcp/reader.hpp"
 #include "cairn/format/foreign.hpp"
 #include "cairn/format/native/reader.hpp"
 #include "cairn/format/torch/zip.hpp"
@@ -193,147 +194,45 @@ class native_source final : public source {
 };
 
 /// A PyTorch Distributed Checkpoint (`.metadata` + `__R_I.distcp` files of `torch.save` items,
-/// any torch version, Megatron's `torch_dist` backend included). A box is read from the items
-/// whose chunks it overlaps, each item only over the byte span the box needs.
+/// any torch version, Megatron's `torch_dist` backend included), read through `dcp::reader`
+/// (the reader `load` uses too). A box is read from the items whose chunks it overlaps, each
+/// item only over the byte span the box needs; strided items are read too.
 class dcp_source final : public source {
  public:
-  /// Reads and parses `.metadata` on `st` (which must outlive the source), and checks that the
-  /// files hold the data it claims (`dcp::check_storage`), so no tensor is larger than them.
+  /// Reads and checks `.metadata` on `st` (which must outlive the source).
   static result<std::unique_ptr<dcp_source>> open(storage_ref st) {
-    CAIRN_TRY_ASSIGN(dcp::metadata m, dcp::read(st));
-    CAIRN_TRY(dcp::check_storage(st, m));
-    std::unique_ptr<dcp_source> s(new dcp_source(st));
-    for (const auto& [fqn, item] : m.state_dict_metadata) {
+    CAIRN_TRY_ASSIGN(dcp::reader rd, dcp::reader::open(st));
+    std::unique_ptr<dcp_source> s(new dcp_source(std::move(rd)));
+    for (const auto& [fqn, item] : s->reader_.meta().state_dict_metadata) {
       if (const auto* t = std::get_if<dcp::tensor_meta>(&item))
         s->tensors_.push_back({fqn, t->type, t->size});
       else
         s->others_.push_back(fqn);
     }
-    s->m_ = std::move(m);
-    for (const auto& [idx, info] : s->m_.storage_data)
-      if (idx.offset) s->where_.emplace(std::make_pair(idx.fqn, *idx.offset), &info);
     return s;
   }
   std::string_view kind() const noexcept override { return "dcp"; }
   const std::vector<tensor_entry>& tensors() const noexcept override { return tensors_; }
   std::vector<std::string> other_items() const override { return others_; }
   /// The parsed `.metadata`.
-  const dcp::metadata& metadata() const noexcept { return m_; }
+  const dcp::metadata& metadata() const noexcept { return reader_.meta(); }
 
   result<void> read(const std::vector<box_read>& reqs) override {
     for (const auto& r : reqs) {
-      const tensor_entry* t = find(r.key);
-      CAIRN_TRY(detail::check_request(t, r));
-      if (r.region.volume() == 0) continue;
-      const auto& tm = std::get<dcp::tensor_meta>(m_.state_dict_metadata.at(r.key));
-      const std::size_t es = dtype_size(t->type);
-      std::int64_t covered = 0;
-      for (const auto& c : tm.chunks) {
-        box cb{c.offsets, c.sizes};
-        auto x = intersect(cb, r.region);
-        if (!x && !(r.region.size.empty() && cb.size.empty())) continue;
-        box region = x ? *x : r.region;
-        covered += region.volume();
-        CAIRN_TRY(read_chunk(r, tm, c, cb, region, es));
-      }
-      if (covered != r.region.volume())
-        return make_error(errc::integrity,
-                          "the checkpoint's chunks cover " + std::to_string(covered) + " of the " +
-                              std::to_string(r.region.volume()) + " elements of " + r.region.str())
-            .with_key(r.key);
+      CAIRN_TRY(detail::check_request(find(r.key), r));
+      CAIRN_TRY(reader_.read_box(r.key, r.region, r.out));
     }
     return ok();
   }
 
  private:
-  explicit dcp_source(storage_ref st) : st_(st) {}
-
-  result<const torch_zip::archive*> archive_of(const dcp::storage_info& where) {
-    auto k = std::make_pair(where.relative_path, where.offset);
-    auto it = archives_.find(k);
-    if (it != archives_.end()) return &it->second;
-    CAIRN_TRY_ASSIGN(torch_zip::archive a,
-                     torch_zip::open_archive(st_, where.relative_path, where.offset, where.length));
-    if (archives_.size() > 4096) archives_.clear();  // bounded cache of parsed item headers
-    return &archives_.emplace(k, std::move(a)).first->second;
-  }
-
-  result<void> read_chunk(const box_read& r,
-                          const dcp::tensor_meta& tm,
-                          const dcp::chunk& c,
-                          const box& cb,
-                          const box& region,
-                          std::size_t es) {
-    auto w = where_.find(std::make_pair(r.key, c.offsets));
-    const dcp::storage_info* where = w == where_.end() ? nullptr : w->second;
-    if (!where)
-      return std::move(
-                 make_error(errc::corrupt, "dcp: no storage_data entry for chunk " + cb.str()))
-          .with_key(r.key)
-          .with_file(st_.describe(dcp::metadata_name));
-    auto opened = archive_of(*where);
-    if (!opened) return std::move(opened).err().with_key(r.key);
-    const torch_zip::archive* a = *opened;
-    auto ref = torch_zip::as_tensor(a->root);
-    if (!ref || ref->type != tm.type || numel(ref->dims) != cb.volume())
-      return make_error(errc::corrupt, "dcp: item of chunk " + cb.str() + " is not a " +
-                                           std::string(dtype_name(tm.type)) + " tensor of its size")
-          .with_key(r.key)
-          .with_file(st_.describe(where->relative_path));
-    bool contiguous = true;
-    for (std::int64_t d = static_cast<std::int64_t>(ref->dims.size()) - 1, s = 1; d >= 0; --d) {
-      if (ref->dims[d] != 1 && ref->strides[d] != s) contiguous = false;
-      s *= ref->dims[d];
-    }
-    // Element span of `region` inside the chunk (row-major), read in one piece.
-    std::int64_t lo = -1, hi = 0;
-    for_each_run(cb, r.region, region, [&](std::int64_t s, std::int64_t, std::int64_t n) {
-      if (lo < 0) lo = s;
-      hi = s + n;
-    });
-    if (lo < 0) return ok();
-    std::vector<std::byte> buf;
-    std::int64_t base = 0;
-    if (contiguous) {
-      const torch_zip::record* rec = a->zip.find(a->prefix + "/data/" + ref->storage_key);
-      if (!rec)
-        return make_error(errc::corrupt, "dcp: item has no storage record")
-            .with_key(r.key)
-            .with_file(st_.describe(where->relative_path));
-      // as_tensor checked the view (offset within 2^62); compare in elements, without overflow.
-      const std::uint64_t elems = rec->size / es;
-      const auto so = static_cast<std::uint64_t>(ref->storage_offset);
-      if (so > elems || static_cast<std::uint64_t>(hi) > elems - so)
-        return make_error(errc::corrupt, "dcp: tensor view exceeds its storage")
-            .with_key(r.key)
-            .with_file(st_.describe(where->relative_path));
-      std::uint64_t first = (so + static_cast<std::uint64_t>(lo)) * es;
-      CAIRN_TRY_ASSIGN(buf, format_detail::buffer(static_cast<std::uint64_t>(hi - lo) * es,
-                                                  st_.describe(where->relative_path), r.key));
-      auto rd = a->zip.read(*rec, first, buf);
-      if (!rd) return std::move(rd).err().with_key(r.key);
-      base = lo;
-    } else {
-      CAIRN_TRY_ASSIGN(buf, torch_zip::read_tensor(*a, *ref));
-    }
-    for_each_run(cb, r.region, region, [&](std::int64_t s, std::int64_t t, std::int64_t n) {
-      std::memcpy(r.out.data() + static_cast<std::size_t>(t) * es,
-                  buf.data() + static_cast<std::size_t>(s - base) * es,
-                  static_cast<std::size_t>(n) * es);
-    });
-    return ok();
-  }
-
-  storage_ref st_;
-  dcp::metadata m_;
+  explicit dcp_source(dcp::reader rd) : reader_(std::move(rd)) {}
+  dcp::reader reader_;
   std::vector<tensor_entry> tensors_;
   std::vector<std::string> others_;
-  std::map<std::pair<std::string, std::uint64_t>, torch_zip::archive> archives_;
-  /// (fqn, chunk offsets) -> where the chunk's item is (`storage_data` is a list).
-  std::map<std::pair<std::string, shape>, const dcp::storage_info*> where_;
 };
 
-/// Opens whatever readable layout is on `st`: a cairn checkpoint (`metadata.json` saying
+/// Opens whatever readable format is on `st`: a cairn checkpoint (`metadata.json` saying
 /// `"format":"cairn"`), a DCP checkpoint (`.metadata`, with or without Megatron's
 /// `metadata.json`), or safetensors (an index, or `model.safetensors`). Fails with
 /// errc::incomplete_checkpoint when none is there.

@@ -24,8 +24,10 @@
 #include "cairn/core/dtype.hpp"
 #include "cairn/core/error.hpp"
 #include "cairn/format/dcp/metadata.hpp"
+#include "cairn/format/dcp/writer.hpp"
 #include "cairn/format/native/writer.hpp"
 #include "cairn/format/safetensors/file.hpp"
+#include "cairn/format/safetensors/files.hpp"
 #include "cairn/format/torch/pickle.hpp"
 #include "cairn/format/torch/zip.hpp"
 #include "cairn/load.hpp"
@@ -199,16 +201,6 @@ inline std::vector<box> slabs(const shape& dims, std::size_t elem_size, std::uin
   }
 }
 
-namespace detail {
-
-/// One slab to move: a box of a tensor and where its output bytes go inside the tensor.
-struct slab_job {
-  const tensor_entry* t;
-  box region;
-  std::uint64_t out_offset;  ///< byte offset of the slab in the output tensor
-  dtype out_type;
-};
-
 /// Slab memory reused across pumps (a conversion of many files allocates it once; it is never
 /// zeroed: every byte is read into before use). Fresh memory costs a page fault per 4 KiB.
 struct slab_buffers {
@@ -224,6 +216,33 @@ struct slab_buffers {
  private:
   std::unique_ptr<std::byte[]> buf_[2];
   std::size_t size_[2] = {0, 0};
+};
+
+/// The safetensors split of a safetensors output format (`one_file` for any other).
+constexpr safetensors::file_split split_of(output_format f) noexcept {
+  return f == output_format::per_tensor ? safetensors::file_split::per_tensor
+         : f == output_format::chunks   ? safetensors::file_split::chunks
+                                        : safetensors::file_split::one_file;
+}
+
+/// The safetensors files of `ts` in `opt.format` (one_file, per_tensor or chunks of at most
+/// `opt.chunk_size` bytes), with the dtypes `opt.to_dtype` converts to. Deterministic.
+inline result<std::vector<safetensors::planned_file>> plan_safetensors(
+    const std::vector<tensor_entry>& ts, const convert_options& opt) {
+  std::vector<safetensors::tensor_decl> decls;
+  for (const auto& t : ts)
+    decls.push_back({t.key, output_dtype(t.type, opt.to_dtype), t.global_shape});
+  return safetensors::plan_files(decls, split_of(opt.format), opt.chunk_size);
+}
+
+namespace detail {
+
+/// One slab to move: a box of a tensor and where its output bytes go inside the tensor.
+struct slab_job {
+  const tensor_entry* t;
+  box region;
+  std::uint64_t out_offset;  ///< byte offset of the slab in the output tensor
+  dtype out_type;
 };
 
 /// Reads `jobs` in batches of at most `slab_bytes` into one reused buffer, converts dtypes,
@@ -296,131 +315,29 @@ inline std::vector<slab_job> plan_jobs(const std::vector<const tensor_entry*>& t
   return jobs;
 }
 
-/// The pickle value of a common value (ints, floats, bools, lists of them, strings).
-inline pickle::value common_to_pickle(const common_value& c) {
-  using pickle::value;
-  auto scalar = [&](const std::byte* p) -> value {
-    auto get = [&](auto v) {
-      std::memcpy(&v, p, sizeof v);
-      return v;
-    };
-    switch (c.type) {
-      case dtype::bool_:
-        return value::boolean(get(std::uint8_t{}) != 0);
-      case dtype::u8:
-        return value::integer(get(std::uint8_t{}));
-      case dtype::i8:
-        return value::integer(get(std::int8_t{}));
-      case dtype::i16:
-        return value::integer(get(std::int16_t{}));
-      case dtype::u16:
-        return value::integer(get(std::uint16_t{}));
-      case dtype::i32:
-        return value::integer(get(std::int32_t{}));
-      case dtype::u32:
-        return value::integer(get(std::uint32_t{}));
-      case dtype::i64:
-        return value::integer(get(std::int64_t{}));
-      case dtype::u64:
-        return value::integer(static_cast<std::int64_t>(get(std::uint64_t{})));
-      case dtype::f16:
-        return value::floating(f16::to_float(get(std::uint16_t{})));
-      case dtype::bf16: {
-        bf16 b;
-        b.bits = get(std::uint16_t{});
-        return value::floating(static_cast<float>(b));
-      }
-      case dtype::f32:
-        return value::floating(get(float{}));
-      case dtype::f64:
-        return value::floating(get(double{}));
-      default:
-        return value::integer(get(std::uint8_t{}));
-    }
-  };
-  if (c.kind == common_kind::string)
-    return value::string(std::string(reinterpret_cast<const char*>(c.data.data()), c.data.size()));
-  std::size_t es = dtype_size(c.type);
-  if (c.kind == common_kind::scalar) return c.data.size() == es ? scalar(c.data.data()) : value();
-  std::vector<value> xs;
-  for (std::size_t i = 0; i + es <= c.data.size(); i += es) xs.push_back(scalar(c.data.data() + i));
-  return value::list(std::move(xs));
-}
+}  // namespace detail
 
-inline std::string per_tensor_name(const std::string& key) {
-  std::string f = key;
-  std::replace(f.begin(), f.end(), '/', '-');
-  return f + ".safetensors";
-}
-
-inline std::string chunk_name(std::size_t i, std::size_t n) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "model-%05zu-of-%05zu.safetensors", i + 1, n);
-  return buf;
-}
-
-/// The files of a safetensors output and the tensors of each, in the order `opt.format` gives:
-/// one `model.safetensors`; one file per tensor; or `model-NNNNN-of-MMMMM.safetensors` of at
-/// most `opt.chunk_size` tensor bytes each. Deterministic for a tensor list.
-inline result<std::vector<std::pair<std::string, std::vector<const tensor_entry*>>>>
-safetensors_files(const std::vector<tensor_entry>& all, const convert_options& opt) {
-  std::vector<std::pair<std::string, std::vector<const tensor_entry*>>> files;
-  if (opt.format == output_format::one_file) {
-    files.emplace_back("model.safetensors", std::vector<const tensor_entry*>{});
-    for (const auto& t : all) files.back().second.push_back(&t);
-  } else if (opt.format == output_format::per_tensor) {
-    std::set<std::string> seen;
-    for (const auto& t : all) {
-      std::string f = per_tensor_name(t.key);
-      if (!seen.insert(f).second || f == safetensors::index_name)
-        return make_error(errc::invalid_argument, "per_tensor: two keys map to the file name " + f)
-            .with_key(t.key);
-      files.emplace_back(f, std::vector<const tensor_entry*>{&t});
-    }
-  } else {
-    if (opt.chunk_size == 0) return make_error(errc::invalid_argument, "chunk size is 0");
-    std::uint64_t cur = 0;
-    for (const auto& t : all) {
-      std::uint64_t b = static_cast<std::uint64_t>(numel(t.global_shape)) *
-                        dtype_size(output_dtype(t.type, opt.to_dtype));
-      if (files.empty() || (cur > 0 && cur + b > opt.chunk_size)) {
-        files.emplace_back("", std::vector<const tensor_entry*>{});
-        cur = 0;
-      }
-      files.back().second.push_back(&t);
-      cur += b;
-    }
-    for (std::size_t i = 0; i < files.size(); ++i) files[i].first = chunk_name(i, files.size());
-  }
-  return files;
-}
-
-/// The safetensors declarations of `ts` under `opt` (output dtypes).
-inline std::vector<safetensors::tensor_decl> safetensors_decls(
-    const std::vector<const tensor_entry*>& ts, const convert_options& opt) {
-  std::vector<safetensors::tensor_decl> decls;
-  for (const tensor_entry* t : ts)
-    decls.push_back({t->key, output_dtype(t->type, opt.to_dtype), t->global_shape});
-  return decls;
-}
-
-/// Writes one safetensors file `name` holding `ts`, read from `src` one slab at a time in file
-/// order (the disk sees one sequential stream).
+/// Writes the planned safetensors file `f`, reading its tensors from `src` one slab at a time in
+/// file order (the disk sees one sequential stream; memory bounded by `opt.slab_bytes`).
+/// `total`: the bytes `opt.progress` counts towards; `buffers`: slab memory to reuse.
 inline result<void> write_safetensors_file(source& src,
                                            storage_ref dst,
-                                           const std::string& name,
-                                           const std::vector<const tensor_entry*>& ts,
+                                           const safetensors::planned_file& f,
                                            const convert_options& opt,
                                            convert_stats& stats,
-                                           std::uint64_t total,
+                                           std::uint64_t total = 0,
                                            slab_buffers* buffers = nullptr) {
   CAIRN_TRY_ASSIGN(safetensors::writer w,
-                   safetensors::writer::open(dst, name, safetensors_decls(ts, opt), opt.metadata));
+                   safetensors::writer::open(dst, f.name, f.tensors, opt.metadata));
   std::vector<const tensor_entry*> ordered;
-  for (const auto& info : w.planned().tensors) ordered.push_back(src.find(info.name));
-  CAIRN_TRY(pump(
-      src, plan_jobs(ordered, opt), opt, stats, total,
-      [&](const slab_job& job, std::span<const std::byte> bytes) -> result<void> {
+  for (const auto& info : w.planned().tensors) {
+    const tensor_entry* t = src.find(info.name);
+    if (!t) return make_error(errc::not_found, "no such tensor in the source").with_key(info.name);
+    ordered.push_back(t);
+  }
+  CAIRN_TRY(detail::pump(
+      src, detail::plan_jobs(ordered, opt), opt, stats, total,
+      [&](const detail::slab_job& job, std::span<const std::byte> bytes) -> result<void> {
         const std::size_t piece = std::size_t{8} << 20;
         std::size_t n = (bytes.size() + piece - 1) / piece;
         return cairn::detail::run_parallel(n, opt.io_threads, [&](std::size_t k) -> result<void> {
@@ -431,94 +348,27 @@ inline result<void> write_safetensors_file(source& src,
       },
       buffers));
   CAIRN_TRY(w.finish());
-  stats.files.push_back(name);
-  stats.tensors += ts.size();
+  stats.files.push_back(f.name);
+  stats.tensors += f.tensors.size();
   return ok();
 }
 
-/// The Hugging Face index of a safetensors output (computed from the plan, not the files).
-inline result<safetensors::index> safetensors_index(
-    const std::vector<std::pair<std::string, std::vector<const tensor_entry*>>>& files,
-    const convert_options& opt) {
-  safetensors::index ix;
-  for (const auto& [name, ts] : files) {
-    CAIRN_TRY_ASSIGN(safetensors::header h, safetensors::plan(safetensors_decls(ts, opt)));
-    for (const auto& info : h.tensors) {
-      ix.weight_map[info.name] = name;
-      ix.total_size += info.nbytes();
-    }
-  }
-  return ix;
-}
+namespace detail {
 
 inline result<void> write_safetensors(source& src,
                                       storage_ref dst,
                                       const convert_options& opt,
                                       convert_stats& stats,
                                       std::uint64_t total) {
-  CAIRN_TRY_ASSIGN(auto files, safetensors_files(src.tensors(), opt));
+  CAIRN_TRY_ASSIGN(auto files, plan_safetensors(src.tensors(), opt));
   slab_buffers buffers;
-  for (const auto& [name, ts] : files)
-    CAIRN_TRY(write_safetensors_file(src, dst, name, ts, opt, stats, total, &buffers));
+  for (const auto& f : files)
+    CAIRN_TRY(write_safetensors_file(src, dst, f, opt, stats, total, &buffers));
   if (opt.format != output_format::one_file) {
-    CAIRN_TRY_ASSIGN(safetensors::index ix, safetensors_index(files, opt));
+    CAIRN_TRY_ASSIGN(safetensors::index ix, safetensors::index_of(files));
     CAIRN_TRY(safetensors::write_index(dst, safetensors::index_name, ix));
     stats.files.emplace_back(safetensors::index_name);
   }
-  return ok();
-}
-
-/// Megatron's `metadata.json` for a torch_dist checkpoint (all four keys: every version reads
-/// it).
-inline constexpr std::string_view megatron_metadata_json =
-    "{\"sharded_backend\": \"torch_dist\", \"sharded_backend_version\": 1, "
-    "\"common_backend\": \"torch\", \"common_backend_version\": 1}";
-
-/// Records chunk `region` of tensor `key` (`type`, `global_shape`), stored at `where`, in DCP
-/// metadata.
-inline void add_dcp_chunk(dcp::metadata& m,
-                          const std::string& key,
-                          dtype type,
-                          const shape& global_shape,
-                          const box& region,
-                          dcp::storage_info where) {
-  auto [it, fresh] =
-      m.state_dict_metadata.try_emplace(key, dcp::tensor_meta{type, global_shape, {}});
-  auto& chunks = std::get<dcp::tensor_meta>(it->second).chunks;
-  m.storage_data.push_back(
-      {{key, region.offset, static_cast<std::int64_t>(chunks.size())}, std::move(where)});
-  chunks.push_back({region.offset, region.size});
-}
-
-/// An object_writer into memory (for small files written whole with `put`, atomically).
-class buffer_writer final : public object_writer {
- public:
-  result<void> write_at(std::uint64_t offset, std::span<const std::byte> data) override {
-    std::lock_guard lock(mu_);
-    if (buf_.size() < offset + data.size()) buf_.resize(offset + data.size());
-    std::copy(data.begin(), data.end(), buf_.begin() + static_cast<std::ptrdiff_t>(offset));
-    return ok();
-  }
-  result<void> finish() override { return ok(); }
-  /// Everything written.
-  const bytes& data() const noexcept { return buf_; }
-
- private:
-  std::mutex mu_;
-  bytes buf_;
-};
-
-/// Writes Megatron's `common.pt` (`torch.save` of {path: Python value}) with `put`.
-template <class Commons>
-result<void> put_common_pt(storage_ref st, const Commons& commons) {
-  std::vector<std::pair<pickle::value, pickle::value>> entries;
-  for (const auto& [path, c] : commons)
-    entries.emplace_back(pickle::value::string(path), common_to_pickle(c));
-  buffer_writer buf;
-  CAIRN_TRY(torch_zip::write_archive(buf, 0, "common", pickle::value::dict(std::move(entries)), {},
-                                     st.describe(megatron_common_name)));
-  if (auto p = st.put(megatron_common_name, buf.data()); !p)
-    return std::move(p).err().with_file(st.describe(megatron_common_name));
   return ok();
 }
 
@@ -533,18 +383,18 @@ inline result<void> write_torch_dist(source& src,
   for (const auto& t : src.tensors()) ts.push_back(&t);
   CAIRN_TRY_ASSIGN(auto out, dst.open_writer(data_name));
   std::uint64_t off = 0;
-  CAIRN_TRY(pump(
-      src, plan_jobs(ts, opt), opt, stats, total,
-      [&](const slab_job& job, std::span<const std::byte> bytes) -> result<void> {
-        const std::string& key = job.t->key;
-        CAIRN_TRY_ASSIGN(
-            std::uint64_t len,
-            torch_zip::write_tensor_item(*out, off, {key, job.out_type, job.region.size, bytes},
-                                         dst.describe(data_name)));
-        add_dcp_chunk(m, key, job.out_type, job.t->global_shape, job.region, {data_name, off, len});
-        off += len;
-        return ok();
-      }));
+  CAIRN_TRY(pump(src, plan_jobs(ts, opt), opt, stats, total,
+                 [&](const slab_job& job, std::span<const std::byte> bytes) -> result<void> {
+                   const std::string& key = job.t->key;
+                   CAIRN_TRY_ASSIGN(std::uint64_t len,
+                                    torch_zip::write_tensor_item(
+                                        *out, off, {key, job.out_type, job.region.size, bytes},
+                                        dst.describe(data_name)));
+                   dcp::add_tensor_chunk(m, key, job.out_type, job.t->global_shape, job.region,
+                                         {data_name, off, len});
+                   off += len;
+                   return ok();
+                 }));
   {
     auto f = out->finish();
     if (!f) return std::move(f).err().with_file(dst.describe(data_name));
@@ -552,14 +402,8 @@ inline result<void> write_torch_dist(source& src,
   stats.files.push_back(data_name);
   stats.tensors = ts.size();
   CAIRN_TRY_ASSIGN(auto commons, src.commons());
-  if (!commons.empty()) {
-    CAIRN_TRY(put_common_pt(dst, commons));
-    stats.files.emplace_back(megatron_common_name);
-  }
-  CAIRN_TRY(dcp::write(dst, m, opt.dcp_flavor));
-  stats.files.emplace_back(dcp::metadata_name);
-  CAIRN_TRY(dst.put(metadata_name, std::as_bytes(std::span(megatron_metadata_json))));
-  stats.files.emplace_back(metadata_name);
+  CAIRN_TRY_ASSIGN(auto written, dcp::write_commit_files(dst, m, opt.dcp_flavor, commons));
+  stats.files.insert(stats.files.end(), written.begin(), written.end());
   return ok();
 }
 

@@ -256,14 +256,18 @@ sharded_tensor<T> from_rank_offsets_flat(std::string key,
 }
 
 /// Describes an arbitrary (possibly uneven) block: `global_offset` and `global_shape` given
-/// explicitly. Use it for dimensions that do not divide evenly among ranks.
+/// explicitly. Use it for dimensions that do not divide evenly among ranks. With
+/// `prepend_axis_num` n, the global tensor has n leading axes the local block lacks (a layer
+/// index of stacked layers, say): `global_shape` and `global_offset` count them, `local_shape`
+/// does not.
 template <element_type T>
 sharded_tensor<T> block(std::string key,
                         std::span<T> data,
                         shape local_shape,
                         shape global_shape,
                         shape global_offset,
-                        int replica_id = 0) {
+                        int replica_id = 0,
+                        int prepend_axis_num = 0) {
   sharded_tensor<T> t;
   t.key = std::move(key);
   t.type = dtype_of<T>;
@@ -271,7 +275,22 @@ sharded_tensor<T> block(std::string key,
   t.global_shape = std::move(global_shape);
   t.global_offset = std::move(global_offset);
   t.replica_id = replica_id;
+  t.prepend_axis_num = prepend_axis_num;
   t.data = data;
+  return t;
+}
+
+/// `t` (a block described by any factory: `block` for uneven splits) with `data` holding only
+/// the elements `range` of the block flattened row-major: a distributed optimizer's slice of a
+/// parameter. Each slice is a main copy.
+///
+///     auto m = cairn::flattened(cairn::block("exp_avg", std::span<float>{}, {5, 8}, {11, 8},
+///                                            {6, 0}), std::span(slice), {dp * 20, dp * 20 + 20});
+template <element_type T>
+sharded_tensor<T> flattened(sharded_tensor<T> t, std::span<T> data, flat_range range) {
+  t.data = data;
+  t.flattened_range = range;
+  t.replica_id = 0;
   return t;
 }
 

@@ -1,6 +1,9 @@
-// cairn/format/dcp/reader.hpp: a PyTorch DCP (torch_dist) checkpoint described as
-// `checkpoint_metadata`, so that `load` reads it as it reads its own format: each rank plans
-// against the same chunk list and reads only the byte ranges its shards need.
+// cairn/format/dcp/reader.hpp: the one reader of PyTorch DCP (torch_dist) checkpoints.
+// `dcp::reader` parses and checks `.metadata`, finds each chunk's item and reads boxes of
+// tensors from the items; `load` reads a DCP checkpoint through `dcp_as_metadata` (the reader's
+// items described as `checkpoint_metadata`, so each rank plans against the same chunk list and
+// reads only the byte ranges its shards need) and `convert` through `convert::dcp_source`, a
+// thin adapter over the reader.
 #pragma once
 
 #include <cmath>
@@ -17,6 +20,7 @@
 #include "cairn/core/common_value.hpp"
 #include "cairn/core/error.hpp"
 #include "cairn/format/dcp/metadata.hpp"
+#include "cairn/format/dcp/writer.hpp"
 #include "cairn/format/native/metadata.hpp"
 #include "cairn/format/native/reader.hpp"
 #include "cairn/format/registry.hpp"
@@ -25,9 +29,6 @@
 #include "cairn/storage/storage.hpp"
 
 namespace cairn {
-
-/// Name of Megatron's common-state file in a torch_dist checkpoint.
-inline constexpr std::string_view megatron_common_name = "common.pt";
 
 namespace detail {
 
@@ -125,103 +126,259 @@ inline result<std::uint32_t> file_index_of(storage_ref st,
 
 }  // namespace detail
 
+}  // namespace cairn
+
+namespace cairn::dcp {
+
+/// Where the elements of a contiguous tensor item lie in its file.
+struct item_span {
+  std::string file;          ///< the data file (`relative_path`)
+  std::uint64_t offset = 0;  ///< byte offset of the first element in the file
+  std::uint64_t nbytes = 0;  ///< bytes of the elements
+};
+
+/// The one reader of a DCP checkpoint. `open` reads `.metadata` and checks that the files hold
+/// the data it claims (`check_storage`); then each chunk's item is found by key and offsets,
+/// items' `torch.save` directories are parsed on first use (a bounded cache), and `read_box`
+/// reads any box of a tensor from the items it overlaps, each item only over the byte span the
+/// box needs (strided items are read whole). The storage must outlive the reader.
+class reader {
+ public:
+  /// Reads and checks `.metadata` on `st`.
+  static result<reader> open(storage_ref st) {
+    CAIRN_TRY_ASSIGN(metadata m, read(st));
+    CAIRN_TRY(check_storage(st, m));
+    reader r(st, std::move(m));
+    for (std::size_t i = 0; i < r.m_.storage_data.size(); ++i) {
+      const auto& idx = r.m_.storage_data[i].first;
+      if (idx.offset)
+        r.chunk_items_.emplace(std::make_pair(idx.fqn, *idx.offset), i);
+      else
+        r.bytes_items_.emplace(idx.fqn, i);
+    }
+    return r;
+  }
+
+  /// The parsed `.metadata`.
+  const metadata& meta() const noexcept { return m_; }
+  /// The storage read from.
+  storage_ref storage() const noexcept { return st_; }
+
+  /// Where chunk `c` of tensor `key` is stored; errc::corrupt when `.metadata` lists the chunk
+  /// but no item for it.
+  result<const storage_info*> chunk_item(const std::string& key, const chunk& c) const {
+    auto it = chunk_items_.find(std::make_pair(key, c.offsets));
+    if (it == chunk_items_.end())
+      return make_error(errc::corrupt,
+                        "dcp: no storage_data entry for chunk " + box{c.offsets, c.sizes}.str())
+          .with_key(key)
+          .with_file(st_.describe(metadata_name));
+    return &m_.storage_data[it->second].second;
+  }
+  /// Where bytes item `key` is stored, or nullptr.
+  const storage_info* bytes_item(const std::string& key) const {
+    auto it = bytes_items_.find(key);
+    return it == bytes_items_.end() ? nullptr : &m_.storage_data[it->second].second;
+  }
+
+  /// The `torch.save` archive of an item (parsed once; the cache holds at most 4096).
+  result<const torch_zip::archive*> item(const storage_info& where) {
+    auto k = std::make_pair(where.relative_path, where.offset);
+    auto it = archives_.find(k);
+    if (it != archives_.end()) return &it->second;
+    CAIRN_TRY_ASSIGN(torch_zip::archive a,
+                     torch_zip::open_archive(st_, where.relative_path, where.offset, where.length));
+    if (archives_.size() >= 4096) archives_.clear();
+    return &archives_.emplace(k, std::move(a)).first->second;
+  }
+
+  /// The tensor an item holds, checked to be a `type` tensor of `volume` elements.
+  result<torch_zip::tensor_ref> item_tensor(const storage_info& where,
+                                            const std::string& key,
+                                            dtype type,
+                                            std::int64_t volume) {
+    CAIRN_TRY_ASSIGN(const torch_zip::archive* a, item(where));
+    auto ref = torch_zip::as_tensor(a->root);
+    if (!ref || ref->type != type || numel(ref->dims) != volume)
+      return make_error(errc::corrupt, "dcp: item is not a " + std::string(dtype_name(type)) +
+                                           " tensor of " + std::to_string(volume) + " elements")
+          .with_key(key)
+          .with_file(st_.describe(where.relative_path));
+    return *ref;
+  }
+
+  /// Where the elements of the `type` tensor of `volume` elements in item `where` lie in its
+  /// file. errc::unsupported_version for a strided (non-contiguous) item, which `read_box`
+  /// reads but a byte range cannot describe.
+  result<item_span> contiguous_span(const storage_info& where,
+                                    const std::string& key,
+                                    dtype type,
+                                    std::int64_t volume) {
+    CAIRN_TRY_ASSIGN(torch_zip::tensor_ref ref, item_tensor(where, key, type, volume));
+    if (!contiguous(ref))
+      return make_error(errc::unsupported_version,
+                        "dcp: item is a non-contiguous view; load cannot read it in "
+                        "place (rewrite the checkpoint with `cairn convert`)")
+          .with_key(key)
+          .with_file(st_.describe(where.relative_path));
+    CAIRN_TRY_ASSIGN(const torch_zip::record* rec, storage_record(where, key, ref));
+    // item_tensor checked the view: offset and volume * es are within 2^62.
+    const std::uint64_t es = dtype_size(type);
+    const auto so = static_cast<std::uint64_t>(ref.storage_offset);
+    const std::uint64_t n = static_cast<std::uint64_t>(volume) * es;
+    if (so > rec->size / es || n > rec->size - so * es)
+      return make_error(errc::corrupt, "dcp: tensor storage record is shorter than the tensor")
+          .with_key(key)
+          .with_file(st_.describe(where.relative_path));
+    // offset < 2^63 (from the pickle) and data_offset + so * es <= length < 2^63: no overflow.
+    return item_span{where.relative_path, where.offset + rec->data_offset + so * es, n};
+  }
+
+  /// Reads box `region` (global coordinates) of tensor `key` into `out`, row-major; `out`
+  /// holds exactly the box's bytes. Fails when the chunks do not cover the box.
+  result<void> read_box(const std::string& key, const box& region, std::span<std::byte> out) {
+    auto found = m_.state_dict_metadata.find(key);
+    const auto* tm =
+        found == m_.state_dict_metadata.end() ? nullptr : std::get_if<tensor_meta>(&found->second);
+    if (!tm) return make_error(errc::not_found, "dcp: no such tensor").with_key(key);
+    if (region.volume() == 0) return ok();
+    std::int64_t covered = 0;
+    for (const auto& c : tm->chunks) {
+      box cb{c.offsets, c.sizes};
+      auto x = intersect(cb, region);
+      if (!x && !(region.size.empty() && cb.size.empty())) continue;
+      box part = x ? *x : region;
+      covered += part.volume();
+      CAIRN_TRY(read_chunk_part(key, *tm, c, region, part, out));
+    }
+    if (covered != region.volume())
+      return make_error(errc::integrity,
+                        "the checkpoint's chunks cover " + std::to_string(covered) + " of the " +
+                            std::to_string(region.volume()) + " elements of " + region.str())
+          .with_key(key);
+    return ok();
+  }
+
+ private:
+  reader(storage_ref st, metadata m) : st_(st), m_(std::move(m)) {}
+
+  static bool contiguous(const torch_zip::tensor_ref& ref) {
+    for (std::int64_t d = static_cast<std::int64_t>(ref.dims.size()) - 1, s = 1; d >= 0; --d) {
+      if (ref.dims[d] != 1 && ref.strides[d] != s) return false;
+      s *= ref.dims[d];
+    }
+    return true;
+  }
+
+  result<const torch_zip::record*> storage_record(const storage_info& where,
+                                                  const std::string& key,
+                                                  const torch_zip::tensor_ref& ref) {
+    CAIRN_TRY_ASSIGN(const torch_zip::archive* a, item(where));
+    const torch_zip::record* rec = a->zip.find(a->prefix + "/data/" + ref.storage_key);
+    if (!rec)
+      return make_error(errc::corrupt, "dcp: item has no storage record")
+          .with_key(key)
+          .with_file(st_.describe(where.relative_path));
+    return rec;
+  }
+
+  /// Reads `part` (inside chunk `c` and inside `region`) into its place in `out`.
+  result<void> read_chunk_part(const std::string& key,
+                               const tensor_meta& tm,
+                               const chunk& c,
+                               const box& region,
+                               const box& part,
+                               std::span<std::byte> out) {
+    const box cb{c.offsets, c.sizes};
+    const std::size_t es = dtype_size(tm.type);
+    CAIRN_TRY_ASSIGN(const storage_info* where, chunk_item(key, c));
+    CAIRN_TRY_ASSIGN(torch_zip::tensor_ref ref, item_tensor(*where, key, tm.type, cb.volume()));
+    // Element span of `part` inside the chunk (row-major), read in one piece.
+    std::int64_t lo = -1, hi = 0;
+    for_each_run(cb, region, part, [&](std::int64_t s, std::int64_t, std::int64_t n) {
+      if (lo < 0) lo = s;
+      hi = s + n;
+    });
+    if (lo < 0) return ok();
+    std::vector<std::byte> buf;
+    std::int64_t base = 0;
+    const std::string file = st_.describe(where->relative_path);
+    if (contiguous(ref)) {
+      CAIRN_TRY_ASSIGN(item_span span, contiguous_span(*where, key, tm.type, cb.volume()));
+      CAIRN_TRY_ASSIGN(buf,
+                       format_detail::buffer(static_cast<std::uint64_t>(hi - lo) * es, file, key));
+      auto rd = st_.read(span.file, span.offset + static_cast<std::uint64_t>(lo) * es, buf);
+      if (!rd) return std::move(rd).err().with_key(key).with_file(file);
+      base = lo;
+    } else {
+      CAIRN_TRY_ASSIGN(const torch_zip::archive* a, item(*where));
+      auto whole = torch_zip::read_tensor(*a, ref);
+      if (!whole) return std::move(whole).err().with_key(key);
+      buf = std::move(*whole);
+    }
+    for_each_run(cb, region, part, [&](std::int64_t s, std::int64_t t, std::int64_t n) {
+      std::memcpy(out.data() + static_cast<std::size_t>(t) * es,
+                  buf.data() + static_cast<std::size_t>(s - base) * es,
+                  static_cast<std::size_t>(n) * es);
+    });
+    return ok();
+  }
+
+  storage_ref st_;
+  metadata m_;
+  /// (fqn, chunk offsets) -> index into `m_.storage_data` (a list in `.metadata`).
+  std::map<std::pair<std::string, shape>, std::size_t> chunk_items_;
+  /// fqn of a bytes item -> index into `m_.storage_data`.
+  std::map<std::string, std::size_t> bytes_items_;
+  std::map<std::pair<std::string, std::uint64_t>, torch_zip::archive> archives_;
+};
+
+}  // namespace cairn::dcp
+
+namespace cairn {
+
 /// A PyTorch Distributed Checkpoint (`.metadata` and `.distcp` files; Megatron's torch_dist
-/// backend included) described as checkpoint metadata: every tensor item becomes a chunk at the
-/// byte offset of its `torch.save` storage record; bytes items named like sharded objects
-/// (`key/shard_<offset>_<grid>`) that hold a uint8 tensor (what cairn's torch_dist strategy
-/// writes) become objects; Megatron's `common.pt` values become common values. Reads each
-/// item's ZIP directory (a few small reads per item). Items stored with a storage offset are
-/// supported; non-contiguous ones fail naming the key (convert those with `cairn convert`).
+/// backend included) described as checkpoint metadata, through `dcp::reader`: every tensor item
+/// becomes a chunk at the byte offset of its `torch.save` storage record; bytes items named
+/// like sharded objects (`key/shard_<offset>_<grid>`) that hold a uint8 tensor (what cairn's
+/// torch_dist strategy writes) become objects; Megatron's `common.pt` values become common
+/// values. Reads each item's ZIP directory (a few small reads per item). Items stored with a
+/// storage offset are supported; non-contiguous ones fail naming the key (convert those with
+/// `cairn convert`, which reads them).
 inline result<checkpoint_metadata> dcp_as_metadata(storage_ref st) {
-  CAIRN_TRY_ASSIGN(dcp::metadata d, dcp::read(st));
-  CAIRN_TRY(dcp::check_storage(st, d));
+  CAIRN_TRY_ASSIGN(dcp::reader rd, dcp::reader::open(st));
   checkpoint_metadata m;
   m.format = "torch_dist";
   m.block_size = foreign_read_block;
   m.save_id = "dcp";
   std::map<std::string, std::uint32_t> files;
-  // (fqn, offsets) -> storage info, built once (dcp::metadata::find is linear).
-  std::map<std::pair<std::string, shape>, const dcp::storage_info*> where;
-  std::map<std::string, const dcp::storage_info*> bytes_where;
-  for (const auto& [idx, info] : d.storage_data) {
-    if (idx.offset)
-      where[{idx.fqn, *idx.offset}] = &info;
-    else
-      bytes_where[idx.fqn] = &info;
-  }
-  auto item_tensor = [&](const dcp::storage_info& info, const std::string& key, dtype type,
-                         std::int64_t volume)
-      -> result<std::pair<std::uint32_t, std::uint64_t>> {  // (file, byte offset)
-    CAIRN_TRY_ASSIGN(torch_zip::archive a,
-                     torch_zip::open_archive(st, info.relative_path, info.offset, info.length));
-    auto ref = torch_zip::as_tensor(a.root);
-    std::string file = st.describe(info.relative_path);
-    if (!ref || ref->type != type || numel(ref->dims) != volume)
-      return make_error(errc::corrupt, "dcp: item is not a " + std::string(dtype_name(type)) +
-                                           " tensor of " + std::to_string(volume) + " elements")
-          .with_key(key)
-          .with_file(file);
-    for (std::int64_t ax = static_cast<std::int64_t>(ref->dims.size()) - 1, s = 1; ax >= 0; --ax) {
-      if (ref->dims[ax] != 1 && ref->strides[ax] != s)
-        return make_error(errc::unsupported_version,
-                          "dcp: item is a non-contiguous view; load cannot read it in "
-                          "place (rewrite the checkpoint with `cairn convert`)")
-            .with_key(key)
-            .with_file(file);
-      s *= ref->dims[ax];
-    }
-    const torch_zip::record* rec = a.zip.find(a.prefix + "/data/" + ref->storage_key);
-    // as_tensor checked the view: offset and volume * es are within 2^62.
-    std::uint64_t es = dtype_size(type);
-    auto so = static_cast<std::uint64_t>(ref->storage_offset);
-    std::uint64_t n = static_cast<std::uint64_t>(volume) * es;
-    if (!rec || so > rec->size / es || n > rec->size - so * es)
-      return make_error(errc::corrupt,
-                        "dcp: tensor storage record is missing or "
-                        "shorter than the tensor")
-          .with_key(key)
-          .with_file(file);
-    CAIRN_TRY_ASSIGN(std::uint32_t fi, detail::file_index_of(st, m, files, info.relative_path));
-    // offset < 2^63 (from the pickle) and data_offset + so * es <= length < 2^63: no overflow.
-    return std::make_pair(fi, info.offset + rec->data_offset + so * es);
+  auto place = [&](const dcp::storage_info& where, const std::string& key, dtype type,
+                   std::int64_t volume) -> result<extent> {
+    CAIRN_TRY_ASSIGN(dcp::item_span span, rd.contiguous_span(where, key, type, volume));
+    CAIRN_TRY_ASSIGN(std::uint32_t fi, detail::file_index_of(st, m, files, span.file));
+    return extent{fi, span.offset, span.nbytes, {}};
   };
-  for (const auto& [fqn, item] : d.state_dict_metadata) {
+  for (const auto& [fqn, item] : rd.meta().state_dict_metadata) {
     if (const auto* t = std::get_if<dcp::tensor_meta>(&item)) {
       tensor_record rec;
       rec.type = t->type;
       rec.global_shape = t->size;
       for (const auto& c : t->chunks) {
-        auto w = where.find({fqn, c.offsets});
-        if (w == where.end())
-          return make_error(errc::corrupt,
-                            "dcp: no storage_data entry for chunk " + box{c.offsets, c.sizes}.str())
-              .with_key(fqn)
-              .with_file(st.describe(dcp::metadata_name));
         box b{c.offsets, c.sizes};
-        CAIRN_TRY_ASSIGN(auto at, item_tensor(*w->second, fqn, t->type, b.volume()));
-        rec.chunks.push_back(
-            chunk_record{b,
-                         extent{at.first,
-                                at.second,
-                                static_cast<std::uint64_t>(b.volume()) * dtype_size(t->type),
-                                {}},
-                         {}});
+        CAIRN_TRY_ASSIGN(const dcp::storage_info* where, rd.chunk_item(fqn, c));
+        CAIRN_TRY_ASSIGN(extent e, place(*where, fqn, t->type, b.volume()));
+        rec.chunks.push_back(chunk_record{b, std::move(e), {}});
       }
       m.tensors.emplace(fqn, std::move(rec));
     } else if (auto parsed = detail::parse_object_unique_key(fqn)) {
-      auto w = bytes_where.find(fqn);
-      if (w == bytes_where.end()) continue;
-      CAIRN_TRY_ASSIGN(torch_zip::archive a,
-                       torch_zip::open_archive(st, w->second->relative_path, w->second->offset,
-                                               w->second->length));
-      auto ref = torch_zip::as_tensor(a.root);
+      const dcp::storage_info* where = rd.bytes_item(fqn);
+      if (!where) continue;
+      CAIRN_TRY_ASSIGN(const torch_zip::archive* a, rd.item(*where));
+      auto ref = torch_zip::as_tensor(a->root);
       if (!ref || ref->type != dtype::u8 || ref->dims.size() != 1) continue;  // not cairn's
-      CAIRN_TRY_ASSIGN(auto at, item_tensor(*w->second, fqn, dtype::u8, ref->dims[0]));
+      CAIRN_TRY_ASSIGN(extent e, place(*where, fqn, dtype::u8, ref->dims[0]));
       auto& [key, offset, grid] = *parsed;
-      m.objects.emplace(
-          fqn,
-          object_record{key, grid, offset,
-                        extent{at.first, at.second, static_cast<std::uint64_t>(ref->dims[0]), {}}});
+      m.objects.emplace(fqn, object_record{key, grid, offset, std::move(e)});
     }
   }
   CAIRN_TRY_ASSIGN(bool has_common, st.exists(megatron_common_name));

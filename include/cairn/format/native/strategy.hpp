@@ -3,6 +3,7 @@
 
 #include <any>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -11,6 +12,7 @@
 #include "cairn/format/native/metadata.hpp"
 #include "cairn/format/native/reader.hpp"
 #include "cairn/format/native/writer.hpp"
+#include "cairn/format/registry.hpp"
 #include "cairn/format/save_strategy.hpp"
 
 namespace cairn {
@@ -138,5 +140,10 @@ class native_strategy final : public save_strategy {
     return m.save_id == plan.save_id;
   }
 };
+
+namespace detail {
+inline const bool native_strategy_registered = register_save_strategy(
+    "native", [] { return std::unique_ptr<save_strategy>(new native_strategy()); });
+}  // namespace detail
 
 }  // namespace cairn

@@ -1,4 +1,4 @@
-// cairn/async_save.hpp: save with training stalled only for the copy into a staging pool.
+// cairn/async/saver.hpp: save with training stalled only for the copy into a staging pool.
 //
 //   cairn::async_saver saver;                       // owns the staging pool; keep it for the run
 //   for (int step = 0;; ++step) {

@@ -1,0 +1,156 @@
+// cairn/format/dcp/strategy.hpp: the torch_dist save strategy: every rank writes its chunks as
+// DCP items, rank 0 commits with Megatron's files and `.metadata` (format/dcp/writer.hpp).
+#pragma once
+
+#include <any>
+#include <cstdint>
+#include <memory>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "cairn/detail/binary.hpp"
+#include "cairn/format/dcp/metadata.hpp"
+#include "cairn/format/dcp/writer.hpp"
+#include "cairn/format/registry.hpp"
+#include "cairn/format/save_strategy.hpp"
+#include "cairn/format/torch/zip.hpp"
+
+namespace cairn {
+
+/// Saves in the PyTorch Distributed Checkpoint format that Megatron-core's `torch_dist` backend
+/// also uses, so `torch.distributed.checkpoint.load` and Megatron load it:
+///
+/// - every rank writes `__<rank>_0.<save id>.distcp`: one `torch.save` archive per chunk it
+///   writes (chunks are N-d boxes, so flattened optimizer slices become the boxes they cover);
+/// - sharded objects become DCP bytes items named by their unique key (`rng/shard_0_4`), each
+///   a `torch.save` of a uint8 tensor of the object's encoded bytes;
+/// - rank 0 writes Megatron's `common.pt` (common values as Python values) and
+///   `metadata.json`, and `.metadata` last: the commit.
+///
+/// A committed checkpoint is never replaced in place: `common.pt` has a fixed name, so a save
+/// over a committed checkpoint could leave one generation's `.metadata` beside another's common
+/// values. Save every checkpoint to a new place, as Megatron does. DCP has no checksums: `load`
+/// reads this format unverified.
+class torch_dist_strategy final : public save_strategy {
+ public:
+  /// `f`: which torch module paths `.metadata` names (torch 2.x, or 1.13's prototype).
+  explicit torch_dist_strategy(dcp::flavor f = dcp::flavor::torch2) : flavor_(f) {}
+  std::string_view name() const noexcept override { return "torch_dist"; }
+  bool can_overwrite() const noexcept override { return false; }
+
+  /// The data file of `rank` for a save id.
+  static std::string data_name(int rank, const std::string& save_id) {
+    return "__" + std::to_string(rank) + "_0." + save_id + ".distcp";
+  }
+
+  result<void> write(planned_save& plan,
+                     storage_ref st,
+                     const save_options&,
+                     buffer_pool*,
+                     written_save& out) const override {
+    const auto& slots = plan.index.slots[plan.rank];
+    detail::binary_writer report;
+    if (!plan.items.empty()) {
+      std::string name = data_name(plan.rank, plan.save_id);
+      std::string where = st.describe(name);
+      CAIRN_TRY_ASSIGN(auto w, st.open_writer(name));
+      std::uint64_t off = 0;
+      for (std::size_t i = 0; i < plan.items.size(); ++i) {
+        const write_item& it = plan.items[i];
+        const write_slot& slot = slots[i];
+        torch_zip::tensor_view v;
+        if (slot.is_object) {
+          v = {slot.key,
+               dtype::u8,
+               shape{static_cast<std::int64_t>(it.nbytes)},
+               {it.src, static_cast<std::size_t>(it.nbytes)}};
+        } else {
+          v = {it.key,
+               plan.index.tensors.at(slot.key).type,
+               it.region.size,
+               {it.src, static_cast<std::size_t>(it.nbytes)}};
+        }
+        auto len = torch_zip::write_tensor_item(*w, off, v, where);
+        if (!len) return std::move(len).err().with_key(it.key).with_file(where);
+        report.u64(off);
+        report.u64(*len);
+        off += *len;
+        plan.stats.bytes_written += it.nbytes;
+      }
+      if (auto f = w->finish(); !f) return std::move(f).err().with_file(where);
+      plan.stats.chunks_written = plan.items.size();
+    }
+    out.report = std::move(report.data());
+    return ok();
+  }
+
+  result<void> commit(planned_save& plan,
+                      written_save& w,
+                      const std::vector<bytes>& reports,
+                      const std::vector<bytes>&,
+                      storage_ref st,
+                      const save_options&) const override {
+    const save_index& index = plan.index;
+    dcp::metadata m;
+    for (std::size_t r = 0; r < reports.size(); ++r) {
+      detail::binary_reader rd(reports[r]);
+      std::string file = data_name(static_cast<int>(r), plan.save_id);
+      for (const write_slot& slot : index.slots[r]) {
+        std::uint64_t off = rd.u64(), len = rd.u64();
+        if (slot.is_object) {
+          dcp::add_bytes_item(m, slot.key, {file, off, len});
+          continue;
+        }
+        const tensor_record& rec = index.tensors.at(slot.key);
+        dcp::add_tensor_chunk(m, slot.key, rec.type, rec.global_shape,
+                              rec.chunks.at(slot.chunk).region, {file, off, len});
+      }
+    }
+    // Megatron's common.pt and metadata.json, then .metadata: the commit.
+    w.local = true;  // abandon removes common.pt and metadata.json too
+    CAIRN_TRY(dcp::write_commit_files(st, m, flavor_, plan.commons));
+    // Data files of a checkpoint this one replaced.
+    if (auto names = st.list("")) {
+      std::set<std::string> referenced;
+      for (const auto& [k, v] : m.storage_data) referenced.insert(v.relative_path);
+      for (const auto& n : *names)
+        if (n.find('/') == std::string::npos && n.rfind("__", 0) == 0 && n.size() > 7 &&
+            n.substr(n.size() - 7) == ".distcp" && !referenced.count(n))
+          (void)st.remove(n);
+    }
+    return ok();
+  }
+
+  void abandon(const planned_save& plan, const written_save& w, storage_ref st) const override {
+    if (!plan.items.empty()) (void)st.remove(data_name(plan.rank, plan.save_id));
+    if (w.local.has_value()) {  // rank 0 got as far as the commit, in a fresh place
+      (void)st.remove(megatron_common_name);
+      (void)st.remove(metadata_name);
+    }
+  }
+
+  /// Committed when `.metadata` is there and names this save's data files.
+  result<bool> committed(const planned_save& plan,
+                         const written_save&,
+                         storage_ref st) const override {
+    CAIRN_TRY_ASSIGN(bool present, st.exists(dcp::metadata_name));
+    if (!present) return false;
+    CAIRN_TRY_ASSIGN(dcp::metadata m, dcp::read(st));
+    const std::string mine = "." + plan.save_id + ".distcp";
+    for (const auto& [k, v] : m.storage_data)
+      if (v.relative_path.ends_with(mine)) return true;
+    return m.storage_data.empty() && plan.index.tensors.empty() && plan.index.objects.empty();
+  }
+
+ private:
+  dcp::flavor flavor_;
+};
+
+namespace detail {
+inline const bool torch_dist_strategy_registered = register_save_strategy(
+    "torch_dist", [] { return std::unique_ptr<save_strategy>(new torch_dist_strategy()); });
+}  // namespace detail
+
+}  // namespace cairn

@@ -1,0 +1,171 @@
+// cairn/format/dcp/writer.hpp: writing a PyTorch Distributed Checkpoint as Megatron's
+// `torch_dist` backend does: data items (`torch.save` archives, written with
+// `torch_zip::write_tensor_item`) recorded in DCP metadata, Megatron's `common.pt` and
+// `metadata.json`, and `.metadata` written last as the commit. Used by the torch_dist save
+// strategy and by `convert`.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <mutex>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "cairn/core/common_value.hpp"
+#include "cairn/core/dtype.hpp"
+#include "cairn/core/error.hpp"
+#include "cairn/format/commit.hpp"
+#include "cairn/format/dcp/metadata.hpp"
+#include "cairn/format/native/metadata.hpp"
+#include "cairn/format/torch/pickle.hpp"
+#include "cairn/format/torch/zip.hpp"
+#include "cairn/plan/box.hpp"
+#include "cairn/storage/storage.hpp"
+
+namespace cairn {
+/// Name of Megatron's common-state file in a torch_dist checkpoint.
+inline constexpr std::string_view megatron_common_name = "common.pt";
+}  // namespace cairn
+
+namespace cairn::dcp {
+
+/// Megatron's `metadata.json` for a torch_dist checkpoint (all four keys: every Megatron
+/// version reads it).
+inline constexpr std::string_view megatron_metadata_json =
+    "{\"sharded_backend\": \"torch_dist\", \"sharded_backend_version\": 1, "
+    "\"common_backend\": \"torch\", \"common_backend_version\": 1}";
+
+/// Records chunk `region` of tensor `key` (`type`, `global_shape`), stored at `where`, in `m`.
+inline void add_tensor_chunk(metadata& m,
+                             const std::string& key,
+                             dtype type,
+                             const shape& global_shape,
+                             const box& region,
+                             storage_info where) {
+  auto [it, fresh] = m.state_dict_metadata.try_emplace(key, tensor_meta{type, global_shape, {}});
+  auto& chunks = std::get<tensor_meta>(it->second).chunks;
+  m.storage_data.push_back(
+      {{key, region.offset, static_cast<std::int64_t>(chunks.size())}, std::move(where)});
+  chunks.push_back({region.offset, region.size});
+}
+
+/// Records the bytes item `key` (a sharded object), stored at `where`, in `m`.
+inline void add_bytes_item(metadata& m, const std::string& key, storage_info where) {
+  m.state_dict_metadata[key] = bytes_meta{};
+  m.storage_data.push_back({{key, std::nullopt, 0}, std::move(where)});
+}
+
+/// The Python value of a common value (ints, floats, bools, lists of them, strings), as
+/// Megatron's `common.pt` holds it.
+inline pickle::value common_to_pickle(const common_value& c) {
+  using pickle::value;
+  auto scalar = [&](const std::byte* p) -> value {
+    auto get = [&](auto v) {
+      std::memcpy(&v, p, sizeof v);
+      return v;
+    };
+    switch (c.type) {
+      case dtype::bool_:
+        return value::boolean(get(std::uint8_t{}) != 0);
+      case dtype::u8:
+        return value::integer(get(std::uint8_t{}));
+      case dtype::i8:
+        return value::integer(get(std::int8_t{}));
+      case dtype::i16:
+        return value::integer(get(std::int16_t{}));
+      case dtype::u16:
+        return value::integer(get(std::uint16_t{}));
+      case dtype::i32:
+        return value::integer(get(std::int32_t{}));
+      case dtype::u32:
+        return value::integer(get(std::uint32_t{}));
+      case dtype::i64:
+        return value::integer(get(std::int64_t{}));
+      case dtype::u64:
+        return value::integer(static_cast<std::int64_t>(get(std::uint64_t{})));
+      case dtype::f16:
+        return value::floating(f16::to_float(get(std::uint16_t{})));
+      case dtype::bf16: {
+        bf16 b;
+        b.bits = get(std::uint16_t{});
+        return value::floating(static_cast<float>(b));
+      }
+      case dtype::f32:
+        return value::floating(get(float{}));
+      case dtype::f64:
+        return value::floating(get(double{}));
+      default:
+        return value::integer(get(std::uint8_t{}));
+    }
+  };
+  if (c.kind == common_kind::string)
+    return value::string(std::string(reinterpret_cast<const char*>(c.data.data()), c.data.size()));
+  std::size_t es = dtype_size(c.type);
+  if (c.kind == common_kind::scalar) return c.data.size() == es ? scalar(c.data.data()) : value();
+  std::vector<value> xs;
+  for (std::size_t i = 0; i + es <= c.data.size(); i += es) xs.push_back(scalar(c.data.data() + i));
+  return value::list(std::move(xs));
+}
+
+namespace detail {
+/// An object_writer into memory, for a small file then written whole with `put`.
+class buffer_writer final : public object_writer {
+ public:
+  result<void> write_at(std::uint64_t offset, std::span<const std::byte> data) override {
+    std::lock_guard lock(mu_);
+    if (buf_.size() < offset + data.size()) buf_.resize(offset + data.size());
+    std::copy(data.begin(), data.end(), buf_.begin() + static_cast<std::ptrdiff_t>(offset));
+    return ok();
+  }
+  result<void> finish() override { return ok(); }
+  /// Everything written.
+  const bytes& data() const noexcept { return buf_; }
+
+ private:
+  std::mutex mu_;
+  bytes buf_;
+};
+}  // namespace detail
+
+/// Writes Megatron's `common.pt` (`torch.save` of {path: Python value}) with one `put`.
+/// `Commons` is any range of (path, common_value) pairs.
+template <class Commons>
+result<void> put_common_pt(storage_ref st, const Commons& commons) {
+  std::vector<std::pair<pickle::value, pickle::value>> entries;
+  for (const auto& [path, c] : commons)
+    entries.emplace_back(pickle::value::string(path), common_to_pickle(c));
+  detail::buffer_writer buf;
+  CAIRN_TRY(torch_zip::write_archive(buf, 0, "common", pickle::value::dict(std::move(entries)), {},
+                                     st.describe(megatron_common_name)));
+  if (auto p = st.put(megatron_common_name, buf.data()); !p)
+    return std::move(p).err().with_file(st.describe(megatron_common_name));
+  return ok();
+}
+
+/// Writes the small files of a torch_dist checkpoint whose data files are written: Megatron's
+/// `common.pt` (when `commons` holds any) and `metadata.json`, then `.metadata` last, re-reading
+/// its size (the commit). Returns the names written, in order.
+template <class Commons>
+result<std::vector<std::string>> write_commit_files(storage_ref st,
+                                                    const metadata& m,
+                                                    flavor f,
+                                                    const Commons& commons) {
+  std::vector<std::string> written;
+  if (!std::empty(commons)) {
+    CAIRN_TRY(put_common_pt(st, commons));
+    written.emplace_back(megatron_common_name);
+  }
+  if (auto p = st.put(cairn::metadata_name, std::as_bytes(std::span(megatron_metadata_json))); !p)
+    return std::move(p).err().with_file(st.describe(cairn::metadata_name));
+  written.emplace_back(cairn::metadata_name);
+  CAIRN_TRY_ASSIGN(std::string encoded, encode(m, f));
+  CAIRN_TRY(cairn::detail::put_checked(st, metadata_name, std::as_bytes(std::span(encoded))));
+  written.emplace_back(metadata_name);
+  return written;
+}
+
+}  // namespace cairn::dcp
