@@ -10,7 +10,7 @@
 #include "cairn/core/error.hpp"
 #include "cairn/storage/storage.hpp"
 
-namespace cairn::detail {
+namespace cairn {
 
 /// Puts a commit object and checks that storage holds all of it afterwards (one `size` call): a
 /// backend that reports success for a short write (a lying disk) gets one more `put`; if the
@@ -30,4 +30,4 @@ inline result<void> put_checked(storage_ref st,
   }
 }
 
-}  // namespace cairn::detail
+}  // namespace cairn

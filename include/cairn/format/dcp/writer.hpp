@@ -163,7 +163,7 @@ result<std::vector<std::string>> write_commit_files(storage_ref st,
     return std::move(p).err().with_file(st.describe(cairn::metadata_name));
   written.emplace_back(cairn::metadata_name);
   CAIRN_TRY_ASSIGN(std::string encoded, encode(m, f));
-  CAIRN_TRY(cairn::detail::put_checked(st, metadata_name, std::as_bytes(std::span(encoded))));
+  CAIRN_TRY(cairn::put_checked(st, metadata_name, std::as_bytes(std::span(encoded))));
   written.emplace_back(metadata_name);
   return written;
 }
