@@ -65,8 +65,8 @@ struct save_options {
   /// needs it, and again only when one needs more). Null: a pool private to the call, allocated
   /// and freed by it. Unused without device tensors.
   cuda::staging_pool* staging = nullptr;
-  /// The layout the checkpoint is written in (null: cairn's native format). See
-  /// `cairn/strategies.hpp` for torch_dist (PyTorch DCP) and the safetensors layouts, and
+  /// The format the checkpoint is written in (null: cairn's native format). See
+  /// `cairn/strategies.hpp` for torch_dist (PyTorch DCP) and the safetensors formats, and
   /// `save_strategy` to write your own. Every rank must pass the same strategy.
   const save_strategy* strategy = nullptr;
 };

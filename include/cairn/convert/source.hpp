@@ -1,4 +1,4 @@
-// cairn/convert/source.hpp: a readable checkpoint layout seen as a list of tensors, each of which
+// cairn/convert/source.hpp: a readable checkpoint format seen as a list of tensors, each of which
 // can be read box by box into caller memory — a cairn native checkpoint (through the public load
 // API) or a PyTorch DCP checkpoint (`.metadata` + `__R_I.distcp`). What `unshard` and `convert`
 // stream from. Notes in docs/unshard.md.
@@ -53,7 +53,7 @@ struct box_read {
   std::span<std::byte> out;
 };
 
-/// A checkpoint layout that `unshard` and `convert` read from. Implementations read only the
+/// A checkpoint format that `unshard` and `convert` read from. Implementations read only the
 /// bytes a request needs, so memory is bounded by what the caller asks for.
 class source {
  public:
@@ -62,10 +62,10 @@ class source {
   virtual std::string_view kind() const noexcept = 0;
   /// Every tensor, sorted by key.
   virtual const std::vector<tensor_entry>& tensors() const noexcept = 0;
-  /// Fills every request (one pass over the storage for the whole batch where the layout
+  /// Fills every request (one pass over the storage for the whole batch where the format
   /// allows). Errors name the key and file.
   virtual result<void> read(const std::vector<box_read>& reqs) = 0;
-  /// Common (non-tensor) values by path, where the layout has them in a form cairn decodes
+  /// Common (non-tensor) values by path, where the format has them in a form cairn decodes
   /// (cairn: the common state; DCP: none).
   virtual result<std::map<std::string, common_value>> commons() {
     return std::map<std::string, common_value>{};

@@ -501,7 +501,7 @@ inline result<convert_stats> convert(source& src, storage_ref dst, const convert
   return stats;
 }
 
-/// Consolidates a sharded checkpoint (any readable layout, distributed-optimizer slices
+/// Consolidates a sharded checkpoint (any readable format, distributed-optimizer slices
 /// included) into safetensors — what DeepSpeed's `zero_to_fp32.py` does, streaming.
 /// `opt.format` must be one_file, per_tensor or chunks.
 inline result<convert_stats> unshard(source& src, storage_ref dst, const convert_options& opt) {

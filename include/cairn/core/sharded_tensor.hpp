@@ -93,7 +93,7 @@ struct tensor_sharding {
   }
 };
 
-/// Checks a layout for internal consistency against a data span of `data_elems` elements:
+/// Checks a sharding for internal consistency against a data span of `data_elems` elements:
 /// axis counts agree, the block lies inside the global shape, the flattened range lies inside
 /// the block, and the data has exactly the right number of elements. Errors name the key.
 inline result<void> validate_sharding(const tensor_sharding& t, std::size_t data_elems) {
@@ -129,7 +129,7 @@ inline result<void> validate_sharding(const tensor_sharding& t, std::size_t data
                   " elements");
   }
   if (static_cast<std::int64_t>(data_elems) != t.data_numel())
-    return fail("data holds " + std::to_string(data_elems) + " elements but the layout needs " +
+    return fail("data holds " + std::to_string(data_elems) + " elements but the sharding needs " +
                 std::to_string(t.data_numel()));
   return ok();
 }

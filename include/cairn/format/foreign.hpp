@@ -1,6 +1,6 @@
-// cairn/format/foreign.hpp: registers the readers of the foreign layouts (PyTorch DCP, in
-// format/dcp/reader.hpp, and safetensors, in format/safetensors/reader.hpp) with the layout
-// registry (format/layout.hpp), so that `load`, `read_any_metadata` and the CLI read them.
+// cairn/format/foreign.hpp: registers the readers of the foreign formats (PyTorch DCP, in
+// format/dcp/reader.hpp, and safetensors, in format/safetensors/reader.hpp) with the format
+// registry (format/registry.hpp), so that `load`, `read_any_metadata` and the CLI read them.
 #pragma once
 
 #include "cairn/format/dcp/metadata.hpp"
@@ -12,7 +12,7 @@
 namespace cairn {
 
 // Every file that includes this header makes `load` and `read_any_metadata` read these
-// layouts (format/layout.hpp keeps the registry).
+// formats (format/registry.hpp keeps the registry).
 static_assert(dcp::metadata_name == format_files::dcp_metadata);
 static_assert(safetensors::index_name == format_files::safetensors_index);
 namespace detail {

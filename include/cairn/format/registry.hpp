@@ -27,18 +27,18 @@
 
 namespace cairn {
 
-/// Read granularity for layouts without checksum blocks: a partial read of a chunk reads whole
+/// Read granularity for formats without checksum blocks: a partial read of a chunk reads whole
 /// pieces of this size around the bytes it needs.
 inline constexpr std::uint64_t foreign_read_block = std::uint64_t{256} << 10;
 
-/// The files that tell the layouts apart.
+/// The files that tell the formats apart.
 namespace format_files {
 inline constexpr std::string_view dcp_metadata = ".metadata";  ///< PyTorch DCP
 inline constexpr std::string_view safetensors_index = "model.safetensors.index.json";
 inline constexpr std::string_view safetensors_one = "model.safetensors";
 }  // namespace format_files
 
-/// Reads a layout other than the native one and describes it as cairn metadata.
+/// Reads a format other than the native one and describes it as cairn metadata.
 using format_reader = result<checkpoint_metadata> (*)(storage_ref);
 
 namespace detail {
@@ -48,7 +48,7 @@ inline std::map<std::string, format_reader, std::less<>>& format_readers() {
 }
 }  // namespace detail
 
-/// Registers the reader of layout `name` ("torch_dist", "safetensors"). Called during static
+/// Registers the reader of format `name` ("torch_dist", "safetensors"). Called during static
 /// initialization by cairn/format/foreign.hpp; returns true.
 inline bool register_format_reader(std::string name, format_reader reader) {
   detail::format_readers()[std::move(name)] = reader;
@@ -96,7 +96,7 @@ inline result<std::unique_ptr<save_strategy>> make_save_strategy(std::string_vie
   return it->second();
 }
 
-/// Which layout is on `st`: "cairn" (`metadata.json` of the native format), "torch_dist"
+/// Which format is on `st`: "cairn" (`metadata.json` of the native format), "torch_dist"
 /// (`.metadata`), "safetensors" (an index or `model.safetensors`), or "" when none.
 inline result<std::string> detect_format(storage_ref st) {
   CAIRN_TRY_ASSIGN(bool has_json, st.exists(metadata_name));
@@ -116,7 +116,7 @@ inline result<std::string> detect_format(storage_ref st) {
 }
 
 namespace detail {
-/// The registered reader of foreign layout `layout`, or an error saying what to include.
+/// The registered reader of foreign format `format`, or an error saying what to include.
 inline result<format_reader> reader_of(storage_ref st, const std::string& format) {
   auto it = format_readers().find(format);
   if (it == format_readers().end())
@@ -129,9 +129,9 @@ inline result<format_reader> reader_of(storage_ref st, const std::string& format
 }
 }  // namespace detail
 
-/// Reads the metadata of whatever checkpoint layout is on `st` (native, torch_dist, safetensors)
+/// Reads the metadata of whatever checkpoint format is on `st` (native, torch_dist, safetensors)
 /// in cairn's terms. Fails with errc::incomplete_checkpoint when there is none, and with
-/// errc::unsupported_version for a foreign layout whose reader this program does not include.
+/// errc::unsupported_version for a foreign format whose reader this program does not include.
 inline result<checkpoint_metadata> read_any_metadata(storage_ref st) {
   return detail::catch_all("reading the metadata", [&]() -> result<checkpoint_metadata> {
     CAIRN_TRY_ASSIGN(std::string format, detect_format(st));
@@ -142,7 +142,7 @@ inline result<checkpoint_metadata> read_any_metadata(storage_ref st) {
 }
 
 /// `read_any_metadata` as JSON, for sending to other ranks: a native `metadata.json` as it is
-/// (not decoded here), or a foreign layout's description (`foreign` set: it has no checksums).
+/// (not decoded here), or a foreign format's description (`foreign` set: it has no checksums).
 struct metadata_json {
   std::string json;
   bool foreign = false;
@@ -169,7 +169,7 @@ inline result<metadata_json> read_any_metadata_json(storage_ref st) {
 
 namespace detail {
 
-/// Converts a value read from a foreign layout (Python's int, float and bool) to the dtype the
+/// Converts a value read from a foreign format (Python's int, float and bool) to the dtype the
 /// target asks for, when every element is exactly representable in it; nullopt otherwise.
 inline std::optional<common_value> coerce_common(const common_value& from, dtype to) {
   if (from.kind == common_kind::string || from.type == to) return from;

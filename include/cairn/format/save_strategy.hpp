@@ -38,8 +38,8 @@ struct write_item {
   std::vector<std::uint64_t> block_offsets = {}, block_stored = {};
 };
 
-/// A save after planning, as a strategy sees it: the global layout (every tensor's chunks and
-/// which rank writes each), and what this rank writes where, in `layout.slots[rank]` order.
+/// A save after planning, as a strategy sees it: the save index (every tensor's chunks and
+/// which rank writes each), and what this rank writes where, in `index.slots[rank]` order.
 /// Tensor items point into the user's memory (or, for an async save, into the staging pool);
 /// objects and common values are owned copies.
 struct planned_save {
@@ -86,7 +86,7 @@ class save_strategy {
   virtual ~save_strategy() = default;
   /// The strategy's name ("native", "torch_dist", "one_file", ...).
   virtual std::string_view name() const noexcept = 0;
-  /// Whether planning cuts chunks larger than `block_size` into tiles (only layouts that
+  /// Whether planning cuts chunks larger than `block_size` into tiles (only formats that
   /// record tiles can hold them).
   virtual bool tiles(const save_options& opt) const noexcept {
     (void)opt;
@@ -94,7 +94,7 @@ class save_strategy {
   }
   /// Whether `save_options::overwrite` may replace a committed checkpoint in place.
   virtual bool can_overwrite() const noexcept { return true; }
-  /// Checks this rank's leaves before planning (a layout that holds tensors only rejects
+  /// Checks this rank's leaves before planning (a format that holds tensors only rejects
   /// objects here). Called on every rank; a failure reaches every rank.
   virtual result<void> check(const leaf_list& leaves) const {
     (void)leaves;

@@ -107,8 +107,8 @@ inline result<void> run_copies(storage_ref st,
   return r;
 }
 
-/// Rank 0 reads the metadata of whatever layout is on `st` (native, torch_dist, safetensors)
-/// and broadcasts it as JSON; every rank decodes the same bytes. Only a foreign layout's
+/// Rank 0 reads the metadata of whatever format is on `st` (native, torch_dist, safetensors)
+/// and broadcasts it as JSON; every rank decodes the same bytes. Only a foreign format's
 /// description may go without checksums.
 inline result<checkpoint_metadata> read_metadata_collective(storage_ref st, comm_ref comm) {
   std::optional<error> failure;
@@ -161,7 +161,7 @@ inline result<void> load_commons(const leaf_list& leaves,
     const common_value* stored = &it->second;
     std::optional<common_value> coerced;
     if (m.inline_commons.count(c.path)) {
-      // A foreign layout stores Python values (int, float, bool): take them as the target's
+      // A foreign format stores Python values (int, float, bool): take them as the target's
       // dtype when they fit exactly.
       common_value want = c.encode(c.value);
       if (want.kind == stored->kind && (coerced = coerce_common(*stored, want.type)))

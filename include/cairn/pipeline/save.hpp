@@ -78,7 +78,7 @@ inline result<void> check_utf8_names(const leaf_list& leaves, const save_options
 
 /// Plan step 1 (local): describes this rank's leaves for the others, encodes its objects and
 /// common values into `out`, and returns each tensor leaf's pieces. Rank 0 also proposes the
-/// save id and says whether a checkpoint of any layout is already committed in `st`.
+/// save id and says whether a checkpoint of any format is already committed in `st`.
 inline result<std::vector<std::vector<piece>>> describe_rank(const leaf_list& leaves,
                                                              storage_ref st,
                                                              const save_options& opt,
@@ -116,7 +116,7 @@ inline result<std::vector<std::vector<piece>>> describe_rank(const leaf_list& le
   }
   CAIRN_TRY(strategy_of(opt).check(leaves));
   if (out.rank == 0) {
-    // Any committed layout counts: a save never writes over a checkpoint of another kind.
+    // Any committed format counts: a save never writes over a checkpoint of another kind.
     CAIRN_TRY_ASSIGN(std::string format, detect_format(st));
     me.checkpoint_exists = !format.empty();
     me.save_id = new_save_id();
@@ -126,7 +126,7 @@ inline result<std::vector<std::vector<piece>>> describe_rank(const leaf_list& le
 
 /// What the ranks agreed on in plan step 2.
 struct agreed_plan {
-  std::optional<save_index> cached;  ///< the plan cache's layout, when every rank matched it
+  std::optional<save_index> cached;  ///< the plan cache's index, when every rank matched it
   std::vector<rank_desc> all;        ///< every rank's description (empty on a cache hit)
   bool exists_at_root = false;       ///< rank 0 found a committed checkpoint
   std::string save_id;               ///< rank 0's save id
@@ -198,7 +198,7 @@ inline result<void> check_overwrite(bool exists_at_root, storage_ref st, const s
   return ok();
 }
 
-/// Plan step 2 (collective): agrees on the layout, from the plan cache when every rank's
+/// Plan step 2 (collective): agrees on the save index, from the plan cache when every rank's
 /// structure is unchanged, otherwise from every rank's description (validated, then planned
 /// alike on every rank). Fails on every rank alike.
 inline result<save_index> agree_on_index(const rank_desc& me,

@@ -96,7 +96,7 @@ inline std::vector<piece> flat_range_boxes(const box& whole, std::int64_t begin,
   return out;
 }
 
-/// Splits a tensor layout into pieces. A plain block is one piece; a flattened range (a 1-D
+/// Splits a tensor sharding into pieces. A plain block is one piece; a flattened range (a 1-D
 /// slice of the row-major block) becomes at most 2·N-1 boxes, each contiguous in the slice.
 inline std::vector<piece> pieces_of(const tensor_sharding& t) {
   box whole{t.global_offset, t.global_block_shape()};

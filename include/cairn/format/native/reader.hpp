@@ -149,7 +149,7 @@ inline result<void> read_verified_blocks(storage_ref st,
   const std::uint64_t start = first_block * B;
   if (auto r = st.read(name, e.byte_offset + start, out); !r)
     return detail::read_failed(std::move(r).err(), st, name, key, what);
-  if (!m.verified()) return ok();  // a foreign layout: nothing to verify against
+  if (!m.verified()) return ok();  // a foreign format: nothing to verify against
   for (std::uint64_t b = first_block; b <= last_block; ++b) {
     std::uint64_t len = std::min(B, e.nbytes - b * B);
     if (checksum(out.subspan(b * B - start, len)) != e.checksums.at(b))

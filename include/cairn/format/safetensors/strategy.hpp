@@ -39,7 +39,7 @@ namespace cairn {
 /// file's `__metadata__`.
 class safetensors_strategy final : public save_strategy {
  public:
-  /// `layout`: one_file, per_tensor or chunks; `chunk_size`: the most tensor bytes per file of
+  /// `format`: one_file, per_tensor or chunks; `chunk_size`: the most tensor bytes per file of
   /// `chunks`.
   explicit safetensors_strategy(convert::output_format format = convert::output_format::one_file,
                                 std::uint64_t chunk_size = 5'000'000'000,
@@ -126,7 +126,7 @@ class safetensors_strategy final : public save_strategy {
   }
 
   /// Committed when the index is there (`one_file` has nothing to commit after `assemble`).
-  /// These layouts never replace a checkpoint, so what is there is this save's.
+  /// These formats never replace a checkpoint, so what is there is this save's.
   result<bool> committed(const planned_save&, const written_save&, storage_ref st) const override {
     if (format_ == convert::output_format::one_file) return true;
     return st.exists(safetensors::index_name);
