@@ -11,6 +11,7 @@
 #include "cairn/comm/communicator.hpp"
 #include "cairn/core/error.hpp"
 #include "cairn/format/native/reader.hpp"
+#include "cairn/format/registry.hpp"
 #include "cairn/options.hpp"
 #include "cairn/pipeline/load.hpp"
 #include "cairn/plan/load_plan.hpp"
@@ -57,21 +58,23 @@ load_stats load(Tree& tree, storage_ref st, comm_ref comm, const load_options& o
   return try_load(tree, st, comm, opt).value();
 }
 
-/// Reads only the common values of a checkpoint (no tensors), by path.
+/// Reads only the common values of a checkpoint of any format (no tensors), by path. A foreign
+/// format's values come as Python holds them (I64, F64, BOOL, strings).
 inline result<std::map<std::string, common_value>> load_common(storage_ref st) {
   return detail::catch_all("load_common", [&]() -> result<std::map<std::string, common_value>> {
-    CAIRN_TRY_ASSIGN(auto m, read_metadata(st));
+    CAIRN_TRY_ASSIGN(auto m, read_any_metadata(st));
     return detail::read_commons(st, m);
   });
 }
 
-/// Reads the named tensors whole (any saved sharding), on one process. An empty `keys` reads
+/// Reads the named tensors whole (any saved sharding, any format: native, torch_dist,
+/// safetensors when their readers are in the program), on one process. An empty `keys` reads
 /// every tensor.
 inline result<std::map<std::string, tensor_data>> load_tensors(storage_ref st,
                                                                std::vector<std::string> keys = {},
                                                                int threads = 2) {
   return detail::catch_all("load_tensors", [&]() -> result<std::map<std::string, tensor_data>> {
-    CAIRN_TRY_ASSIGN(auto m, read_metadata(st));
+    CAIRN_TRY_ASSIGN(auto m, read_any_metadata(st));
     if (keys.empty())
       for (const auto& [k, t] : m.tensors) keys.push_back(k);
     std::map<std::string, tensor_data> out;

@@ -1,5 +1,6 @@
-// Save strategies (native, torch_dist, one_file, per_tensor, chunks): each saves on N ranks and
-// loads back on M ranks element-exactly; what each layout can and cannot hold; safety.
+// Save strategies (native, torch_dist, one_file, per_tensor, chunks): what each layout can and
+// cannot hold; safety. That each saves on N ranks and loads back on M ranks element-exactly is
+// the format conformance suite's (tests/format/conformance_test.cpp).
 #include <doctest/doctest.h>
 
 #include <mutex>
@@ -15,27 +16,6 @@ using namespace cairn_test;
 
 namespace {
 
-struct named_strategy {
-  std::string name;
-  const cairn::save_strategy* s;  // null: native
-};
-
-std::vector<named_strategy> all_strategies() {
-  static const cairn::native_strategy native;
-  static const cairn::torch_dist_strategy torch_dist;
-  static const cairn::safetensors_strategy one_file(cairn::convert::output_format::one_file);
-  static const cairn::safetensors_strategy per_tensor(cairn::convert::output_format::per_tensor);
-  // Small chunks and slabs: several files, several slabs per tensor.
-  static const cairn::safetensors_strategy chunks(cairn::convert::output_format::chunks, 600, 256);
-  return {{"native", &native},
-          {"native_zstd", &native},  // zstd level 1 (random data:
-                                     // blocks mostly stored raw)
-          {"torch_dist", &torch_dist},
-          {"one_file", &one_file},
-          {"per_tensor", &per_tensor},
-          {"chunks", &chunks}};
-}
-
 std::vector<std::string> sorted_names(cairn::memory_storage& mem) {
   auto names = mem.list("").value();
   std::sort(names.begin(), names.end());
@@ -43,49 +23,6 @@ std::vector<std::string> sorted_names(cairn::memory_storage& mem) {
 }
 
 }  // namespace
-
-TEST_CASE("every strategy saved on N ranks loads on M ranks element-exactly") {
-  std::mt19937 rng(20261123);
-  const layout_kind kinds[] = {layout_kind::block, layout_kind::flattened, layout_kind::prepended};
-  const std::pair<int, int> topologies[] = {{1, 3}, {4, 2}, {3, 5}, {2, 1}, {4, 4}};
-  // No structured bindings here: INFO's lambdas capture these, which clang before 16 rejects.
-  for (const named_strategy& entry : all_strategies()) {
-    const std::string& name = entry.name;
-    const cairn::save_strategy* strategy = entry.s;
-    int combos = 0;
-    for (const auto& topology : topologies) {
-      const int n = topology.first, m = topology.second;
-      for (auto kinds_pair : {std::pair{kinds[0], kinds[0]}, std::pair{kinds[1], kinds[0]},
-                              std::pair{kinds[0], kinds[1]}, std::pair{kinds[2], kinds[2]}}) {
-        const layout_kind save_kind = kinds_pair.first, load_kind = kinds_pair.second;
-        property_case c = random_case(rng, 1 + static_cast<int>(rng() % 4), n, m);
-        cairn::memory_storage mem;
-        cairn::save_options so;
-        so.block_size = 64 + rng() % 64;
-        so.strategy = strategy;
-        if (name == "native_zstd") so.zstd_level = 1;
-        save_on_threads(mem, c, n, save_kind, so);
-        // Only the layout's own files are left (safetensors removes its shards).
-        for (const auto& f : sorted_names(mem)) {
-          INFO(name << " left " << f);
-          if (name.starts_with("native"))
-            CHECK((f == "metadata.json" || f.ends_with(".cairn")));
-          else if (name == "torch_dist")
-            CHECK((f == ".metadata" || f == "metadata.json" || f.ends_with(".distcp")));
-          else
-            CHECK((f.ends_with(".safetensors") || f == "model.safetensors.index.json"));
-        }
-        auto failures = load_failures_on_threads(mem, c, m, load_kind);
-        INFO(name << " N=" << n << " M=" << m << " save " << kind_name(save_kind) << " load "
-                  << kind_name(load_kind));
-        CHECK(failures.empty());
-        for (const auto& f : failures) MESSAGE(f);
-        ++combos;
-      }
-    }
-    CHECK(combos == 20);
-  }
-}
 
 namespace {
 

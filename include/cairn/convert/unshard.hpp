@@ -380,7 +380,10 @@ inline result<void> write_torch_dist(source& src,
   const std::string data_name = "__0_0.distcp";
   dcp::metadata m;
   std::vector<const tensor_entry*> ts;
-  for (const auto& t : src.tensors()) ts.push_back(&t);
+  for (const auto& t : src.tensors()) {
+    CAIRN_TRY(dcp::check_flavor_holds(opt.dcp_flavor, output_dtype(t.type, opt.to_dtype), t.key));
+    ts.push_back(&t);
+  }
   CAIRN_TRY_ASSIGN(auto out, dst.open_writer(data_name));
   std::uint64_t off = 0;
   CAIRN_TRY(pump(src, plan_jobs(ts, opt), opt, stats, total,

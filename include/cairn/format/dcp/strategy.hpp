@@ -40,6 +40,13 @@ class torch_dist_strategy final : public save_strategy {
   std::string_view name() const noexcept override { return "torch_dist"; }
   bool can_overwrite() const noexcept override { return false; }
 
+  /// Refuses, before anything is written, tensors whose dtype the flavor's torch lacks.
+  result<void> check(const leaf_list& leaves) const override {
+    for (const auto& t : leaves.tensors)
+      CAIRN_TRY(dcp::check_flavor_holds(flavor_, t.sharding.type, t.sharding.key));
+    return ok();
+  }
+
   /// The data file of `rank` for a save id.
   static std::string data_name(int rank, const std::string& save_id) {
     return "__" + std::to_string(rank) + "_0." + save_id + ".distcp";

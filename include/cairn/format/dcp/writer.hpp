@@ -39,6 +39,32 @@ inline constexpr std::string_view megatron_metadata_json =
     "{\"sharded_backend\": \"torch_dist\", \"sharded_backend_version\": 1, "
     "\"common_backend\": \"torch\", \"common_backend_version\": 1}";
 
+/// Whether torch of flavor `f` has dtype `t`: torch 1.13 lacks the unsigned types beyond uint8
+/// (added in torch 2.3) and the float8 types (2.1); `flavor::torch2` writes them all.
+constexpr bool flavor_holds(flavor f, dtype t) noexcept {
+  if (f != flavor::torch1_13) return true;
+  switch (t) {
+    case dtype::u16:
+    case dtype::u32:
+    case dtype::u64:
+    case dtype::f8_e4m3:
+    case dtype::f8_e5m2:
+      return false;
+    default:
+      return true;
+  }
+}
+
+/// errc::invalid_argument naming `key` when torch of flavor `f` has no dtype `t`.
+inline result<void> check_flavor_holds(flavor f, dtype t, const std::string& key) {
+  if (flavor_holds(f, t)) return ok();
+  return make_error(errc::invalid_argument,
+                    "torch 1.13 has no " + std::string(dtype_name(t)) +
+                        " tensors: write this checkpoint with the torch2 DCP flavor, or convert "
+                        "the tensor first")
+      .with_key(key);
+}
+
 /// Records chunk `region` of tensor `key` (`type`, `global_shape`), stored at `where`, in `m`.
 inline void add_tensor_chunk(metadata& m,
                              const std::string& key,
