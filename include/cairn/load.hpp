@@ -63,7 +63,7 @@ load_stats load(Tree& tree, storage_ref st, comm_ref comm, const load_options& o
 inline result<std::map<std::string, common_value>> load_common(storage_ref st) {
   return detail::catch_all("load_common", [&]() -> result<std::map<std::string, common_value>> {
     CAIRN_TRY_ASSIGN(auto m, read_any_metadata(st));
-    return detail::read_commons(st, m);
+    return read_commons(st, m);
   });
 }
 

@@ -547,11 +547,6 @@ inline const std::vector<known_gap>& known_gaps() {
       {"verify_checkpoint", "torch_dist",
        "verify_checkpoint parses Megatron's metadata.json as cairn's and reports a good DCP "
        "checkpoint as 'corrupt: malformed metadata' instead of saying it has no checksums"},
-      {same_bytes_check, "native_zstd",
-       "with zstd_level > 0 the native writer places compressed blocks at a shared atomic "
-       "cursor (block_sink::cursor_.fetch_add in format/native/writer.hpp) in the order the io "
-       "threads finish, so chunk offsets in a data file and metadata.json vary between runs",
-       false},
   };
   return all;
 }

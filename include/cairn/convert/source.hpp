@@ -177,7 +177,7 @@ class native_source final : public source {
     }
   }
   result<std::map<std::string, common_value>> commons() override {
-    return cairn::detail::read_commons(st_, m_);
+    return cairn::read_commons(st_, m_);
   }
   std::vector<std::string> other_items() const override { return objects_; }
   /// The metadata read.

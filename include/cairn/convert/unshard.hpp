@@ -457,14 +457,13 @@ inline result<void> write_native(source& src,
   stats.tensors = ts.size();
   CAIRN_TRY_ASSIGN(auto commons, src.commons());
   if (!commons.empty()) {
-    CAIRN_TRY_ASSIGN(
-        cairn::detail::common_state cs,
-        cairn::detail::write_common_state(dst, common_file_name(m.save_id), commons, B));
+    CAIRN_TRY_ASSIGN(cairn::common_state cs,
+                     cairn::write_common_state(dst, common_file_name(m.save_id), commons, B));
     stats.files.push_back(cs.name);
-    cairn::detail::add_common_state(m, std::move(cs));
+    cairn::add_common_state(m, std::move(cs));
   }
   m.version = required_version(m);  // 1: nothing tiled or compressed
-  CAIRN_TRY(cairn::detail::put_metadata(dst, m));
+  CAIRN_TRY(cairn::put_metadata(dst, m));
   stats.files.emplace_back(metadata_name);
   return ok();
 }

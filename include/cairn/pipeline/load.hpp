@@ -126,25 +126,6 @@ inline result<checkpoint_metadata> read_metadata_collective(storage_ref st, comm
   return metadata_from_json(r.str(), st.describe(metadata_name), /*allow_unverified=*/foreign);
 }
 
-/// The common values of a checkpoint, decoded (reads and verifies the common-state file).
-inline result<std::map<std::string, common_value>> read_commons(storage_ref st,
-                                                                const checkpoint_metadata& m) {
-  std::map<std::string, common_value> out = m.inline_commons;
-  if (!m.common) return out;
-  CAIRN_TRY_ASSIGN(auto buf, read_extent(st, m, *m.common, "", "common state"));
-  for (const auto& [path, rec] : m.commons) {
-    if (rec.offset + rec.nbytes > buf.size())
-      return make_error(errc::corrupt, "common value lies outside the common state").with_key(path);
-    common_value v;
-    v.kind = rec.kind;
-    v.type = rec.type;
-    v.data.assign(buf.begin() + static_cast<std::ptrdiff_t>(rec.offset),
-                  buf.begin() + static_cast<std::ptrdiff_t>(rec.offset + rec.nbytes));
-    out.emplace(path, std::move(v));
-  }
-  return out;
-}
-
 /// A tensor piece of this rank's tree: (tensor leaf, piece index).
 using piece_ref = std::pair<std::size_t, std::size_t>;
 

@@ -130,6 +130,7 @@ inline std::uint64_t common_hash(const common_value& v) {
 }
 
 namespace detail {
+/// The first 8 of `ranks`, comma-separated, then ",..." when there are more (for messages).
 inline std::string rank_list(const std::vector<int>& ranks) {
   std::string s;
   for (std::size_t i = 0; i < ranks.size() && i < 8; ++i)
@@ -137,89 +138,116 @@ inline std::string rank_list(const std::vector<int>& ranks) {
   if (ranks.size() > 8) s += ",...";
   return s;
 }
-}  // namespace detail
 
-/// Checks that the ranks' leaves fit together (Megatron's validate_access_integrity, and
-/// more): per tensor key, dtype and global shape agree on every rank; the main-replica pieces
-/// do not overlap and cover every element; sharded objects are not duplicated and fill their
-/// grid; common values agree with rank 0's. Errors name the key and the ranks involved.
-inline result<void> validate_integrity(const std::vector<rank_desc>& ranks) {
-  auto fail = [](errc c, const std::string& key, std::string msg) {
-    return make_error(c, std::move(msg)).with_key(key);
-  };
-  struct tensor_view {
-    dtype type;
-    shape global_shape;
-    int first_rank;
-    std::vector<std::pair<box, int>> pieces;  // main replica pieces with their rank
-  };
-  std::map<std::string, tensor_view> tensors;
+/// An errc::integrity error naming checkpoint key `key`.
+inline error integrity_error(const std::string& key, std::string msg) {
+  return make_error(errc::integrity, std::move(msg)).with_key(key);
+}
+
+/// One tensor key as the ranks describe it: dtype and global shape as the first rank listing it
+/// has them, and every main-replica piece with its rank.
+struct integrity_tensor {
+  dtype type;
+  shape global_shape;
+  int first_rank;
+  std::vector<std::pair<box, int>> pieces;  // main replica pieces with their rank
+};
+
+/// Gathers each tensor key's main-replica pieces across ranks, checking that every rank gives
+/// the key the same dtype and global shape.
+inline result<std::map<std::string, integrity_tensor>> collect_integrity_tensors(
+    const std::vector<rank_desc>& ranks) {
+  std::map<std::string, integrity_tensor> tensors;
   for (int r = 0; r < static_cast<int>(ranks.size()); ++r) {
     for (const auto& t : ranks[r].tensors) {
-      auto [it, fresh] = tensors.try_emplace(t.key, tensor_view{t.type, t.global_shape, r, {}});
-      tensor_view& v = it->second;
+      auto [it, fresh] =
+          tensors.try_emplace(t.key, integrity_tensor{t.type, t.global_shape, r, {}});
+      integrity_tensor& v = it->second;
       if (!fresh && v.type != t.type)
-        return fail(errc::integrity, t.key,
-                    "dtype disagrees across ranks: rank " + std::to_string(v.first_rank) + " has " +
-                        std::string(dtype_name(v.type)) + ", rank " + std::to_string(r) + " has " +
-                        std::string(dtype_name(t.type)));
+        return integrity_error(
+            t.key, "dtype disagrees across ranks: rank " + std::to_string(v.first_rank) + " has " +
+                       std::string(dtype_name(v.type)) + ", rank " + std::to_string(r) + " has " +
+                       std::string(dtype_name(t.type)));
       if (!fresh && v.global_shape != t.global_shape)
-        return fail(errc::integrity, t.key,
-                    "global shape disagrees across ranks: rank " + std::to_string(v.first_rank) +
-                        " has " + box{shape(v.global_shape.size(), 0), v.global_shape}.str() +
-                        ", rank " + std::to_string(r) + " has " +
-                        box{shape(t.global_shape.size(), 0), t.global_shape}.str());
+        return integrity_error(
+            t.key, "global shape disagrees across ranks: rank " + std::to_string(v.first_rank) +
+                       " has " + box{shape(v.global_shape.size(), 0), v.global_shape}.str() +
+                       ", rank " + std::to_string(r) + " has " +
+                       box{shape(t.global_shape.size(), 0), t.global_shape}.str());
+      for (const auto& p : t.pieces)
+        if (p.offset.size() != t.global_shape.size() || p.size.size() != t.global_shape.size())
+          return integrity_error(t.key, "rank " + std::to_string(r) + " describes a piece with " +
+                                            std::to_string(p.offset.size()) +
+                                            " axes of a tensor with " +
+                                            std::to_string(t.global_shape.size()));
       if (t.replica_id == 0)
         for (const auto& p : t.pieces) v.pieces.emplace_back(p, r);
     }
   }
-  for (auto& [key, v] : tensors) {
-    std::int64_t covered = 0;
-    for (const auto& [p, r] : v.pieces) covered += p.volume();
-    // Overlaps: sort along the axis with the most distinct offsets, then sweep.
-    std::size_t n = v.global_shape.size();
-    if (n > 0 && v.pieces.size() > 1) {
-      std::size_t best = 0, best_count = 0;
-      for (std::size_t a = 0; a < n; ++a) {
-        std::vector<std::int64_t> offs;
-        for (const auto& [p, r] : v.pieces) offs.push_back(p.offset[a]);
-        std::sort(offs.begin(), offs.end());
-        std::size_t distinct = std::unique(offs.begin(), offs.end()) - offs.begin();
-        if (distinct > best_count) best = a, best_count = distinct;
-      }
-      std::sort(v.pieces.begin(), v.pieces.end(), [&](const auto& x, const auto& y) {
-        return x.first.offset[best] < y.first.offset[best];
-      });
-      for (std::size_t i = 0; i < v.pieces.size(); ++i) {
-        const box& a = v.pieces[i].first;
-        for (std::size_t j = i + 1; j < v.pieces.size(); ++j) {
-          const box& b = v.pieces[j].first;
-          if (b.offset[best] >= a.offset[best] + a.size[best]) break;
-          if (auto x = intersect(a, b); x && x->volume() > 0)
-            return fail(errc::integrity, key,
-                        "shards overlap: rank " + std::to_string(v.pieces[i].second) +
-                            " and rank " + std::to_string(v.pieces[j].second) + " both write " +
-                            x->str());
-        }
-      }
-    } else if (n == 0 && v.pieces.size() > 1) {
-      return fail(errc::integrity, key,
-                  "shards overlap: ranks " + std::to_string(v.pieces[0].second) + " and " +
-                      std::to_string(v.pieces[1].second) +
-                      " both write the scalar (set replica_id "
-                      "on all but one)");
-    }
-    if (covered != numel(v.global_shape)) {
-      std::vector<int> holders;
-      for (const auto& [p, r] : v.pieces)
-        if (holders.empty() || holders.back() != r) holders.push_back(r);
-      return fail(errc::integrity, key,
-                  "shards leave a gap: main replicas (replica_id 0) on ranks [" +
-                      detail::rank_list(holders) + "] cover " + std::to_string(covered) + " of " +
-                      std::to_string(numel(v.global_shape)) + " elements");
-    }
+  return tensors;
+}
+
+/// The axis (of `n`) along which `pieces` have the most distinct offsets; the lowest on ties.
+inline std::size_t most_distinct_axis(const std::vector<std::pair<box, int>>& pieces,
+                                      std::size_t n) {
+  std::size_t best = 0, best_count = 0;
+  for (std::size_t a = 0; a < n; ++a) {
+    std::vector<std::int64_t> offs;
+    for (const auto& [p, r] : pieces) offs.push_back(p.offset[a]);
+    std::sort(offs.begin(), offs.end());
+    std::size_t distinct = std::unique(offs.begin(), offs.end()) - offs.begin();
+    if (distinct > best_count) best = a, best_count = distinct;
   }
-  // Objects: unique main replicas, and a full grid.
+  return best;
+}
+
+/// Checks that no two main-replica pieces of tensor `key` overlap: sorts `v.pieces` along the
+/// axis with the most distinct offsets, then sweeps. A scalar may have only one main piece.
+inline result<void> check_no_overlap(const std::string& key, integrity_tensor& v) {
+  std::size_t n = v.global_shape.size();
+  if (n > 0 && v.pieces.size() > 1) {
+    std::size_t best = most_distinct_axis(v.pieces, n);
+    std::sort(v.pieces.begin(), v.pieces.end(), [&](const auto& x, const auto& y) {
+      return x.first.offset[best] < y.first.offset[best];
+    });
+    for (std::size_t i = 0; i < v.pieces.size(); ++i) {
+      const box& a = v.pieces[i].first;
+      for (std::size_t j = i + 1; j < v.pieces.size(); ++j) {
+        const box& b = v.pieces[j].first;
+        if (b.offset[best] >= a.offset[best] + a.size[best]) break;
+        if (auto x = intersect(a, b); x && x->volume() > 0)
+          return integrity_error(key, "shards overlap: rank " + std::to_string(v.pieces[i].second) +
+                                          " and rank " + std::to_string(v.pieces[j].second) +
+                                          " both write " + x->str());
+      }
+    }
+  } else if (n == 0 && v.pieces.size() > 1) {
+    return integrity_error(key, "shards overlap: ranks " + std::to_string(v.pieces[0].second) +
+                                    " and " + std::to_string(v.pieces[1].second) +
+                                    " both write the scalar (set replica_id "
+                                    "on all but one)");
+  }
+  return ok();
+}
+
+/// Checks that the main-replica pieces of tensor `key` cover every element of it.
+inline result<void> check_covered(const std::string& key, const integrity_tensor& v) {
+  std::int64_t covered = 0;
+  for (const auto& [p, r] : v.pieces) covered += p.volume();
+  if (covered != numel(v.global_shape)) {
+    std::vector<int> holders;
+    for (const auto& [p, r] : v.pieces)
+      if (holders.empty() || holders.back() != r) holders.push_back(r);
+    return integrity_error(key, "shards leave a gap: main replicas (replica_id 0) on ranks [" +
+                                    rank_list(holders) + "] cover " + std::to_string(covered) +
+                                    " of " + std::to_string(numel(v.global_shape)) + " elements");
+  }
+  return ok();
+}
+
+/// Checks that every sharded object has one main replica and that each object key's main
+/// replicas fill its grid.
+inline result<void> check_objects(const std::vector<rank_desc>& ranks) {
   std::map<std::string, int> unique_owner;
   std::map<std::string, std::pair<shape, std::int64_t>> object_count;
   for (int r = 0; r < static_cast<int>(ranks.size()); ++r) {
@@ -228,9 +256,9 @@ inline result<void> validate_integrity(const std::vector<rank_desc>& ranks) {
       std::string u = object_unique_key(o.key, o.global_offset, o.global_shape);
       auto [it, fresh] = unique_owner.try_emplace(u, r);
       if (!fresh)
-        return fail(errc::integrity, o.key,
-                    "sharded object " + u + " is saved by rank " + std::to_string(it->second) +
-                        " and rank " + std::to_string(r) + " (set replica_id on all but one)");
+        return integrity_error(o.key, "sharded object " + u + " is saved by rank " +
+                                          std::to_string(it->second) + " and rank " +
+                                          std::to_string(r) + " (set replica_id on all but one)");
       auto& [gs, count] = object_count[o.key];
       gs = o.global_shape;
       ++count;
@@ -238,34 +266,52 @@ inline result<void> validate_integrity(const std::vector<rank_desc>& ranks) {
   }
   for (const auto& [key, gc] : object_count)
     if (gc.second != numel(gc.first))
-      return fail(errc::integrity, key,
-                  "sharded object grid " + box{shape(gc.first.size(), 0), gc.first}.str() +
-                      " expects " + std::to_string(numel(gc.first)) + " shards, ranks saved " +
-                      std::to_string(gc.second));
-  // Common values: every rank must agree with rank 0.
-  if (!ranks.empty()) {
-    std::map<std::string, std::uint64_t> ref;
-    for (const auto& c : ranks[0].commons) ref[c.path] = c.hash;
-    for (int r = 1; r < static_cast<int>(ranks.size()); ++r) {
-      std::map<std::string, std::uint64_t> mine;
-      for (const auto& c : ranks[r].commons) mine[c.path] = c.hash;
-      for (const auto& [path, h] : ref) {
-        auto it = mine.find(path);
-        if (it == mine.end())
-          return fail(errc::integrity, path,
-                      "common value exists on rank 0 but not on rank " + std::to_string(r));
-        if (it->second != h)
-          return fail(errc::integrity, path,
-                      "common value differs between rank 0 and rank " + std::to_string(r) +
-                          " (common values must be identical on every rank)");
-      }
-      for (const auto& [path, h] : mine)
-        if (!ref.count(path))
-          return fail(errc::integrity, path,
-                      "common value exists on rank " + std::to_string(r) + " but not on rank 0");
+      return integrity_error(key, "sharded object grid " +
+                                      box{shape(gc.first.size(), 0), gc.first}.str() + " expects " +
+                                      std::to_string(numel(gc.first)) + " shards, ranks saved " +
+                                      std::to_string(gc.second));
+  return ok();
+}
+
+/// Checks that every rank has the same common values (paths and hashes) as rank 0.
+inline result<void> check_commons(const std::vector<rank_desc>& ranks) {
+  if (ranks.empty()) return ok();
+  std::map<std::string, std::uint64_t> ref;
+  for (const auto& c : ranks[0].commons) ref[c.path] = c.hash;
+  for (int r = 1; r < static_cast<int>(ranks.size()); ++r) {
+    std::map<std::string, std::uint64_t> mine;
+    for (const auto& c : ranks[r].commons) mine[c.path] = c.hash;
+    for (const auto& [path, h] : ref) {
+      auto it = mine.find(path);
+      if (it == mine.end())
+        return integrity_error(
+            path, "common value exists on rank 0 but not on rank " + std::to_string(r));
+      if (it->second != h)
+        return integrity_error(path, "common value differs between rank 0 and rank " +
+                                         std::to_string(r) +
+                                         " (common values must be identical on every rank)");
     }
+    for (const auto& [path, h] : mine)
+      if (!ref.count(path))
+        return integrity_error(
+            path, "common value exists on rank " + std::to_string(r) + " but not on rank 0");
   }
   return ok();
+}
+}  // namespace detail
+
+/// Checks that the ranks' leaves fit together (Megatron's validate_access_integrity, and
+/// more): per tensor key, dtype and global shape agree on every rank; the main-replica pieces
+/// do not overlap and cover every element; sharded objects are not duplicated and fill their
+/// grid; common values agree with rank 0's. Errors name the key and the ranks involved.
+inline result<void> validate_integrity(const std::vector<rank_desc>& ranks) {
+  CAIRN_TRY_ASSIGN(auto tensors, detail::collect_integrity_tensors(ranks));
+  for (auto& [key, v] : tensors) {
+    CAIRN_TRY(detail::check_no_overlap(key, v));
+    CAIRN_TRY(detail::check_covered(key, v));
+  }
+  CAIRN_TRY(detail::check_objects(ranks));
+  return detail::check_commons(ranks);
 }
 
 /// Where one rank's written item (part of a tensor piece, or an object) goes, and where its
@@ -279,7 +325,7 @@ struct write_slot {
   std::int64_t element = 0;  ///< first element inside the piece's row-major data
 };
 
-/// The deterministic layout of a save, format-neutral: every tensor's chunks and every object,
+/// The deterministic save index, format-neutral: every tensor's chunks and every object,
 /// with the rank that writes each (`extent::file` is that rank, `byte_offset` the place in what
 /// it writes; checksums still empty), and per rank the order of its items. No file names, no
 /// format version: a strategy maps this onto its own files.
@@ -306,118 +352,145 @@ struct save_index {
   }
 };
 
-/// Lays out a save. Every box of a tensor is written once, by the ranks that hold it: a box
-/// held by k ranks (its main copy and replicas, e.g. data-parallel copies) is cut into up to k
-/// contiguous parts of at least `split_min_bytes`, written by different ranks; a box smaller
-/// than that goes whole to the least-loaded holder. Boxes are placed largest first, each part on
-/// the holder that has written least so far, so every rank writes about the same amount. Every rank
-/// computes the same layout from the same descriptions. With `tile` on, every written box larger
-/// than a checksum block is cut into tiles of at most one block (`choose_tiles`), so that a
-/// reader that needs only some columns reads only the tiles holding them.
-inline save_index plan_save(const std::vector<rank_desc>& ranks,
-                            std::uint64_t block_size,
-                            std::uint64_t split_min_bytes = std::uint64_t{64} << 10,
-                            bool tile = true) {
-  save_index L;
-  const int world = static_cast<int>(ranks.size());
-  L.world_size = world;
-  L.block_size = block_size;
-  L.slots.resize(ranks.size());
-  L.bytes_of_rank.assign(ranks.size(), 0);
+namespace detail {
 
-  struct holder {
-    int rank;
-    std::size_t leaf, piece;
-  };
-  struct group {
-    const std::string* key;
-    box region;
-    std::size_t elem_size;
-    std::vector<holder> holders;  // the main copy's holder first
-    std::uint64_t bytes() const { return static_cast<std::uint64_t>(region.volume()) * elem_size; }
-  };
-  // Boxes per tensor: main copies first, then replicas that hold exactly a main box.
-  std::vector<group> groups;
-  {
-    std::map<std::pair<std::string, std::pair<shape, shape>>, std::size_t> index;
-    for (int pass = 0; pass < 2; ++pass)
-      for (int r = 0; r < world; ++r)
-        for (std::size_t i = 0; i < ranks[r].tensors.size(); ++i) {
-          const tensor_desc& t = ranks[r].tensors[i];
-          auto& rec = L.tensors[t.key];
-          rec.type = t.type;
-          rec.global_shape = t.global_shape;
-          if ((t.replica_id == 0) != (pass == 0)) continue;
-          for (std::size_t p = 0; p < t.pieces.size(); ++p) {
-            auto id = std::make_pair(t.key, std::make_pair(t.pieces[p].offset, t.pieces[p].size));
-            auto it = index.find(id);
-            if (it == index.end()) {
-              if (pass == 1) continue;  // a replica of nothing written: its data is covered
-              index.emplace(id, groups.size());
-              groups.push_back(
-                  group{&L.tensors.find(t.key)->first, t.pieces[p], dtype_size(t.type), {}});
-              it = index.find(id);
-            } else if (pass == 0) {
-              continue;  // a second main copy of the same box (validation reports overlaps)
-            }
-            groups[it->second].holders.push_back(holder{r, i, p});
+/// A rank's tensor piece that holds a box of the save: the rank, its tensor leaf and piece.
+struct box_holder {
+  int rank;
+  std::size_t leaf, piece;
+};
+
+/// One box of a tensor, written once, with every rank that holds it.
+struct box_group {
+  const std::string* key;
+  box region;
+  std::size_t elem_size;
+  std::vector<box_holder> holders;  // the main copy's holder first
+  /// Bytes of the box.
+  std::uint64_t bytes() const { return static_cast<std::uint64_t>(region.volume()) * elem_size; }
+};
+
+/// A part of a box written by one of its holders.
+struct write_part {
+  std::size_t group;
+  box_holder who;
+  piece sub;  // sub-box and its first element inside the holder's piece
+};
+
+/// Records every tensor's dtype and global shape in `L.tensors` and collects its boxes: main
+/// copies first, then replicas that hold exactly a main box.
+inline std::vector<box_group> collect_box_groups(const std::vector<rank_desc>& ranks,
+                                                 save_index& L) {
+  const int world = static_cast<int>(ranks.size());
+  std::vector<box_group> groups;
+  std::map<std::pair<std::string, std::pair<shape, shape>>, std::size_t> index;
+  for (int pass = 0; pass < 2; ++pass)
+    for (int r = 0; r < world; ++r)
+      for (std::size_t i = 0; i < ranks[r].tensors.size(); ++i) {
+        const tensor_desc& t = ranks[r].tensors[i];
+        auto& rec = L.tensors[t.key];
+        rec.type = t.type;
+        rec.global_shape = t.global_shape;
+        if ((t.replica_id == 0) != (pass == 0)) continue;
+        for (std::size_t p = 0; p < t.pieces.size(); ++p) {
+          auto id = std::make_pair(t.key, std::make_pair(t.pieces[p].offset, t.pieces[p].size));
+          auto it = index.find(id);
+          if (it == index.end()) {
+            if (pass == 1) continue;  // a replica of nothing written: its data is covered
+            index.emplace(id, groups.size());
+            groups.push_back(
+                box_group{&L.tensors.find(t.key)->first, t.pieces[p], dtype_size(t.type), {}});
+            it = index.find(id);
+          } else if (pass == 0) {
+            continue;  // a second main copy of the same box (validation reports overlaps)
           }
+          groups[it->second].holders.push_back(box_holder{r, i, p});
         }
-  }
-  // Largest boxes first (ties in key and box order, so every rank agrees).
+      }
+  return groups;
+}
+
+/// Indices of `groups`, largest box first (ties in key and box order, so every rank agrees).
+inline std::vector<std::size_t> largest_first(const std::vector<box_group>& groups) {
   std::vector<std::size_t> order(groups.size());
   for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
   std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
     return groups[a].bytes() > groups[b].bytes();
   });
-  struct part {
-    std::size_t group;
-    holder who;
-    piece sub;  // sub-box and its first element inside the holder's piece
-  };
-  std::vector<part> parts;
-  for (std::size_t gi : order) {
-    const group& g = groups[gi];
+  return order;
+}
+
+/// How many parts box `g` is cut into: parts of at least `split_min_bytes`, at most one per
+/// holder and one per element, at least one.
+inline std::size_t part_count(const box_group& g, std::uint64_t split_min_bytes) {
+  std::int64_t volume = g.region.volume();
+  std::size_t k = std::min<std::size_t>(
+      g.holders.size(),
+      std::max<std::uint64_t>(
+          1, (g.bytes() + split_min_bytes - 1) / std::max<std::uint64_t>(split_min_bytes, 1)));
+  k = static_cast<std::size_t>(
+      std::min<std::int64_t>(static_cast<std::int64_t>(k), std::max<std::int64_t>(volume, 1)));
+  return k;
+}
+
+/// The holder of `g` not yet `used` whose rank has written least so far (the first on ties).
+inline std::size_t least_loaded_holder(const box_group& g,
+                                       const std::vector<bool>& used,
+                                       const std::vector<std::uint64_t>& bytes_of_rank) {
+  std::size_t best = g.holders.size();
+  for (std::size_t h = 0; h < g.holders.size(); ++h)
+    if (!used[h] && (best == g.holders.size() ||
+                     bytes_of_rank[g.holders[h].rank] < bytes_of_rank[g.holders[best].rank]))
+      best = h;
+  return best;
+}
+
+/// Cuts every box, largest first, into `part_count` contiguous parts, each given to the
+/// least-loaded holder not yet used for that box; adds the bytes to `bytes_of_rank`.
+inline std::vector<write_part> balance_parts(const std::vector<box_group>& groups,
+                                             std::uint64_t split_min_bytes,
+                                             std::vector<std::uint64_t>& bytes_of_rank) {
+  std::vector<write_part> parts;
+  for (std::size_t gi : largest_first(groups)) {
+    const box_group& g = groups[gi];
     std::int64_t volume = g.region.volume();
-    // Parts of at least split_min_bytes, at most one per holder.
-    std::size_t k = std::min<std::size_t>(
-        g.holders.size(),
-        std::max<std::uint64_t>(
-            1, (g.bytes() + split_min_bytes - 1) / std::max<std::uint64_t>(split_min_bytes, 1)));
-    k = static_cast<std::size_t>(
-        std::min<std::int64_t>(static_cast<std::int64_t>(k), std::max<std::int64_t>(volume, 1)));
+    std::size_t k = part_count(g, split_min_bytes);
     std::vector<bool> used(g.holders.size(), false);
     for (std::size_t j = 0; j < k; ++j) {
       std::int64_t b = volume * static_cast<std::int64_t>(j) / static_cast<std::int64_t>(k);
       std::int64_t e = volume * static_cast<std::int64_t>(j + 1) / static_cast<std::int64_t>(k);
-      // The least-loaded holder not yet used for this box.
-      std::size_t best = g.holders.size();
-      for (std::size_t h = 0; h < g.holders.size(); ++h)
-        if (!used[h] && (best == g.holders.size() || L.bytes_of_rank[g.holders[h].rank] <
-                                                         L.bytes_of_rank[g.holders[best].rank]))
-          best = h;
+      std::size_t best = least_loaded_holder(g, used, bytes_of_rank);
       used[best] = true;
       std::vector<piece> subs =
           k == 1 ? std::vector<piece>{piece{g.region, 0}} : flat_range_boxes(g.region, b, e);
       for (auto& sp : subs) {
         sp.data_offset += b;
-        L.bytes_of_rank[g.holders[best].rank] +=
+        bytes_of_rank[g.holders[best].rank] +=
             static_cast<std::uint64_t>(sp.region.volume()) * g.elem_size;
-        parts.push_back(part{gi, g.holders[best], std::move(sp)});
+        parts.push_back(write_part{gi, g.holders[best], std::move(sp)});
       }
     }
   }
-  // Chunks in key order, then box order; files in part order per rank.
-  std::stable_sort(parts.begin(), parts.end(), [&](const part& a, const part& b) {
-    const group& ga = groups[a.group];
-    const group& gb = groups[b.group];
+  return parts;
+}
+
+/// Sorts `parts` into chunk order (key, then box, then position in the box) and appends each as
+/// a chunk of its tensor at `offset[rank]` of its rank's bytes (tiled when `tile`), with its slot.
+inline void place_chunks(std::vector<write_part>& parts,
+                         const std::vector<box_group>& groups,
+                         std::uint64_t block_size,
+                         bool tile,
+                         std::vector<std::uint64_t>& offset,
+                         save_index& L) {
+  std::stable_sort(parts.begin(), parts.end(), [&](const write_part& a, const write_part& b) {
+    const box_group& ga = groups[a.group];
+    const box_group& gb = groups[b.group];
     if (*ga.key != *gb.key) return *ga.key < *gb.key;
     if (a.group != b.group) return a.group < b.group;
     return a.sub.data_offset < b.sub.data_offset;
   });
-  std::vector<std::uint64_t> offset(ranks.size(), 0);
-  for (const part& pt : parts) {
-    const group& g = groups[pt.group];
+  for (const write_part& pt : parts) {
+    const box_group& g = groups[pt.group];
     auto& rec = L.tensors.at(*g.key);
     int r = pt.who.rank;
     std::uint64_t n = static_cast<std::uint64_t>(pt.sub.region.volume()) * g.elem_size;
@@ -430,7 +503,14 @@ inline save_index plan_save(const std::vector<rank_desc>& ranks,
                                     pt.sub.data_offset});
     offset[r] += n;
   }
-  for (int r = 0; r < world; ++r) {
+}
+
+/// Appends every main-replica sharded object at `offset[rank]` of its rank's bytes, with its
+/// slot, and counts its bytes in `L.bytes_of_rank`.
+inline void place_objects(const std::vector<rank_desc>& ranks,
+                          std::vector<std::uint64_t>& offset,
+                          save_index& L) {
+  for (int r = 0; r < static_cast<int>(ranks.size()); ++r) {
     for (std::size_t i = 0; i < ranks[r].objects.size(); ++i) {
       const object_desc& o = ranks[r].objects[i];
       if (o.replica_id != 0) continue;
@@ -442,6 +522,33 @@ inline save_index plan_save(const std::vector<rank_desc>& ranks,
       L.bytes_of_rank[r] += o.nbytes;
     }
   }
+}
+
+}  // namespace detail
+
+/// Lays out a save. Every box of a tensor is written once, by the ranks that hold it: a box
+/// held by k ranks (its main copy and replicas, e.g. data-parallel copies) is cut into up to k
+/// contiguous parts of at least `split_min_bytes`, written by different ranks; a box smaller
+/// than that goes whole to the least-loaded holder. Boxes are placed largest first, each part on
+/// the holder that has written least so far, so every rank writes about the same amount. Every rank
+/// computes the same index from the same descriptions. With `tile` on, every written box larger
+/// than a checksum block is cut into tiles of at most one block (`choose_tiles`), so that a
+/// reader that needs only some columns reads only the tiles holding them.
+inline save_index plan_save(const std::vector<rank_desc>& ranks,
+                            std::uint64_t block_size,
+                            std::uint64_t split_min_bytes = std::uint64_t{64} << 10,
+                            bool tile = true) {
+  save_index L;
+  L.world_size = static_cast<int>(ranks.size());
+  L.block_size = block_size;
+  L.slots.resize(ranks.size());
+  L.bytes_of_rank.assign(ranks.size(), 0);
+  std::vector<detail::box_group> groups = detail::collect_box_groups(ranks, L);
+  std::vector<detail::write_part> parts =
+      detail::balance_parts(groups, split_min_bytes, L.bytes_of_rank);
+  std::vector<std::uint64_t> offset(ranks.size(), 0);
+  detail::place_chunks(parts, groups, block_size, tile, offset, L);
+  detail::place_objects(ranks, offset, L);
   return L;
 }
 

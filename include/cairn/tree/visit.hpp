@@ -113,105 +113,25 @@ struct flattener {
     visit_checked(v, path);
   }
 
+  /// Appends the leaves of `v`, found at `path`, by its kind (`check_visitable` accepted `T`).
   template <class T>
   void visit_checked(T& v, const std::string& path) {
     if constexpr (is_sharded_tensor<T>::value) {
-      tensor_leaf leaf;
-      leaf.path = path;
-      leaf.sharding = static_cast<const tensor_sharding&>(v);
-      if constexpr (!std::is_void_v<typename T::value_type>)
-        leaf.sharding.type = dtype_of<typename T::value_type>;  // a typed tensor's dtype is T's
-      if (leaf.sharding.key.empty()) leaf.sharding.key = path;
-      auto raw = v.raw();
-      leaf.data = raw.data();
-      leaf.nbytes = raw.size();
-      out.tensors.push_back(std::move(leaf));
+      visit_tensor(v, path);
     } else if constexpr (is_sharded_object<T>::value) {
-      using V = decltype(v.value);
-      static_assert(encodable<V>,
-                    "cairn: the value of a sharded_object must be encodable: trivially "
-                    "copyable, std::string, std::vector of trivially copyable, or a type with "
-                    "a cairn::codec specialization");
-      object_leaf leaf;
-      leaf.path = path;
-      leaf.key = v.key.empty() ? path : v.key;
-      leaf.global_shape = v.global_shape;
-      leaf.global_offset = v.global_offset;
-      leaf.replica_id = v.replica_id;
-      leaf.value = &v.value;
-      leaf.encode = [](const void* p) { return codec<V>::encode(*static_cast<const V*>(p)); };
-      leaf.decode = [](std::span<const std::byte> in, void* p) {
-        return codec<V>::decode(in, *static_cast<V*>(p));
-      };
-      out.objects.push_back(std::move(leaf));
+      visit_object(v, path);
     } else if constexpr (is_non_persistent<T>::value) {
       // Never saved, never loaded.
     } else if constexpr (std::is_same_v<T, factory>) {
-      if (!v.build) return;
-      auto built = std::make_shared<state_dict>(v.build());
-      out.keep_alive.push_back(built);
-      visit_checked(*built, path);
-      if (v.merge)
-        out.after_load.push_back(
-            [built, merge = v.merge]() -> result<void> { return merge(*built); });
+      visit_factory(v, path);
     } else if constexpr (std::is_same_v<T, state_dict>) {
-      for (auto& [name, entry] : v.entries()) {
-        std::string p = join_path(path, name);
-        std::visit(
-            [&](auto& e) {
-              using E = std::remove_cvref_t<decltype(e)>;
-              if constexpr (std::is_same_v<E, std::unique_ptr<state_dict>>) {
-                if (e) visit_checked(*e, p);
-              } else if constexpr (std::is_same_v<E, common_value>) {
-                common_leaf leaf;
-                leaf.path = p;
-                leaf.value = &e;
-                leaf.encode = [](const void* q) { return *static_cast<const common_value*>(q); };
-                leaf.decode = [](const common_value& in, void* q) -> result<void> {
-                  auto& target = *static_cast<common_value*>(q);
-                  if (target.kind != in.kind ||
-                      (in.kind != common_kind::string && target.type != in.type))
-                    return make_error(errc::mismatch, "stored common value is " +
-                                                          in.describe_type() + ", the entry is " +
-                                                          target.describe_type());
-                  target = in;
-                  return ok();
-                };
-                out.commons.push_back(std::move(leaf));
-              } else {
-                visit_checked(e, p);
-              }
-            },
-            entry);
-      }
+      visit_state_dict(v, path);
     } else if constexpr (has_adapter<T>) {
-      using view_t = decltype(adapter<T>::view(v));
-      if constexpr (std::is_lvalue_reference_v<view_t>) {
-        visit(adapter<T>::view(v), path);  // a reference into v: loads land in v itself
-      } else {
-        // A view by value (e.g. a sharded_tensor over v's memory) lives as long as the leaves.
-        auto held = std::make_shared<std::remove_cvref_t<view_t>>(adapter<T>::view(v));
-        out.keep_alive.push_back(held);
-        visit(*held, path);
-      }
+      visit_adapted(v, path);
     } else if constexpr (common_type<T>) {
-      common_leaf leaf;
-      leaf.path = path;
-      leaf.value = &v;
-      leaf.encode = [](const void* p) { return common_value::of(*static_cast<const T*>(p)); };
-      leaf.decode = [](const common_value& in, void* p) { return in.get(*static_cast<T*>(p)); };
-      out.commons.push_back(std::move(leaf));
+      visit_common(v, path);
     } else if constexpr (is_string_map<T>::value) {
-      if constexpr (is_unordered_map<T>::value) {
-        // visit in sorted order so every rank lists leaves identically
-        std::vector<std::pair<const std::string*, typename T::mapped_type*>> items;
-        for (auto& [k, val] : v) items.emplace_back(&k, &val);
-        std::sort(items.begin(), items.end(),
-                  [](const auto& a, const auto& b) { return *a.first < *b.first; });
-        for (auto& [k, val] : items) visit(*val, join_path(path, *k));
-      } else {
-        for (auto& [k, val] : v) visit(val, join_path(path, k));
-      }
+      visit_string_map(v, path);
     } else if constexpr (is_sequence<T>::value) {
       for (std::size_t i = 0; i < v.size(); ++i) visit(v[i], join_path(path, std::to_string(i)));
     } else if constexpr (is_tuple<T>::value) {
@@ -219,15 +139,150 @@ struct flattener {
     } else if constexpr (is_optional<T>::value) {
       if (v) visit(*v, path);
     } else if constexpr (has_fields<T>) {
-      static_assert(std::is_aggregate_v<T>,
-                    "cairn: a struct visited through its field names must be an aggregate "
-                    "(Boost.PFR reflects aggregates only)");
-      constexpr auto names = fields_of<T>::names;
-      static_assert(names.size() == boost::pfr::tuple_size_v<T>,
-                    "cairn: field_names(...) must list exactly one name per struct field, in "
-                    "declaration order");
-      visit_fields(v, path, std::make_index_sequence<boost::pfr::tuple_size_v<T>>{});
+      visit_struct(v, path);
     }
+  }
+
+  /// A sharded_tensor: one tensor leaf over its bytes (keyed by its path unless it has a key).
+  template <class T>
+  void visit_tensor(T& v, const std::string& path) {
+    tensor_leaf leaf;
+    leaf.path = path;
+    leaf.sharding = static_cast<const tensor_sharding&>(v);
+    if constexpr (!std::is_void_v<typename T::value_type>)
+      leaf.sharding.type = dtype_of<typename T::value_type>;  // a typed tensor's dtype is T's
+    if (leaf.sharding.key.empty()) leaf.sharding.key = path;
+    auto raw = v.raw();
+    leaf.data = raw.data();
+    leaf.nbytes = raw.size();
+    out.tensors.push_back(std::move(leaf));
+  }
+
+  /// A sharded_object: one object leaf that encodes and decodes its value with its codec.
+  template <class T>
+  void visit_object(T& v, const std::string& path) {
+    using V = decltype(v.value);
+    static_assert(encodable<V>,
+                  "cairn: the value of a sharded_object must be encodable: trivially "
+                  "copyable, std::string, std::vector of trivially copyable, or a type with "
+                  "a cairn::codec specialization");
+    object_leaf leaf;
+    leaf.path = path;
+    leaf.key = v.key.empty() ? path : v.key;
+    leaf.global_shape = v.global_shape;
+    leaf.global_offset = v.global_offset;
+    leaf.replica_id = v.replica_id;
+    leaf.value = &v.value;
+    leaf.encode = [](const void* p) { return codec<V>::encode(*static_cast<const V*>(p)); };
+    leaf.decode = [](std::span<const std::byte> in, void* p) {
+      return codec<V>::decode(in, *static_cast<V*>(p));
+    };
+    out.objects.push_back(std::move(leaf));
+  }
+
+  /// A factory: the leaves of the state_dict it builds (kept alive with the leaves), and its
+  /// merge step run after a load.
+  template <class T>
+  void visit_factory(T& v, const std::string& path) {
+    if (!v.build) return;
+    auto built = std::make_shared<state_dict>(v.build());
+    out.keep_alive.push_back(built);
+    visit_checked(*built, path);
+    if (v.merge)
+      out.after_load.push_back(
+          [built, merge = v.merge]() -> result<void> { return merge(*built); });
+  }
+
+  /// A state_dict: each entry in name order (nested dicts, common values, tensors, objects).
+  template <class T>
+  void visit_state_dict(T& v, const std::string& path) {
+    for (auto& [name, entry] : v.entries()) {
+      std::string p = join_path(path, name);
+      std::visit(
+          [&](auto& e) {
+            using E = std::remove_cvref_t<decltype(e)>;
+            if constexpr (std::is_same_v<E, std::unique_ptr<state_dict>>) {
+              if (e) visit_checked(*e, p);
+            } else if constexpr (std::is_same_v<E, common_value>) {
+              visit_dict_common(e, p);
+            } else {
+              visit_checked(e, p);
+            }
+          },
+          entry);
+    }
+  }
+
+  /// A state_dict's common value: loads replace it, but only by a value of the same kind (and
+  /// dtype, unless a string).
+  template <class T>
+  void visit_dict_common(T& e, const std::string& path) {
+    common_leaf leaf;
+    leaf.path = path;
+    leaf.value = &e;
+    leaf.encode = [](const void* q) { return *static_cast<const common_value*>(q); };
+    leaf.decode = [](const common_value& in, void* q) -> result<void> {
+      auto& target = *static_cast<common_value*>(q);
+      if (target.kind != in.kind || (in.kind != common_kind::string && target.type != in.type))
+        return make_error(errc::mismatch, "stored common value is " + in.describe_type() +
+                                              ", the entry is " + target.describe_type());
+      target = in;
+      return ok();
+    };
+    out.commons.push_back(std::move(leaf));
+  }
+
+  /// A type with an adapter: its view, visited in its place.
+  template <class T>
+  void visit_adapted(T& v, const std::string& path) {
+    using view_t = decltype(adapter<T>::view(v));
+    if constexpr (std::is_lvalue_reference_v<view_t>) {
+      visit(adapter<T>::view(v), path);  // a reference into v: loads land in v itself
+    } else {
+      // A view by value (e.g. a sharded_tensor over v's memory) lives as long as the leaves.
+      auto held = std::make_shared<std::remove_cvref_t<view_t>>(adapter<T>::view(v));
+      out.keep_alive.push_back(held);
+      visit(*held, path);
+    }
+  }
+
+  /// A common value (scalar, string, vector of scalars): one common leaf.
+  template <class T>
+  void visit_common(T& v, const std::string& path) {
+    common_leaf leaf;
+    leaf.path = path;
+    leaf.value = &v;
+    leaf.encode = [](const void* p) { return common_value::of(*static_cast<const T*>(p)); };
+    leaf.decode = [](const common_value& in, void* p) { return in.get(*static_cast<T*>(p)); };
+    out.commons.push_back(std::move(leaf));
+  }
+
+  /// A string-keyed map: each value under its key, in key order.
+  template <class T>
+  void visit_string_map(T& v, const std::string& path) {
+    if constexpr (is_unordered_map<T>::value) {
+      // visit in sorted order so every rank lists leaves identically
+      std::vector<std::pair<const std::string*, typename T::mapped_type*>> items;
+      for (auto& [k, val] : v) items.emplace_back(&k, &val);
+      std::sort(items.begin(), items.end(),
+                [](const auto& a, const auto& b) { return *a.first < *b.first; });
+      for (auto& [k, val] : items) visit(*val, join_path(path, *k));
+    } else {
+      for (auto& [k, val] : v) visit(val, join_path(path, k));
+    }
+  }
+
+  /// A struct with field names: each named field, in declaration order.
+  template <class T>
+  void visit_struct(T& v, const std::string& path) {
+    static_assert(std::is_aggregate_v<T>,
+                  "cairn: a struct visited through its field names must be an aggregate "
+                  "(Boost.PFR reflects aggregates only)");
+    constexpr auto names = fields_of<T>::names;
+    static_assert(names.size() == boost::pfr::tuple_size_v<T>,
+                  "cairn: field_names(...) must list exactly one name per struct field, in "
+                  "declaration order");
+    visit_fields(v, path, std::make_index_sequence<boost::pfr::tuple_size_v<T>>{});
   }
 
   template <class T, std::size_t... I>

@@ -245,120 +245,188 @@ inline bool ends_with(std::string_view s, std::string_view suffix) {
 }
 }  // namespace detail
 
-/// Interprets an unpickled `.metadata` tree. Classes are recognized by name whatever their module
-/// (torch 1.13 `_shard` paths, 2.x paths, subclasses like Megatron's `MCoreMetadata`); fields
-/// cairn does not use are kept in `extras`. `file` names the source in errors.
-inline result<metadata> from_value(const pickle::value& root, std::string_view file = {}) {
-  using pickle::value;
-  auto bad = [&](std::string msg, std::string_view key = {}) {
-    return format_detail::corrupt("dcp metadata: " + msg, file, key);
-  };
-  if (!root.is_object()) return bad("top level is a " + root.describe() + ", not Metadata");
-  metadata m;
-  m.class_module = root.obj->module;
-  m.class_name = root.obj->name;
-  const pickle::object& o = *root.obj;
-  const value* sdm = o.attr("state_dict_metadata");
-  if (!sdm || !sdm->is_dict()) return bad("no state_dict_metadata dict");
-  for (const auto& [k, v] : *sdm->entries) {
-    if (!k.is_string()) return bad("state_dict_metadata key is a " + k.describe());
+namespace detail {
+
+/// An errc::corrupt error "dcp metadata: <msg>" naming `file` and `key`.
+inline error bad_metadata(const std::string& msg,
+                          std::string_view file,
+                          std::string_view key = {}) {
+  return format_detail::corrupt("dcp metadata: " + msg, file, key);
+}
+
+/// Sets `t.type` and `t.requires_grad` from TensorProperties `props` of tensor `fqn`: a 5-tuple
+/// state (dtype, layout, requires_grad, mem format, pin_memory) or, in other versions, a dict
+/// with "dtype".
+inline result<void> parse_tensor_properties(const value& props,
+                                            const std::string& fqn,
+                                            std::string_view file,
+                                            tensor_meta& t) {
+  const value* dt = nullptr;
+  if (props.is_object()) {
+    const value& st = props.obj->state;
+    if (st.type == value::kind::tuple && !st.elements().empty()) {
+      dt = &st.elements()[0];
+      if (st.elements().size() > 2 && st.elements()[2].is_int())
+        t.requires_grad = st.elements()[2].i != 0;
+    } else {
+      dt = props.obj->attr("dtype");
+    }
+  }
+  if (!dt || dt->type != value::kind::global)
+    return bad_metadata("tensor properties carry no torch dtype", file, fqn);
+  auto type = torch_zip::dtype_from_torch_name(dt->name);
+  if (!type)
+    return format_detail::fail(errc::corrupt, "dcp metadata: unsupported dtype torch." + dt->name,
+                               file, fqn);
+  t.type = *type;
+  return ok();
+}
+
+/// Sets `t.size` from `size` (a torch.Size) of tensor `fqn`, whose `t.type` is set: no negative
+/// extent and at most 2^62 bytes.
+inline result<void> parse_tensor_size(const value& size,
+                                      const std::string& fqn,
+                                      std::string_view file,
+                                      tensor_meta& t) {
+  auto sz = as_shape(size);
+  if (!sz) return bad_metadata("size is not a torch.Size", file, fqn);
+  t.size = *sz;
+  if (!format_detail::file_numel(t.size, dtype_size(t.type)))
+    return bad_metadata(
+        "size " + shape_str(t.size) + " has a negative extent or more than 2^62 bytes", file, fqn);
+  return ok();
+}
+
+/// One ChunkStorageMetadata `c` of tensor `fqn` of size `size`: offsets and sizes of the
+/// tensor's rank, lying inside it.
+inline result<chunk> parse_chunk(const value& c,
+                                 const shape& size,
+                                 const std::string& fqn,
+                                 std::string_view file) {
+  if (!c.is_object()) return bad_metadata("chunk is a " + c.describe(), file, fqn);
+  const value* off = c.obj->attr("offsets");
+  const value* szs = c.obj->attr("sizes");
+  auto a = off ? as_shape(*off) : std::nullopt;
+  auto b = szs ? as_shape(*szs) : std::nullopt;
+  if (!a || !b || a->size() != b->size()) return bad_metadata("malformed chunk", file, fqn);
+  // Inside the tensor (so its volume cannot overflow either), compared without overflow.
+  if (a->size() != size.size())
+    return bad_metadata("chunk of rank " + std::to_string(a->size()) + " in a tensor of rank " +
+                            std::to_string(size.size()),
+                        file, fqn);
+  for (std::size_t ax = 0; ax < a->size(); ++ax)
+    if ((*a)[ax] < 0 || (*b)[ax] < 0 || (*a)[ax] > size[ax] || (*b)[ax] > size[ax] - (*a)[ax])
+      return bad_metadata("chunk offsets " + shape_str(*a) + " sizes " + shape_str(*b) +
+                              " lie outside the tensor of size " + shape_str(size),
+                          file, fqn);
+  return chunk{std::move(*a), std::move(*b)};
+}
+
+/// A TensorStorageMetadata entry `v` of `fqn`: its properties (dtype), size and chunks.
+inline result<tensor_meta> parse_tensor_meta(const value& v,
+                                             const std::string& fqn,
+                                             std::string_view file) {
+  tensor_meta t;
+  const value* props = v.obj->attr("properties");
+  const value* size = v.obj->attr("size");
+  const value* chunks = v.obj->attr("chunks");
+  if (!props || !size || !chunks)
+    return bad_metadata("tensor entry lacks properties/size/chunks", file, fqn);
+  CAIRN_TRY(parse_tensor_properties(*props, fqn, file, t));
+  CAIRN_TRY(parse_tensor_size(*size, fqn, file, t));
+  if (!chunks->is_sequence()) return bad_metadata("chunks is a " + chunks->describe(), file, fqn);
+  for (const auto& c : chunks->elements()) {
+    CAIRN_TRY_ASSIGN(chunk ch, parse_chunk(c, t.size, fqn, file));
+    t.chunks.push_back(std::move(ch));
+  }
+  return t;
+}
+
+/// Fills `m.state_dict_metadata` from the `state_dict_metadata` dict `sdm`: fqn -> tensor or
+/// bytes entry.
+inline result<void> parse_state_dict_metadata(const value& sdm,
+                                              std::string_view file,
+                                              metadata& m) {
+  for (const auto& [k, v] : *sdm.entries) {
+    if (!k.is_string()) return bad_metadata("state_dict_metadata key is a " + k.describe(), file);
     const std::string& fqn = k.str;
-    if (!v.is_object()) return bad("entry is a " + v.describe(), fqn);
-    if (detail::ends_with(v.obj->name, "BytesStorageMetadata")) {
+    if (!v.is_object()) return bad_metadata("entry is a " + v.describe(), file, fqn);
+    if (ends_with(v.obj->name, "BytesStorageMetadata")) {
       m.state_dict_metadata.emplace(fqn, bytes_meta{});
       continue;
     }
-    tensor_meta t;
-    const value* props = v.obj->attr("properties");
-    const value* size = v.obj->attr("size");
-    const value* chunks = v.obj->attr("chunks");
-    if (!props || !size || !chunks) return bad("tensor entry lacks properties/size/chunks", fqn);
-    // TensorProperties: a 5-tuple state (dtype, layout, requires_grad, mem format, pin_memory)
-    // or, in other versions, a dict with "dtype".
-    const value* dt = nullptr;
-    if (props->is_object()) {
-      const value& st = props->obj->state;
-      if (st.type == value::kind::tuple && !st.elements().empty()) {
-        dt = &st.elements()[0];
-        if (st.elements().size() > 2 && st.elements()[2].is_int())
-          t.requires_grad = st.elements()[2].i != 0;
-      } else {
-        dt = props->obj->attr("dtype");
-      }
-    }
-    if (!dt || dt->type != value::kind::global)
-      return bad("tensor properties carry no torch dtype", fqn);
-    auto type = torch_zip::dtype_from_torch_name(dt->name);
-    if (!type)
-      return format_detail::fail(errc::corrupt, "dcp metadata: unsupported dtype torch." + dt->name,
-                                 file, fqn);
-    t.type = *type;
-    auto sz = detail::as_shape(*size);
-    if (!sz) return bad("size is not a torch.Size", fqn);
-    t.size = *sz;
-    if (!format_detail::file_numel(t.size, dtype_size(t.type)))
-      return bad(
-          "size " + detail::shape_str(t.size) + " has a negative extent or more than 2^62 bytes",
-          fqn);
-    if (!chunks->is_sequence()) return bad("chunks is a " + chunks->describe(), fqn);
-    for (const auto& c : chunks->elements()) {
-      if (!c.is_object()) return bad("chunk is a " + c.describe(), fqn);
-      const value* off = c.obj->attr("offsets");
-      const value* szs = c.obj->attr("sizes");
-      auto a = off ? detail::as_shape(*off) : std::nullopt;
-      auto b = szs ? detail::as_shape(*szs) : std::nullopt;
-      if (!a || !b || a->size() != b->size()) return bad("malformed chunk", fqn);
-      // Inside the tensor (so its volume cannot overflow either), compared without overflow.
-      if (a->size() != t.size.size())
-        return bad("chunk of rank " + std::to_string(a->size()) + " in a tensor of rank " +
-                       std::to_string(t.size.size()),
-                   fqn);
-      for (std::size_t ax = 0; ax < a->size(); ++ax)
-        if ((*a)[ax] < 0 || (*b)[ax] < 0 || (*a)[ax] > t.size[ax] ||
-            (*b)[ax] > t.size[ax] - (*a)[ax])
-          return bad("chunk offsets " + detail::shape_str(*a) + " sizes " + detail::shape_str(*b) +
-                         " lie outside the tensor of size " + detail::shape_str(t.size),
-                     fqn);
-      t.chunks.push_back({std::move(*a), std::move(*b)});
-    }
+    CAIRN_TRY_ASSIGN(tensor_meta t, parse_tensor_meta(v, fqn, file));
     m.state_dict_metadata.emplace(fqn, std::move(t));
   }
-  if (const value* pd = o.attr("planner_data"); pd && pd->is_dict())
-    for (const auto& [k, v] : *pd->entries)
-      if (k.is_string()) m.planner_data[k.str] = v.elements();
-  const value* sd = o.attr("storage_data");
-  if (sd && sd->is_dict()) {
-    for (const auto& [k, v] : *sd->entries) {
-      if (!k.is_object() || !v.is_object()) return bad("storage_data entry is not objects");
-      index ix;
-      const value* fqn = k.obj->attr("fqn");
-      if (!fqn || !fqn->is_string()) return bad("MetadataIndex without fqn");
-      ix.fqn = fqn->str;
-      if (const value* off = k.obj->attr("offset"); off && !off->is_none()) {
-        ix.offset = detail::as_shape(*off);
-        if (!ix.offset) return bad("MetadataIndex offset is not a torch.Size", ix.fqn);
-      }
-      if (const value* h = k.obj->attr("index"); h && h->is_int()) ix.hint = h->i;
-      storage_info info;
-      const value* rp = v.obj->attr("relative_path");
-      const value* so = v.obj->attr("offset");
-      const value* len = v.obj->attr("length");
-      if (!rp || !rp->is_string() || !so || !so->is_int() || !len || !len->is_int() || so->i < 0 ||
-          len->i < 0)
-        return bad("malformed _StorageInfo", ix.fqn);
-      // Both are below 2^63, so offset + length cannot overflow 64 bits.
-      info.relative_path = rp->str;
-      info.offset = static_cast<std::uint64_t>(so->i);
-      info.length = static_cast<std::uint64_t>(len->i);
-      m.storage_data.emplace_back(std::move(ix), std::move(info));
-    }
+  return ok();
+}
+
+/// One `storage_data` entry: MetadataIndex `k` (fqn, offset, index) and _StorageInfo `v`
+/// (relative_path, and offset and length in [0, 2^63)).
+inline result<std::pair<index, storage_info>> parse_storage_item(const value& k,
+                                                                 const value& v,
+                                                                 std::string_view file) {
+  if (!k.is_object() || !v.is_object())
+    return bad_metadata("storage_data entry is not objects", file);
+  index ix;
+  const value* fqn = k.obj->attr("fqn");
+  if (!fqn || !fqn->is_string()) return bad_metadata("MetadataIndex without fqn", file);
+  ix.fqn = fqn->str;
+  if (const value* off = k.obj->attr("offset"); off && !off->is_none()) {
+    ix.offset = as_shape(*off);
+    if (!ix.offset) return bad_metadata("MetadataIndex offset is not a torch.Size", file, ix.fqn);
   }
-  if (const value* v = o.attr("version"); v && v->is_string()) m.version = v->str;
+  if (const value* h = k.obj->attr("index"); h && h->is_int()) ix.hint = h->i;
+  storage_info info;
+  const value* rp = v.obj->attr("relative_path");
+  const value* so = v.obj->attr("offset");
+  const value* len = v.obj->attr("length");
+  if (!rp || !rp->is_string() || !so || !so->is_int() || !len || !len->is_int() || so->i < 0 ||
+      len->i < 0)
+    return bad_metadata("malformed _StorageInfo", file, ix.fqn);
+  // Both are below 2^63, so offset + length cannot overflow 64 bits.
+  info.relative_path = rp->str;
+  info.offset = static_cast<std::uint64_t>(so->i);
+  info.length = static_cast<std::uint64_t>(len->i);
+  return std::make_pair(std::move(ix), std::move(info));
+}
+
+/// Keeps the Metadata fields of `o` that cairn does not interpret in `m.extras`.
+inline void collect_extras(const pickle::object& o, metadata& m) {
   if (o.state.is_dict())
     for (const auto& [k, v] : *o.state.entries)
       if (k.is_string() && k.str != "state_dict_metadata" && k.str != "planner_data" &&
           k.str != "storage_data" && k.str != "version")
         m.extras.emplace(k.str, v);
+}
+
+}  // namespace detail
+
+/// Interprets an unpickled `.metadata` tree. Classes are recognized by name whatever their module
+/// (torch 1.13 `_shard` paths, 2.x paths, subclasses like Megatron's `MCoreMetadata`); fields
+/// cairn does not use are kept in `extras`. `file` names the source in errors.
+inline result<metadata> from_value(const pickle::value& root, std::string_view file = {}) {
+  using pickle::value;
+  if (!root.is_object())
+    return detail::bad_metadata("top level is a " + root.describe() + ", not Metadata", file);
+  metadata m;
+  m.class_module = root.obj->module;
+  m.class_name = root.obj->name;
+  const pickle::object& o = *root.obj;
+  const value* sdm = o.attr("state_dict_metadata");
+  if (!sdm || !sdm->is_dict()) return detail::bad_metadata("no state_dict_metadata dict", file);
+  CAIRN_TRY(detail::parse_state_dict_metadata(*sdm, file, m));
+  if (const value* pd = o.attr("planner_data"); pd && pd->is_dict())
+    for (const auto& [k, v] : *pd->entries)
+      if (k.is_string()) m.planner_data[k.str] = v.elements();
+  if (const value* sd = o.attr("storage_data"); sd && sd->is_dict()) {
+    for (const auto& [k, v] : *sd->entries) {
+      CAIRN_TRY_ASSIGN(auto item, detail::parse_storage_item(k, v, file));
+      m.storage_data.push_back(std::move(item));
+    }
+  }
+  if (const value* v = o.attr("version"); v && v->is_string()) m.version = v->str;
+  detail::collect_extras(o, m);
   return m;
 }
 

@@ -15,6 +15,7 @@
 #include <variant>
 #include <vector>
 
+#include "cairn/core/bytes.hpp"
 #include "cairn/core/common_value.hpp"
 #include "cairn/core/dtype.hpp"
 #include "cairn/core/error.hpp"

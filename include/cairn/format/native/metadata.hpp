@@ -65,13 +65,13 @@ struct checkpoint_metadata {
   std::map<std::string, object_record> objects;  ///< by unique key
   std::optional<extent> common;                  ///< the common-state bytes, if any
   std::map<std::string, common_record> commons;  ///< by tree path
-  /// The layout the checkpoint was read from: "cairn", or a foreign one ("torch_dist",
+  /// The format the checkpoint was read from: "cairn", or a foreign one ("torch_dist",
   /// "safetensors") that `read_any_metadata` described in these terms.
   std::string format = "cairn";
-  /// False for a foreign layout: extents carry no checksums and reads are not verified
+  /// False for a foreign format: extents carry no checksums and reads are not verified
   /// (`block_size` is then only the read granularity).
   bool verified() const noexcept { return format == "cairn"; }
-  /// Common values a foreign layout holds outside any extent (Megatron's `common.pt`).
+  /// Common values a foreign format holds outside any extent (Megatron's `common.pt`).
   std::map<std::string, common_value> inline_commons;
 };
 
@@ -159,13 +159,16 @@ inline const char* common_kind_name(common_kind k) {
 /// (written by an older cairn) is read unchecked.
 inline constexpr std::string_view metadata_checksum_member = "\"metadata_checksum\":";
 
-/// Encodes metadata as JSON (one tensor per line, so large checkpoints stay diffable), with its
-/// own checksum last (see `metadata_checksum_member`).
-inline std::string to_json(const checkpoint_metadata& m) {
-  using detail::json_string;
-  fmt::memory_buffer out;
+namespace detail {
+
+// The members of `metadata.json`, in document order. Each writes its member followed by ",\n"
+// (the checksum member, written by `to_json`, comes last).
+
+/// The document's identity: format, version, world size, save id, block size, checksum kind,
+/// and the format when foreign (as the internal member "layout").
+inline void json_identity(fmt::memory_buffer& out, const checkpoint_metadata& m) {
   auto o = std::back_inserter(out);
-  fmt::format_to(o, "{{\n\"format\":\"cairn\",\n\"version\":{},\n\"world_size\":{},\n\"save_id\":",
+  fmt::format_to(o, "\"format\":\"cairn\",\n\"version\":{},\n\"world_size\":{},\n\"save_id\":",
                  m.version, m.world_size);
   json_string(out, m.save_id);
   fmt::format_to(o, ",\n\"block_size\":{},\n\"checksum\":\"{}\",\n", m.block_size,
@@ -175,97 +178,159 @@ inline std::string to_json(const checkpoint_metadata& m) {
     json_string(out, m.format);
     fmt::format_to(o, ",\n");
   }
-  if (!m.inline_commons.empty()) {
-    fmt::format_to(o, "\"inline_commons\":{{");
-    bool first_c = true;
-    for (const auto& [path, c] : m.inline_commons) {
-      fmt::format_to(o, "{}\n", first_c ? "" : ",");
-      first_c = false;
-      json_string(out, path);
-      fmt::format_to(o, ":{{\"kind\":\"{}\",\"dtype\":\"{}\",\"hex\":\"",
-                     detail::common_kind_name(c.kind), dtype_name(c.type));
-      for (std::byte b : c.data) fmt::format_to(o, "{:02x}", static_cast<unsigned>(b));
-      fmt::format_to(o, "\"}}");
-    }
-    fmt::format_to(o, "}},\n");
-  }
-  fmt::format_to(o, "\"files\":[");
-  for (std::size_t i = 0; i < m.files.size(); ++i) {
-    fmt::format_to(o, "{}\n{{\"name\":", i ? "," : "");
-    json_string(out, m.files[i].name);
-    fmt::format_to(o, ",\"rank\":{},\"bytes\":{}}}", m.files[i].rank, m.files[i].nbytes);
-  }
-  fmt::format_to(o, "],\n\"content_metadata\":{{");
+}
+
+/// `"inline_commons"`: each value's kind, dtype and bytes in hex (nothing when there are none).
+inline void json_inline_commons(fmt::memory_buffer& out,
+                                const std::map<std::string, common_value>& commons) {
+  if (commons.empty()) return;
+  auto o = std::back_inserter(out);
+  fmt::format_to(o, "\"inline_commons\":{{");
   bool first = true;
-  for (const auto& [k, v] : m.content_metadata) {
+  for (const auto& [path, c] : commons) {
+    fmt::format_to(o, "{}\n", first ? "" : ",");
+    first = false;
+    json_string(out, path);
+    fmt::format_to(o, ":{{\"kind\":\"{}\",\"dtype\":\"{}\",\"hex\":\"", common_kind_name(c.kind),
+                   dtype_name(c.type));
+    for (std::byte b : c.data) fmt::format_to(o, "{:02x}", static_cast<unsigned>(b));
+    fmt::format_to(o, "\"}}");
+  }
+  fmt::format_to(o, "}},\n");
+}
+
+/// `"files"`: one line per data or common-state file.
+inline void json_files(fmt::memory_buffer& out, const std::vector<file_record>& files) {
+  auto o = std::back_inserter(out);
+  fmt::format_to(o, "\"files\":[");
+  for (std::size_t i = 0; i < files.size(); ++i) {
+    fmt::format_to(o, "{}\n{{\"name\":", i ? "," : "");
+    json_string(out, files[i].name);
+    fmt::format_to(o, ",\"rank\":{},\"bytes\":{}}}", files[i].rank, files[i].nbytes);
+  }
+  fmt::format_to(o, "],\n");
+}
+
+/// `"content_metadata"`: the user's string map, on one line.
+inline void json_content_metadata(fmt::memory_buffer& out,
+                                  const std::map<std::string, std::string>& content) {
+  fmt::format_to(std::back_inserter(out), "\"content_metadata\":{{");
+  bool first = true;
+  for (const auto& [k, v] : content) {
     if (!first) out.push_back(',');
     first = false;
     json_string(out, k);
     out.push_back(':');
     json_string(out, v);
   }
-  fmt::format_to(o, "}},\n\"tensors\":{{");
-  first = true;
-  for (const auto& [key, t] : m.tensors) {
+  fmt::format_to(std::back_inserter(out), "}},\n");
+}
+
+/// One chunk of a tensor: its box, its tiles when cut, and its extent.
+inline void json_chunk(fmt::memory_buffer& out, const chunk_record& c) {
+  auto o = std::back_inserter(out);
+  out.push_back('{');
+  fmt::format_to(o, "\"offset\":");
+  json_ints(out, c.region.offset);
+  fmt::format_to(o, ",\"shape\":");
+  json_ints(out, c.region.size);
+  if (!c.tiles.empty()) {
+    fmt::format_to(o, ",\"tiles\":");
+    json_ints(out, c.tiles);
+  }
+  out.push_back(',');
+  json_extent(out, c.where);
+  out.push_back('}');
+}
+
+/// `"tensors"`: one line per tensor, with its dtype, global shape and chunks.
+inline void json_tensors(fmt::memory_buffer& out,
+                         const std::map<std::string, tensor_record>& tensors) {
+  auto o = std::back_inserter(out);
+  fmt::format_to(o, "\"tensors\":{{");
+  bool first = true;
+  for (const auto& [key, t] : tensors) {
     fmt::format_to(o, "{}\n", first ? "" : ",");
     first = false;
     json_string(out, key);
     fmt::format_to(o, ":{{\"dtype\":\"{}\",\"shape\":", dtype_name(t.type));
-    detail::json_ints(out, t.global_shape);
+    json_ints(out, t.global_shape);
     fmt::format_to(o, ",\"chunks\":[");
     for (std::size_t i = 0; i < t.chunks.size(); ++i) {
       if (i) out.push_back(',');
-      fmt::format_to(o, "{{\"offset\":");
-      detail::json_ints(out, t.chunks[i].region.offset);
-      fmt::format_to(o, ",\"shape\":");
-      detail::json_ints(out, t.chunks[i].region.size);
-      if (!t.chunks[i].tiles.empty()) {
-        fmt::format_to(o, ",\"tiles\":");
-        detail::json_ints(out, t.chunks[i].tiles);
-      }
-      out.push_back(',');
-      detail::json_extent(out, t.chunks[i].where);
-      out.push_back('}');
+      json_chunk(out, t.chunks[i]);
     }
     fmt::format_to(o, "]}}");
   }
-  fmt::format_to(o, "}},\n\"objects\":{{");
-  first = true;
-  for (const auto& [ukey, ob] : m.objects) {
+  fmt::format_to(o, "}},\n");
+}
+
+/// `"objects"`: one line per sharded object, by unique key.
+inline void json_objects(fmt::memory_buffer& out,
+                         const std::map<std::string, object_record>& objects) {
+  auto o = std::back_inserter(out);
+  fmt::format_to(o, "\"objects\":{{");
+  bool first = true;
+  for (const auto& [ukey, ob] : objects) {
     fmt::format_to(o, "{}\n", first ? "" : ",");
     first = false;
     json_string(out, ukey);
     fmt::format_to(o, ":{{\"key\":");
     json_string(out, ob.key);
     fmt::format_to(o, ",\"global_shape\":");
-    detail::json_ints(out, ob.global_shape);
+    json_ints(out, ob.global_shape);
     fmt::format_to(o, ",\"global_offset\":");
-    detail::json_ints(out, ob.global_offset);
+    json_ints(out, ob.global_offset);
     out.push_back(',');
-    detail::json_extent(out, ob.where);
+    json_extent(out, ob.where);
     out.push_back('}');
   }
-  fmt::format_to(o, "}},\n\"common\":");
-  if (!m.common) {
+  fmt::format_to(o, "}},\n");
+}
+
+/// `"common"`: the common-state extent and one line per value in it, or null.
+inline void json_common(fmt::memory_buffer& out,
+                        const std::optional<extent>& common,
+                        const std::map<std::string, common_record>& commons) {
+  auto o = std::back_inserter(out);
+  fmt::format_to(o, "\"common\":");
+  if (!common) {
     fmt::format_to(o, "null");
   } else {
     out.push_back('{');
-    detail::json_extent(out, *m.common);
+    json_extent(out, *common);
     fmt::format_to(o, ",\"values\":{{");
-    first = true;
-    for (const auto& [path, c] : m.commons) {
+    bool first = true;
+    for (const auto& [path, c] : commons) {
       fmt::format_to(o, "{}\n", first ? "" : ",");
       first = false;
       json_string(out, path);
       fmt::format_to(o, ":{{\"kind\":\"{}\",\"dtype\":\"{}\",\"offset\":{},\"bytes\":{}}}",
-                     detail::common_kind_name(c.kind), dtype_name(c.type), c.offset, c.nbytes);
+                     common_kind_name(c.kind), dtype_name(c.type), c.offset, c.nbytes);
     }
     fmt::format_to(o, "}}}}");
   }
-  // The document's own checksum, last: XXH3-64 of every byte before its member.
   fmt::format_to(o, ",\n");
+}
+
+}  // namespace detail
+
+/// Encodes metadata as JSON (one tensor per line, so large checkpoints stay diffable), with its
+/// own checksum last (see `metadata_checksum_member`).
+inline std::string to_json(const checkpoint_metadata& m) {
+  fmt::memory_buffer out;
+  fmt::format_to(std::back_inserter(out), "{{\n");
+  detail::json_identity(out, m);
+  detail::json_inline_commons(out, m.inline_commons);
+  detail::json_files(out, m.files);
+  detail::json_content_metadata(out, m.content_metadata);
+  detail::json_tensors(out, m.tensors);
+  detail::json_objects(out, m.objects);
+  detail::json_common(out, m.common, m.commons);
+  // The document's own checksum, last: XXH3-64 of every byte before its member.
   const std::uint64_t self = checksum(std::as_bytes(std::span(out.data(), out.size())));
-  fmt::format_to(o, "{}\"{}\"\n}}\n", metadata_checksum_member, checksum_hex(self));
+  fmt::format_to(std::back_inserter(out), "{}\"{}\"\n}}\n", metadata_checksum_member,
+                 checksum_hex(self));
   return fmt::to_string(out);
 }
 
@@ -323,7 +388,7 @@ class metadata_json_reader {
   }
 
   /// format, version, world_size, save_id, block_size and the checksum algorithm (a foreign
-  /// layout's description, `allow_unverified`, carries none, and its inline common values).
+  /// format's description, `allow_unverified`, carries none, and its inline common values).
   result<void> header(simdjson::dom::element doc, bool allow_unverified) {
     if (std::string_view(doc["format"]) != "cairn") return corrupt("\"format\" is not \"cairn\"");
     std::int64_t version = doc["version"];
@@ -343,9 +408,9 @@ class metadata_json_reader {
     m_.block_size = std::uint64_t(doc["block_size"]);
     std::string_view checksum_name = doc["checksum"];
     if (checksum_name == "none" && allow_unverified) {
-      // A foreign layout described in cairn's terms (what load broadcasts): no checksums.
+      // A foreign format described in cairn's terms (what load broadcasts): no checksums.
       std::string_view layout = doc["layout"];
-      if (layout == "cairn") return corrupt("the native layout without checksums");
+      if (layout == "cairn") return corrupt("the native format without checksums");
       m_.format = std::string(layout);
       simdjson::dom::object ic;
       if (doc["inline_commons"].get(ic) == simdjson::SUCCESS)
@@ -474,7 +539,7 @@ class metadata_json_reader {
                        "' lies outside the tensor");
     simdjson::dom::element tiles;
     if (c["tiles"].get(tiles) == simdjson::SUCCESS) {
-      if (!m_.verified()) return corrupt("an unverified layout has tiled chunks");
+      if (!m_.verified()) return corrupt("an unverified format has tiled chunks");
       cr.tiles = ints(tiles);
       if (cr.tiles.size() != cr.region.size.size())
         return corrupt("tile counts of a chunk of '" + std::string(k) + "' have the wrong rank");

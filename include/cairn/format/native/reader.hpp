@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -206,6 +207,26 @@ struct verify_problem {
   std::string item;  ///< "tensor 'w' chunk 3", "object 'rng/shard_0_2'", "common state"
   error err;
 };
+
+/// The common values of a checkpoint, by path: a foreign format's inline values, and the native
+/// common-state file, read and verified.
+inline result<std::map<std::string, common_value>> read_commons(storage_ref st,
+                                                                const checkpoint_metadata& m) {
+  std::map<std::string, common_value> out = m.inline_commons;
+  if (!m.common) return out;
+  CAIRN_TRY_ASSIGN(auto buf, read_extent(st, m, *m.common, "", "common state"));
+  for (const auto& [path, rec] : m.commons) {
+    if (rec.offset + rec.nbytes > buf.size())
+      return make_error(errc::corrupt, "common value lies outside the common state").with_key(path);
+    common_value v;
+    v.kind = rec.kind;
+    v.type = rec.type;
+    v.data.assign(buf.begin() + static_cast<std::ptrdiff_t>(rec.offset),
+                  buf.begin() + static_cast<std::ptrdiff_t>(rec.offset + rec.nbytes));
+    out.emplace(path, std::move(v));
+  }
+  return out;
+}
 
 namespace detail {
 inline result<std::vector<verify_problem>> verify_checkpoint_impl(storage_ref st, int threads) {

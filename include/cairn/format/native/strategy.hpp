@@ -51,9 +51,8 @@ class native_strategy final : public save_strategy {
     }
     out.report = std::move(sums.data());
     if (rank == 0 && !plan.commons.empty()) {
-      CAIRN_TRY_ASSIGN(detail::common_state cs,
-                       detail::write_common_state(st, common_file_name(plan.save_id), plan.commons,
-                                                  opt.block_size));
+      CAIRN_TRY_ASSIGN(common_state cs, write_common_state(st, common_file_name(plan.save_id),
+                                                           plan.commons, opt.block_size));
       out.local = std::move(cs);
     }
     return ok();
@@ -66,9 +65,9 @@ class native_strategy final : public save_strategy {
                       const save_options& opt) const override {
     checkpoint_metadata m = metadata_of(plan.index, plan.save_id, reports);
     m.content_metadata = opt.content_metadata;
-    if (const auto* cs = std::any_cast<detail::common_state>(&w.local))
-      detail::add_common_state(m, *cs);  // a copy: abandon still needs its name
-    CAIRN_TRY(detail::put_metadata(st, m));
+    if (const auto* cs = std::any_cast<common_state>(&w.local))
+      add_common_state(m, *cs);  // a copy: abandon still needs its name
+    CAIRN_TRY(put_metadata(st, m));
     detail::remove_unreferenced(st, m);
     return ok();
   }
@@ -125,7 +124,7 @@ class native_strategy final : public save_strategy {
   void abandon(const planned_save& plan, const written_save& w, storage_ref st) const override {
     if (plan.index.writes(plan.rank)) (void)st.remove(data_file_name(plan.rank, plan.save_id));
     // Rank 0's common state, also when its put failed after all (a lost acknowledgement).
-    if (const auto* cs = std::any_cast<detail::common_state>(&w.local))
+    if (const auto* cs = std::any_cast<common_state>(&w.local))
       (void)st.remove(cs->name);
     else if (plan.rank == 0 && !plan.commons.empty())
       (void)st.remove(common_file_name(plan.save_id));

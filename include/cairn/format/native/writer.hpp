@@ -7,10 +7,12 @@
 
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <cstring>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -86,31 +88,60 @@ inline std::vector<write_task> plan_write_tasks(std::vector<write_item>& items,
 
 /// Where the block writer's bytes go in one object: raw, at each item's planned offset; or
 /// compressed, each block on its own (kept raw when that does not make it smaller), runs
-/// appended in the order they finish. Thread-safe.
+/// appended in task order — whatever order the threads finish in, so the same items give the
+/// same bytes. Thread-safe.
 class block_sink {
  public:
   block_sink(object_writer& out, std::uint64_t block_size, int zstd_level)
       : out_(out), block_size_(block_size), zstd_level_(zstd_level) {}
 
+  /// Task `ticket`'s place in the append order of a compressed sink. A task appends at most
+  /// once; one that ends without appending (nothing to append, or a failure) passes its turn on
+  /// when the turn is destroyed, so later tasks never wait for it forever.
+  class turn {
+   public:
+    turn(block_sink& sink, std::size_t ticket) : sink_(sink), ticket_(ticket) {}
+    turn(const turn&) = delete;
+    turn& operator=(const turn&) = delete;
+    ~turn() {
+      if (!taken_ && sink_.compressed()) sink_.reserve(ticket_, 0);
+    }
+    /// Waits for the tasks before this one to append, then reserves `n` bytes at the end of
+    /// the object; returns where they start.
+    std::uint64_t reserve(std::uint64_t n) {
+      taken_ = true;
+      return sink_.reserve(ticket_, n);
+    }
+
+   private:
+    block_sink& sink_;
+    std::size_t ticket_;
+    bool taken_ = false;
+  };
+
   /// Whether blocks are compressed.
   bool compressed() const noexcept { return zstd_level_ > 0; }
   /// Compressed: the object's size so far.
-  std::uint64_t end() const noexcept { return cursor_.load(); }
+  std::uint64_t end() const {
+    std::lock_guard lock(mu_);
+    return end_;
+  }
 
   /// Writes `data`, which is bytes [at, at + size) of item `it`: raw at its planned place; an
-  /// object of a compressed save (stored raw, whole) is appended.
-  result<void> raw(write_item& it, std::uint64_t at, std::span<const std::byte> data) {
+  /// object of a compressed save (stored raw, whole) is appended in `t`'s turn.
+  result<void> raw(write_item& it, std::uint64_t at, std::span<const std::byte> data, turn& t) {
     if (compressed() && it.is_object) {
-      it.file_offset = cursor_.fetch_add(it.nbytes);
+      it.file_offset = t.reserve(it.nbytes);
       return out_.write_at(it.file_offset, data);
     }
     return out_.write_at(it.file_offset + at, data);
   }
 
   /// Compresses blocks [first, first + n) of `it` (block q: `len(q)` bytes at `at(q)`) one by
-  /// one, appends them as one run and records where each went.
+  /// one, appends them as one run in `t`'s turn and records where each went.
   template <class At, class Len>
-  result<void> blocks(write_item& it, std::size_t first, std::size_t n, At&& at, Len&& len) {
+  result<void> blocks(
+      write_item& it, std::size_t first, std::size_t n, At&& at, Len&& len, turn& t) {
     std::unique_ptr<std::byte[]> out(new std::byte[n * ZSTD_compressBound(block_size_)]);
     std::unique_ptr<ZSTD_CCtx, std::size_t (*)(ZSTD_CCtx*)> cctx(ZSTD_createCCtx(), ZSTD_freeCCtx);
     std::uint64_t used = 0;
@@ -128,7 +159,7 @@ class block_sink {
       it.block_stored[first + q] = c;
       used += c;
     }
-    std::uint64_t pos = cursor_.fetch_add(used);
+    std::uint64_t pos = t.reserve(used);
     for (std::size_t q = 0; q < n; ++q) {
       it.block_offsets[first + q] = pos;
       pos += it.block_stored[first + q];
@@ -137,27 +168,43 @@ class block_sink {
   }
 
  private:
+  /// Reserves `n` bytes for task `ticket` once every earlier task has reserved (or passed).
+  std::uint64_t reserve(std::size_t ticket, std::uint64_t n) {
+    std::unique_lock lock(mu_);
+    turn_cv_.wait(lock, [&] { return next_ticket_ == ticket; });
+    std::uint64_t pos = end_;
+    end_ += n;
+    ++next_ticket_;
+    turn_cv_.notify_all();
+    return pos;
+  }
+
   object_writer& out_;
   std::uint64_t block_size_;
   int zstd_level_;
-  std::atomic<std::uint64_t> cursor_{0};
+  mutable std::mutex mu_;  // guards end_ and next_ticket_
+  std::condition_variable turn_cv_;
+  std::uint64_t end_ = 0;
+  std::size_t next_ticket_ = 0;
 };
 
 /// Runs one task of an untiled item: checksums its blocks, then writes them.
 inline result<void> write_plain_task(const write_task& t,
                                      write_item& it,
                                      std::uint64_t block_size,
-                                     block_sink& sink) {
+                                     block_sink& sink,
+                                     block_sink::turn& turn) {
   for (std::uint64_t b = t.begin; b < t.end; b += block_size)
     it.checksums[b / block_size] =
         checksum({it.src + b, static_cast<std::size_t>(std::min(block_size, it.nbytes - b))});
   if (!sink.compressed() || it.is_object)
-    return sink.raw(it, t.begin, {it.src + t.begin, static_cast<std::size_t>(t.end - t.begin)});
+    return sink.raw(it, t.begin, {it.src + t.begin, static_cast<std::size_t>(t.end - t.begin)},
+                    turn);
   std::size_t first = static_cast<std::size_t>(t.begin / block_size);
   std::size_t n = static_cast<std::size_t>((t.end - t.begin + block_size - 1) / block_size);
   return sink.blocks(
       it, first, n, [&](std::size_t q) { return it.src + t.begin + q * block_size; },
-      [&](std::size_t q) { return std::min(block_size, t.end - t.begin - q * block_size); });
+      [&](std::size_t q) { return std::min(block_size, t.end - t.begin - q * block_size); }, turn);
 }
 
 /// Runs one task of a tiled item: gathers its tiles (row-major each) into one pooled buffer,
@@ -166,7 +213,8 @@ inline result<void> write_tiled_task(const write_task& t,
                                      write_item& it,
                                      const std::vector<box>& tiles,
                                      buffer_pool& buffers,
-                                     block_sink& sink) {
+                                     block_sink& sink,
+                                     block_sink::turn& turn) {
   std::unique_ptr<std::byte[]> buf = buffers.take();
   std::uint64_t off = 0;
   const std::size_t es = it.elem_size;
@@ -188,8 +236,8 @@ inline result<void> write_tiled_task(const write_task& t,
       sink.compressed()
           ? sink.blocks(
                 it, t.first_tile, n, [&](std::size_t q) { return buf.get() + starts[q]; },
-                [&](std::size_t q) { return (q + 1 < n ? starts[q + 1] : off) - starts[q]; })
-          : sink.raw(it, t.begin, {buf.get(), static_cast<std::size_t>(off)});
+                [&](std::size_t q) { return (q + 1 < n ? starts[q + 1] : off) - starts[q]; }, turn)
+          : sink.raw(it, t.begin, {buf.get(), static_cast<std::size_t>(off)}, turn);
   buffers.give(std::move(buf));
   return w;
 }
@@ -216,9 +264,10 @@ inline result<void> finish_object(storage_ref st,
 /// tiles per write.
 ///
 /// With `zstd_level` > 0, every tensor block (or tile) is compressed on its own (kept raw when
-/// that does not make it smaller), and runs of blocks are appended to the object in the order
-/// they finish: items' `file_offset` is then an output, set with `block_offsets` and
-/// `block_stored`; `*file_size` receives the object's size. Objects are stored raw.
+/// that does not make it smaller), and runs of blocks are appended to the object in task
+/// order, so the same items give the same bytes: items' `file_offset` is then an output, set with
+/// `block_offsets` and `block_stored`; `*file_size` receives the object's size. Objects are stored
+/// raw.
 inline result<void> write_items(storage_ref st,
                                 const std::string& name,
                                 std::vector<write_item>& items,
@@ -238,8 +287,9 @@ inline result<void> write_items(storage_ref st,
   auto r = run_parallel(tasks.size(), threads, [&](std::size_t k) -> result<void> {
     const write_task& t = tasks[k];
     write_item& it = items[t.item];
-    auto w = it.tiles.empty() ? write_plain_task(t, it, block_size, sink)
-                              : write_tiled_task(t, it, tiles[t.item], *buffers, sink);
+    block_sink::turn turn(sink, k);  // tasks start in index order (run_parallel)
+    auto w = it.tiles.empty() ? write_plain_task(t, it, block_size, sink, turn)
+                              : write_tiled_task(t, it, tiles[t.item], *buffers, sink, turn);
     if (!w) return std::move(w).err().with_key(it.key);
     return ok();
   });
@@ -259,6 +309,10 @@ inline result<void> write_items(storage_ref st,
   if (file_size) *file_size = sink.end();
   return ok();
 }
+
+}  // namespace cairn::detail
+
+namespace cairn {
 
 /// A common-state object as written: its name, extent (file index unset) and where each value
 /// lies in it.
@@ -301,6 +355,10 @@ inline result<void> put_metadata(storage_ref st, const checkpoint_metadata& m) {
   CAIRN_TRY(metadata_from_json(json, st.describe(metadata_name)));
   return put_checked(st, metadata_name, std::as_bytes(std::span(json)));
 }
+
+}  // namespace cairn
+
+namespace cairn::detail {
 
 /// Removes data and common files of earlier saves that the committed metadata no longer
 /// references. Best effort: failures leave garbage, never harm the checkpoint.

@@ -309,102 +309,138 @@ inline result<void> write_file(storage_ref st,
   return w.finish();
 }
 
-/// Parses and validates a header (the JSON after the 8-byte length) of a file of `file_size`
-/// bytes, applying every rule of the reference reader: `__metadata__` is a string map, entries
-/// have a known dtype, non-negative shape and `data_offsets` whose size matches dtype × shape,
-/// tile the buffer from 0 without gaps or overlaps, and end exactly at the end of the file; no
-/// duplicate keys. Errors are `errc::corrupt` naming `file`, the key and a byte offset.
-inline result<header> parse_header(std::string_view json,
-                                   std::uint64_t file_size,
-                                   std::string_view file) {
-  using namespace simdjson;
-  header h;
-  h.data_start = 8 + json.size();
-  h.file_size = file_size;
-  std::string cur_key;
-  if (json.empty() || json.front() != '{')
-    return format_detail::corrupt("safetensors: header does not start with '{'", file, {}, 8);
-  if (h.data_start > file_size)
-    return format_detail::corrupt("safetensors: header runs past the end of the file", file, {}, 0);
-  try {
-    dom::parser parser;
-    padded_string padded(json);
-    dom::object root = parser.parse(padded).get_object();
-    std::set<std::string, std::less<>> seen;
-    for (auto [k, v] : root) {
-      cur_key = std::string(k);
-      if (!seen.insert(cur_key).second)
-        return format_detail::corrupt("safetensors: duplicate key in header", file, cur_key, 8);
-      if (k == "__metadata__") {
-        dom::object m;
-        if (v.get_object().get(m))
-          return format_detail::corrupt("safetensors: __metadata__ is not an object", file, cur_key,
-                                        8);
-        for (auto [mk, mv] : m) {
-          std::string_view s;
-          if (mv.get_string().get(s))
-            return format_detail::corrupt("safetensors: __metadata__ value is not a string", file,
-                                          std::string(mk), 8);
-          h.metadata.emplace(std::string(mk), std::string(s));
-        }
-        continue;
-      }
-      dom::object e;
-      if (v.get_object().get(e))
-        return format_detail::corrupt("safetensors: tensor entry is not an object", file, cur_key,
-                                      8);
-      tensor_info t;
-      t.name = cur_key;
-      std::string_view dt;
-      if (e["dtype"].get_string().get(dt))
-        return format_detail::corrupt("safetensors: missing or non-string dtype", file, cur_key, 8);
-      auto parsed = dtype_from_name(dt);
-      if (!parsed)
-        return format_detail::fail(
-            errc::corrupt, "safetensors: unknown or unsupported dtype '" + std::string(dt) + "'",
-            file, cur_key, 8);
-      t.type = *parsed;
-      dom::array shp, offs;
-      if (e["shape"].get_array().get(shp))
-        return format_detail::corrupt("safetensors: missing shape", file, cur_key, 8);
-      for (dom::element d : shp) {
-        std::uint64_t x;
-        if (d.get_uint64().get(x) || x > static_cast<std::uint64_t>(max_tensor_bytes))
-          return format_detail::corrupt(
-              "safetensors: shape has a non-integer, negative or huge entry", file, cur_key, 8);
-        t.dims.push_back(static_cast<std::int64_t>(x));
-      }
-      if (e["data_offsets"].get_array().get(offs) || offs.size() != 2)
-        return format_detail::corrupt("safetensors: data_offsets is not [begin, end]", file,
-                                      cur_key, 8);
-      if (offs.at(0).get_uint64().get(t.begin) || offs.at(1).get_uint64().get(t.end))
-        return format_detail::corrupt("safetensors: data_offsets are not unsigned integers", file,
-                                      cur_key, 8);
-      if (t.end < t.begin)
-        return format_detail::corrupt("safetensors: data_offsets end before they begin", file,
-                                      cur_key, h.data_start);
-      if (t.end > file_size - h.data_start)
-        return format_detail::corrupt("safetensors: data_offsets end at " + std::to_string(t.end) +
-                                          ", past the " + std::to_string(file_size - h.data_start) +
-                                          " bytes of data in the file",
-                                      file, cur_key, h.data_start);
-      bool ok;
-      std::uint64_t n = detail::checked_nbytes(t.dims, t.type, ok);
-      if (!ok || n != t.end - t.begin)
-        return format_detail::corrupt("safetensors: data_offsets span " +
-                                          std::to_string(t.end - t.begin) +
-                                          " bytes but dtype x shape needs " + std::to_string(n),
-                                      file, cur_key, h.data_start + t.begin);
-      t.data_start = h.data_start;
-      h.tensors.push_back(std::move(t));
-    }
-  } catch (const simdjson_error& e) {
-    return format_detail::corrupt(std::string("safetensors: malformed header JSON: ") + e.what(),
-                                  file, cur_key, 8);
-  } catch (const std::bad_alloc&) {
-    return format_detail::fail(errc::resource, "safetensors: out of memory parsing the header",
-                               file, cur_key, 8);
+namespace detail {
+
+/// Reads `__metadata__` (`v`, entry `key`), which must be an object of strings, into
+/// `h.metadata`.
+inline result<void> parse_header_metadata(simdjson::dom::element v,
+                                          const std::string& key,
+                                          std::string_view file,
+                                          header& h) {
+  simdjson::dom::object m;
+  if (v.get_object().get(m))
+    return format_detail::corrupt("safetensors: __metadata__ is not an object", file, key, 8);
+  for (auto [mk, mv] : m) {
+    std::string_view s;
+    if (mv.get_string().get(s))
+      return format_detail::corrupt("safetensors: __metadata__ value is not a string", file,
+                                    std::string(mk), 8);
+    h.metadata.emplace(std::string(mk), std::string(s));
   }
+  return ok();
+}
+
+/// The `dtype` of tensor entry `e` (named `key`): a string naming a dtype cairn knows.
+inline result<dtype> parse_entry_dtype(simdjson::dom::object e,
+                                       const std::string& key,
+                                       std::string_view file) {
+  std::string_view dt;
+  if (e["dtype"].get_string().get(dt))
+    return format_detail::corrupt("safetensors: missing or non-string dtype", file, key, 8);
+  auto parsed = dtype_from_name(dt);
+  if (!parsed)
+    return format_detail::fail(
+        errc::corrupt, "safetensors: unknown or unsupported dtype '" + std::string(dt) + "'", file,
+        key, 8);
+  return *parsed;
+}
+
+/// The `shape` of tensor entry `e` (named `key`): an array of integers in
+/// `[0, max_tensor_bytes]`.
+inline result<shape> parse_entry_shape(simdjson::dom::object e,
+                                       const std::string& key,
+                                       std::string_view file) {
+  simdjson::dom::array shp;
+  if (e["shape"].get_array().get(shp))
+    return format_detail::corrupt("safetensors: missing shape", file, key, 8);
+  shape dims;
+  for (simdjson::dom::element d : shp) {
+    std::uint64_t x;
+    if (d.get_uint64().get(x) || x > static_cast<std::uint64_t>(max_tensor_bytes))
+      return format_detail::corrupt("safetensors: shape has a non-integer, negative or huge entry",
+                                    file, key, 8);
+    dims.push_back(static_cast<std::int64_t>(x));
+  }
+  return dims;
+}
+
+/// Reads `t.begin`/`t.end` from the `data_offsets` of tensor entry `e`: `[begin, end]`,
+/// unsigned, ordered, ending inside the data of the file `h` describes, and spanning exactly
+/// dtype × shape bytes (`t.type` and `t.dims` are already set).
+inline result<void> parse_entry_offsets(simdjson::dom::object e,
+                                        const header& h,
+                                        std::string_view file,
+                                        tensor_info& t) {
+  const std::string& key = t.name;
+  simdjson::dom::array offs;
+  if (e["data_offsets"].get_array().get(offs) || offs.size() != 2)
+    return format_detail::corrupt("safetensors: data_offsets is not [begin, end]", file, key, 8);
+  if (offs.at(0).get_uint64().get(t.begin) || offs.at(1).get_uint64().get(t.end))
+    return format_detail::corrupt("safetensors: data_offsets are not unsigned integers", file, key,
+                                  8);
+  if (t.end < t.begin)
+    return format_detail::corrupt("safetensors: data_offsets end before they begin", file, key,
+                                  h.data_start);
+  if (t.end > h.file_size - h.data_start)
+    return format_detail::corrupt("safetensors: data_offsets end at " + std::to_string(t.end) +
+                                      ", past the " + std::to_string(h.file_size - h.data_start) +
+                                      " bytes of data in the file",
+                                  file, key, h.data_start);
+  bool valid;
+  std::uint64_t n = checked_nbytes(t.dims, t.type, valid);
+  if (!valid || n != t.end - t.begin)
+    return format_detail::corrupt("safetensors: data_offsets span " +
+                                      std::to_string(t.end - t.begin) +
+                                      " bytes but dtype x shape needs " + std::to_string(n),
+                                  file, key, h.data_start + t.begin);
+  return ok();
+}
+
+/// Parses tensor entry `key` (`v`) of the header `h` is being read into: an object with dtype,
+/// shape and data_offsets (see `parse_entry_offsets`).
+inline result<tensor_info> parse_tensor_entry(simdjson::dom::element v,
+                                              const std::string& key,
+                                              const header& h,
+                                              std::string_view file) {
+  simdjson::dom::object e;
+  if (v.get_object().get(e))
+    return format_detail::corrupt("safetensors: tensor entry is not an object", file, key, 8);
+  tensor_info t;
+  t.name = key;
+  CAIRN_TRY_ASSIGN(t.type, parse_entry_dtype(e, key, file));
+  CAIRN_TRY_ASSIGN(t.dims, parse_entry_shape(e, key, file));
+  CAIRN_TRY(parse_entry_offsets(e, h, file, t));
+  t.data_start = h.data_start;
+  return t;
+}
+
+/// Parses the entries of header `json` into `h` in document order (`__metadata__` and tensors),
+/// rejecting a duplicate key. `cur_key` is the entry being read, for errors simdjson throws.
+inline result<void> parse_header_entries(std::string_view json,
+                                         std::string_view file,
+                                         header& h,
+                                         std::string& cur_key) {
+  simdjson::dom::parser parser;
+  simdjson::padded_string padded(json);
+  simdjson::dom::object root = parser.parse(padded).get_object();
+  std::set<std::string, std::less<>> seen;
+  for (auto [k, v] : root) {
+    cur_key = std::string(k);
+    if (!seen.insert(cur_key).second)
+      return format_detail::corrupt("safetensors: duplicate key in header", file, cur_key, 8);
+    if (k == "__metadata__") {
+      CAIRN_TRY(parse_header_metadata(v, cur_key, file, h));
+      continue;
+    }
+    CAIRN_TRY_ASSIGN(tensor_info t, parse_tensor_entry(v, cur_key, h, file));
+    h.tensors.push_back(std::move(t));
+  }
+  return ok();
+}
+
+/// Sorts `h.tensors` by offsets and checks that they tile the data buffer from 0 without gaps
+/// or overlaps and end exactly at the end of the file.
+inline result<void> check_data_layout(header& h, std::string_view file) {
   std::stable_sort(h.tensors.begin(), h.tensors.end(),
                    [](const tensor_info& a, const tensor_info& b) {
                      if (a.begin != b.begin) return a.begin < b.begin;
@@ -419,11 +455,42 @@ inline result<header> parse_header(std::string_view json,
           file, t.name, h.data_start + t.begin);
     expect = t.end;
   }
-  if (h.data_start + expect != file_size)
+  if (h.data_start + expect != h.file_size)
     return format_detail::corrupt("safetensors: data ends at byte " +
                                       std::to_string(h.data_start + expect) + " but the file has " +
-                                      std::to_string(file_size) + " bytes",
-                                  file, {}, std::min(h.data_start + expect, file_size));
+                                      std::to_string(h.file_size) + " bytes",
+                                  file, {}, std::min(h.data_start + expect, h.file_size));
+  return ok();
+}
+
+}  // namespace detail
+
+/// Parses and validates a header (the JSON after the 8-byte length) of a file of `file_size`
+/// bytes, applying every rule of the reference reader: `__metadata__` is a string map, entries
+/// have a known dtype, non-negative shape and `data_offsets` whose size matches dtype × shape,
+/// tile the buffer from 0 without gaps or overlaps, and end exactly at the end of the file; no
+/// duplicate keys. Errors are `errc::corrupt` naming `file`, the key and a byte offset.
+inline result<header> parse_header(std::string_view json,
+                                   std::uint64_t file_size,
+                                   std::string_view file) {
+  header h;
+  h.data_start = 8 + json.size();
+  h.file_size = file_size;
+  if (json.empty() || json.front() != '{')
+    return format_detail::corrupt("safetensors: header does not start with '{'", file, {}, 8);
+  if (h.data_start > file_size)
+    return format_detail::corrupt("safetensors: header runs past the end of the file", file, {}, 0);
+  std::string cur_key;  // the entry being parsed, named by errors simdjson throws
+  try {
+    CAIRN_TRY(detail::parse_header_entries(json, file, h, cur_key));
+  } catch (const simdjson::simdjson_error& e) {
+    return format_detail::corrupt(std::string("safetensors: malformed header JSON: ") + e.what(),
+                                  file, cur_key, 8);
+  } catch (const std::bad_alloc&) {
+    return format_detail::fail(errc::resource, "safetensors: out of memory parsing the header",
+                               file, cur_key, 8);
+  }
+  CAIRN_TRY(detail::check_data_layout(h, file));
   return h;
 }
 

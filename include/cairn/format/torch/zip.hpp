@@ -284,6 +284,147 @@ struct zip_archive {
   }
 };
 
+namespace detail {
+
+/// Where an archive's central directory is, as its end records say (relative to the archive).
+struct central_directory {
+  std::uint64_t entries = 0;   ///< number of records
+  std::uint64_t size = 0;      ///< bytes of the directory
+  std::uint64_t offset = 0;    ///< where the directory starts
+  std::uint64_t eocd_pos = 0;  ///< where the end-of-central-directory record starts
+};
+
+/// Replaces `d`'s counts with those of the zip64 end record at `z64` (as the zip64 locator of
+/// archive `z` says), which must lie inside the archive and carry its signature.
+inline result<void> read_zip64_end(const zip_archive& z, std::uint64_t z64, central_directory& d) {
+  using format_detail::load_le;
+  if (z64 > z.length || 56 > z.length - z64)
+    return format_detail::corrupt("zip: bad zip64 locator", z.file, {}, z.base + d.eocd_pos - 20);
+  CAIRN_TRY_ASSIGN(auto r, format_detail::read_bytes(z.st, z.object, z.base + z64, 56));
+  if (load_le(r.data(), 4) != 0x06064b50)
+    return format_detail::corrupt("zip: bad zip64 end record", z.file, {}, z.base + z64);
+  d.entries = load_le(r.data() + 32, 8);
+  d.size = load_le(r.data() + 40, 8);
+  d.offset = load_le(r.data() + 48, 8);
+  return ok();
+}
+
+/// Finds the end-of-central-directory record in the last bytes of archive `z` (of at least 22
+/// bytes), follows its zip64 locator when a field overflows, and checks that the central
+/// directory lies inside the archive.
+inline result<central_directory> read_end_records(const zip_archive& z) {
+  using format_detail::load_le;
+  std::uint64_t tail_len = std::min<std::uint64_t>(z.length, 22 + 65535 + 20);
+  // Reading the last bytes also proves that the object holds `[base, base + length)`: a read
+  // past its end fails, so every size below, once checked against `length`, is backed by data.
+  CAIRN_TRY_ASSIGN(
+      auto tail, format_detail::read_bytes(z.st, z.object, z.base + z.length - tail_len, tail_len));
+  std::int64_t at = -1;
+  for (std::int64_t p = static_cast<std::int64_t>(tail_len) - 22; p >= 0; --p)
+    if (load_le(tail.data() + p, 4) == 0x06054b50) {
+      at = p;
+      break;
+    }
+  if (at < 0)
+    return format_detail::corrupt("zip: no end-of-central-directory record", z.file, {},
+                                  z.base + z.length);
+  const std::byte* e = tail.data() + at;
+  central_directory d;
+  d.entries = load_le(e + 10, 2);
+  d.size = load_le(e + 12, 4);
+  d.offset = load_le(e + 16, 4);
+  d.eocd_pos = z.length - tail_len + static_cast<std::uint64_t>(at);
+  if ((d.entries == 0xFFFF || d.size == 0xFFFFFFFFu || d.offset == 0xFFFFFFFFu) && at >= 20 &&
+      load_le(e - 20, 4) == 0x07064b50) {
+    CAIRN_TRY(read_zip64_end(z, load_le(e - 12, 8), d));
+  }
+  if (d.offset > z.length || d.size > z.length - d.offset)
+    return format_detail::corrupt("zip: central directory out of bounds", z.file, {},
+                                  z.base + d.eocd_pos);
+  return d;
+}
+
+/// Applies the zip64 extra field found among the `xlen` bytes of extra fields at `x`: each of
+/// `usize`, `csize` and `off` that is 0xFFFFFFFF, in that order, takes the next 64-bit value.
+inline void apply_zip64_extra(const std::byte* x,
+                              std::uint64_t xlen,
+                              std::uint64_t& usize,
+                              std::uint64_t& csize,
+                              std::uint64_t& off) {
+  using format_detail::load_le;
+  for (std::size_t q = 0; q + 4 <= xlen;) {
+    std::uint64_t id = load_le(x + q, 2), len = load_le(x + q + 2, 2);
+    if (q + 4 + len > xlen) break;
+    if (id == 0x0001) {
+      std::size_t f = q + 4;
+      auto next = [&](std::uint64_t& v) {
+        if (v == 0xFFFFFFFFu && f + 8 <= q + 4 + len) {
+          v = load_le(x + f, 8);
+          f += 8;
+        }
+      };
+      next(usize);
+      next(csize);
+      next(off);
+    }
+    q += 4 + len;
+  }
+}
+
+/// Where the payload of record `name` starts in archive `z`, from its local header at `off`,
+/// which must lie inside the archive and carry its signature. `where` locates the record's
+/// central directory entry in errors.
+inline result<std::uint64_t> local_data_offset(const zip_archive& z,
+                                               std::uint64_t off,
+                                               const std::string& name,
+                                               std::uint64_t where) {
+  using format_detail::load_le;
+  if (off > z.length || 30 > z.length - off)
+    return format_detail::corrupt("zip: local header out of bounds", z.file, name, where);
+  CAIRN_TRY_ASSIGN(auto lh, format_detail::read_bytes(z.st, z.object, z.base + off, 30));
+  if (load_le(lh.data(), 4) != 0x04034b50)
+    return format_detail::corrupt("zip: bad local header signature", z.file, name, z.base + off);
+  return off + 30 + load_le(lh.data() + 26, 2) + load_le(lh.data() + 28, 2);
+}
+
+/// The record of the central directory entry at byte `p` of `cd` (the directory of archive `z`,
+/// at `cd_off` in it): a stored record whose local header and data lie inside the archive.
+/// Advances `p` past the entry.
+inline result<record> read_central_entry(const zip_archive& z,
+                                         const std::vector<std::byte>& cd,
+                                         std::uint64_t cd_off,
+                                         std::size_t& p) {
+  using format_detail::load_le;
+  const std::string& file = z.file;
+  std::uint64_t where = z.base + cd_off + p;
+  if (p + 46 > cd.size() || load_le(cd.data() + p, 4) != 0x02014b50)
+    return format_detail::corrupt("zip: bad central directory entry", file, {}, where);
+  const std::byte* c = cd.data() + p;
+  std::uint64_t method = load_le(c + 10, 2), crc = load_le(c + 16, 4), csize = load_le(c + 20, 4),
+                usize = load_le(c + 24, 4), nlen = load_le(c + 28, 2), xlen = load_le(c + 30, 2),
+                clen = load_le(c + 32, 2), off = load_le(c + 42, 4);
+  if (p + 46 + nlen + xlen + clen > cd.size())
+    return format_detail::corrupt("zip: central directory entry overruns", file, {}, where);
+  record r;
+  r.name.assign(reinterpret_cast<const char*>(c + 46), nlen);
+  r.crc = static_cast<std::uint32_t>(crc);
+  apply_zip64_extra(c + 46 + nlen, xlen, usize, csize, off);
+  if (method != 0)
+    return format_detail::corrupt("zip: record is compressed (method " + std::to_string(method) +
+                                      "); only stored records are supported",
+                                  file, r.name, where);
+  if (csize != usize)
+    return format_detail::corrupt("zip: stored record sizes differ", file, r.name, where);
+  CAIRN_TRY_ASSIGN(r.data_offset, local_data_offset(z, off, r.name, where));
+  r.size = usize;
+  if (r.data_offset > z.length || r.size > z.length - r.data_offset)
+    return format_detail::corrupt("zip: record data out of bounds", file, r.name, z.base + off);
+  p += 46 + nlen + xlen + clen;
+  return r;
+}
+
+}  // namespace detail
+
 /// Opens the archive in `object` at `[base, base + length)`; `length == 0` means up to the end
 /// of the object. Handles zip64; rejects compressed records with `errc::corrupt`. Every offset
 /// and size in the archive is checked against `length` (and `length` against the object, by
@@ -292,7 +433,6 @@ inline result<zip_archive> open_zip(storage_ref st,
                                     std::string_view object,
                                     std::uint64_t base = 0,
                                     std::uint64_t length = 0) {
-  using format_detail::load_le;
   zip_archive z{st, std::string(object), base, length, st.describe(object), {}};
   const std::string& file = z.file;
   if (length == 0) {
@@ -304,89 +444,12 @@ inline result<zip_archive> open_zip(storage_ref st,
   if (length < 22) return format_detail::corrupt("zip: too short for an archive", file, {}, base);
   if (!format_detail::add(base, length))
     return format_detail::corrupt("zip: archive range overflows", file, {}, base);
-  std::uint64_t tail_len = std::min<std::uint64_t>(length, 22 + 65535 + 20);
-  // Reading the last bytes also proves that the object holds `[base, base + length)`: a read
-  // past its end fails, so every size below, once checked against `length`, is backed by data.
-  CAIRN_TRY_ASSIGN(auto tail,
-                   format_detail::read_bytes(st, object, base + length - tail_len, tail_len));
-  std::int64_t at = -1;
-  for (std::int64_t p = static_cast<std::int64_t>(tail_len) - 22; p >= 0; --p)
-    if (load_le(tail.data() + p, 4) == 0x06054b50) {
-      at = p;
-      break;
-    }
-  if (at < 0)
-    return format_detail::corrupt("zip: no end-of-central-directory record", file, {},
-                                  base + length);
-  const std::byte* e = tail.data() + at;
-  std::uint64_t n = load_le(e + 10, 2), cd_size = load_le(e + 12, 4), cd_off = load_le(e + 16, 4);
-  std::uint64_t eocd_pos = length - tail_len + static_cast<std::uint64_t>(at);
-  if ((n == 0xFFFF || cd_size == 0xFFFFFFFFu || cd_off == 0xFFFFFFFFu) && at >= 20 &&
-      load_le(e - 20, 4) == 0x07064b50) {
-    std::uint64_t z64 = load_le(e - 12, 8);
-    if (z64 > length || 56 > length - z64)
-      return format_detail::corrupt("zip: bad zip64 locator", file, {}, base + eocd_pos - 20);
-    CAIRN_TRY_ASSIGN(auto r, format_detail::read_bytes(st, object, base + z64, 56));
-    if (load_le(r.data(), 4) != 0x06064b50)
-      return format_detail::corrupt("zip: bad zip64 end record", file, {}, base + z64);
-    n = load_le(r.data() + 32, 8);
-    cd_size = load_le(r.data() + 40, 8);
-    cd_off = load_le(r.data() + 48, 8);
-  }
-  if (cd_off > length || cd_size > length - cd_off)
-    return format_detail::corrupt("zip: central directory out of bounds", file, {},
-                                  base + eocd_pos);
-  CAIRN_TRY_ASSIGN(auto cd, format_detail::read_bytes(st, object, base + cd_off, cd_size));
+  CAIRN_TRY_ASSIGN(detail::central_directory d, detail::read_end_records(z));
+  CAIRN_TRY_ASSIGN(auto cd, format_detail::read_bytes(st, object, base + d.offset, d.size));
   std::size_t p = 0;
-  for (std::uint64_t i = 0; i < n; ++i) {
-    std::uint64_t where = base + cd_off + p;
-    if (p + 46 > cd.size() || load_le(cd.data() + p, 4) != 0x02014b50)
-      return format_detail::corrupt("zip: bad central directory entry", file, {}, where);
-    const std::byte* c = cd.data() + p;
-    std::uint64_t method = load_le(c + 10, 2), crc = load_le(c + 16, 4), csize = load_le(c + 20, 4),
-                  usize = load_le(c + 24, 4), nlen = load_le(c + 28, 2), xlen = load_le(c + 30, 2),
-                  clen = load_le(c + 32, 2), off = load_le(c + 42, 4);
-    if (p + 46 + nlen + xlen + clen > cd.size())
-      return format_detail::corrupt("zip: central directory entry overruns", file, {}, where);
-    record r;
-    r.name.assign(reinterpret_cast<const char*>(c + 46), nlen);
-    r.crc = static_cast<std::uint32_t>(crc);
-    // zip64 extra field: the 0xFFFFFFFF fields in order usize, csize, offset.
-    const std::byte* x = c + 46 + nlen;
-    for (std::size_t q = 0; q + 4 <= xlen;) {
-      std::uint64_t id = load_le(x + q, 2), len = load_le(x + q + 2, 2);
-      if (q + 4 + len > xlen) break;
-      if (id == 0x0001) {
-        std::size_t f = q + 4;
-        auto next = [&](std::uint64_t& v) {
-          if (v == 0xFFFFFFFFu && f + 8 <= q + 4 + len) {
-            v = load_le(x + f, 8);
-            f += 8;
-          }
-        };
-        next(usize);
-        next(csize);
-        next(off);
-      }
-      q += 4 + len;
-    }
-    if (method != 0)
-      return format_detail::corrupt("zip: record is compressed (method " + std::to_string(method) +
-                                        "); only stored records are supported",
-                                    file, r.name, where);
-    if (csize != usize)
-      return format_detail::corrupt("zip: stored record sizes differ", file, r.name, where);
-    if (off > length || 30 > length - off)
-      return format_detail::corrupt("zip: local header out of bounds", file, r.name, where);
-    CAIRN_TRY_ASSIGN(auto lh, format_detail::read_bytes(st, object, base + off, 30));
-    if (load_le(lh.data(), 4) != 0x04034b50)
-      return format_detail::corrupt("zip: bad local header signature", file, r.name, base + off);
-    r.data_offset = off + 30 + load_le(lh.data() + 26, 2) + load_le(lh.data() + 28, 2);
-    r.size = usize;
-    if (r.data_offset > length || r.size > length - r.data_offset)
-      return format_detail::corrupt("zip: record data out of bounds", file, r.name, base + off);
+  for (std::uint64_t i = 0; i < d.entries; ++i) {
+    CAIRN_TRY_ASSIGN(record r, detail::read_central_entry(z, cd, d.offset, p));
     z.records.push_back(std::move(r));
-    p += 46 + nlen + xlen + clen;
   }
   return z;
 }
