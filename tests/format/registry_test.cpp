@@ -1,6 +1,6 @@
-// The format registry (format/registry.hpp): writers made by format id, a user's own writer
-// registered beside them; and the one DCP reader (format/dcp/reader.hpp) that `load` (through
-// `dcp_as_metadata`) and `convert` (through `dcp_source`) share.
+// The format registry (format/registry.hpp, format/writers.hpp): writers made by format id, a
+// user's own writer registered beside them; and the one DCP reader (format/dcp/reader.hpp) that
+// `load` (through `dcp_as_metadata`) and `convert` (through `dcp_source`) share.
 #include <doctest/doctest.h>
 
 #include <cstring>

@@ -1,9 +1,11 @@
-// cairn/format/registry.hpp: the registry of formats, keyed by format id: which format a storage
-// holds (`detect_format`), its reader (`read_any_metadata` describes any format in cairn's
-// terms), and the writers (`make_save_strategy("torch_dist")`). The native format is built in;
-// the foreign readers and writers (PyTorch DCP, safetensors) register themselves from
-// cairn/format/foreign.hpp and cairn/strategies.hpp, so that the core headers do not pay for
-// the pickle, ZIP and safetensors parsers.
+// cairn/format/registry.hpp: the readers' half of the format registry, keyed by format id:
+// which format a storage holds (`detect_format`) and its reader (`read_any_metadata` describes
+// any format in cairn's terms). The writers' half, keyed by the same ids, is
+// format/writers.hpp (`make_save_strategy("torch_dist")`), kept apart so that the load path
+// does not include the save planner. The native format is built in; the foreign readers and
+// writers (PyTorch DCP, safetensors) register themselves from cairn/format/foreign.hpp and
+// cairn/strategies.hpp, so that the core headers do not pay for the pickle, ZIP and
+// safetensors parsers.
 #pragma once
 
 #include <cmath>
@@ -22,7 +24,6 @@
 #include "cairn/core/error.hpp"
 #include "cairn/format/native/metadata.hpp"
 #include "cairn/format/native/reader.hpp"
-#include "cairn/format/save_strategy.hpp"
 #include "cairn/storage/storage.hpp"
 
 namespace cairn {
@@ -53,47 +54,6 @@ inline std::map<std::string, format_reader, std::less<>>& format_readers() {
 inline bool register_format_reader(std::string name, format_reader reader) {
   detail::format_readers()[std::move(name)] = reader;
   return true;
-}
-
-/// Makes a save strategy (a format writer) with its default settings.
-using strategy_maker = std::unique_ptr<save_strategy> (*)();
-
-namespace detail {
-inline std::map<std::string, strategy_maker, std::less<>>& strategy_makers() {
-  static std::map<std::string, strategy_maker, std::less<>> makers;
-  return makers;
-}
-}  // namespace detail
-
-/// Registers the writer of format `id`. Called during static initialization by the header that
-/// defines the strategy (format/native/strategy.hpp; format/dcp/strategy.hpp and
-/// format/safetensors/strategy.hpp, which cairn/strategies.hpp includes); returns true.
-inline bool register_save_strategy(std::string id, strategy_maker make) {
-  detail::strategy_makers()[std::move(id)] = make;
-  return true;
-}
-
-/// The ids of every registered writer, sorted ("chunks", "native", "one_file", ...).
-inline std::vector<std::string> save_strategy_ids() {
-  std::vector<std::string> ids;
-  for (const auto& [id, make] : detail::strategy_makers()) ids.push_back(id);
-  return ids;
-}
-
-/// A new save strategy writing format `id` with its default settings — what a trainer's
-/// configuration names (`"native"`, `"torch_dist"`, `"one_file"`, `"per_tensor"`,
-/// `"chunks"`). errc::not_found naming the registered ids otherwise.
-inline result<std::unique_ptr<save_strategy>> make_save_strategy(std::string_view id) {
-  auto it = detail::strategy_makers().find(id);
-  if (it == detail::strategy_makers().end()) {
-    std::string known;
-    for (const auto& k : save_strategy_ids()) known += (known.empty() ? "" : ", ") + k;
-    return make_error(errc::not_found, "no save strategy '" + std::string(id) +
-                                           "' (registered: " + known +
-                                           "; include <cairn/strategies.hpp> for torch_dist and "
-                                           "the safetensors formats)");
-  }
-  return it->second();
 }
 
 /// Which format is on `st`: "cairn" (`metadata.json` of the native format), "torch_dist"

@@ -12,7 +12,7 @@
 #include "cairn/format/native/metadata.hpp"
 #include "cairn/format/native/reader.hpp"
 #include "cairn/format/native/writer.hpp"
-#include "cairn/format/registry.hpp"
+#include "cairn/format/writers.hpp"
 #include "cairn/format/save_strategy.hpp"
 
 namespace cairn {
