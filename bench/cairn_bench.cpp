@@ -567,7 +567,8 @@ int run(const options& o) {
   std::uint64_t bytes_written = 0;
   std::uint64_t stored_bytes = 0;  ///< bytes of every file of the checkpoint
   // The writer registered under the format id (cairn/strategies.hpp registers them all).
-  const std::unique_ptr<cairn::save_strategy> writer = cairn::make_save_strategy(o.strategy).value();
+  const std::unique_ptr<cairn::save_strategy> writer =
+      cairn::make_save_strategy(o.strategy).value();
   const bool tensors_only = o.strategy != "native" && o.strategy != "torch_dist";
   const cairn::save_strategy* strategy = writer.get();
   int mismatches = 0;

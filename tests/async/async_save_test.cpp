@@ -1,14 +1,13 @@
 // async_saver: the save returns after staging; the checkpoint holds what the tensors held
 // then; background failures reach every rank; later saves reuse the staging pool and
 // allocate nothing large.
-#include "cairn/async/saver.hpp"
-
 #include <doctest/doctest.h>
 
 #include <atomic>
 #include <cstdlib>
 #include <new>
 
+#include "cairn/async/saver.hpp"
 #include "cairn/storage/fault_injection.hpp"
 #include "tests/api/test_util.hpp"
 

@@ -13,9 +13,9 @@
 #include "cairn/detail/binary.hpp"
 #include "cairn/format/dcp/metadata.hpp"
 #include "cairn/format/dcp/writer.hpp"
-#include "cairn/format/writers.hpp"
 #include "cairn/format/save_strategy.hpp"
 #include "cairn/format/torch/zip.hpp"
+#include "cairn/format/writers.hpp"
 
 namespace cairn {
 

@@ -12,8 +12,8 @@
 #include "cairn/format/native/metadata.hpp"
 #include "cairn/format/native/reader.hpp"
 #include "cairn/format/native/writer.hpp"
-#include "cairn/format/writers.hpp"
 #include "cairn/format/save_strategy.hpp"
+#include "cairn/format/writers.hpp"
 
 namespace cairn {
 

@@ -15,10 +15,10 @@
 #include "cairn/convert/source.hpp"
 #include "cairn/convert/unshard.hpp"
 #include "cairn/format/native/strategy.hpp"
-#include "cairn/format/writers.hpp"
 #include "cairn/format/safetensors/file.hpp"
 #include "cairn/format/safetensors/files.hpp"
 #include "cairn/format/save_strategy.hpp"
+#include "cairn/format/writers.hpp"
 
 namespace cairn {
 
