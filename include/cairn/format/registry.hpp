@@ -56,23 +56,45 @@ inline bool register_format_reader(std::string name, format_reader reader) {
   return true;
 }
 
+namespace detail {
+/// What `detect_format` found, and for a native checkpoint read whole (`whole_native`), its
+/// `metadata.json`, so that reading the metadata does not read the file a second time.
+struct sniffed_format {
+  std::string format;
+  std::optional<std::string> native_json;
+};
+
+/// `detect_format`, reading a native `metadata.json` whole when `whole_native` (else its first
+/// 4 KiB, which hold the `"format":"cairn"` member).
+inline result<sniffed_format> sniff_format(storage_ref st, bool whole_native) {
+  CAIRN_TRY_ASSIGN(bool has_json, st.exists(metadata_name));
+  if (has_json) {
+    std::string head;
+    if (whole_native) {
+      CAIRN_TRY_ASSIGN(head, read_metadata_json(st));
+    } else {
+      CAIRN_TRY_ASSIGN(std::uint64_t n, st.size(metadata_name));
+      head.resize(static_cast<std::size_t>(std::min<std::uint64_t>(n, 4096)));
+      CAIRN_TRY(st.read(metadata_name, 0, std::as_writable_bytes(std::span(head))));
+    }
+    if (std::string_view(head).substr(0, 4096).find("\"format\":\"cairn\"") != std::string::npos)
+      return sniffed_format{"cairn", whole_native ? std::optional(std::move(head)) : std::nullopt};
+  }
+  CAIRN_TRY_ASSIGN(bool has_dcp, st.exists(format_files::dcp_metadata));
+  if (has_dcp) return sniffed_format{"torch_dist", std::nullopt};
+  CAIRN_TRY_ASSIGN(bool has_index, st.exists(format_files::safetensors_index));
+  if (has_index) return sniffed_format{"safetensors", std::nullopt};
+  CAIRN_TRY_ASSIGN(bool has_one, st.exists(format_files::safetensors_one));
+  if (has_one) return sniffed_format{"safetensors", std::nullopt};
+  return sniffed_format{};
+}
+}  // namespace detail
+
 /// Which format is on `st`: "cairn" (`metadata.json` of the native format), "torch_dist"
 /// (`.metadata`), "safetensors" (an index or `model.safetensors`), or "" when none.
 inline result<std::string> detect_format(storage_ref st) {
-  CAIRN_TRY_ASSIGN(bool has_json, st.exists(metadata_name));
-  if (has_json) {
-    CAIRN_TRY_ASSIGN(std::uint64_t n, st.size(metadata_name));
-    std::string head(static_cast<std::size_t>(std::min<std::uint64_t>(n, 4096)), '\0');
-    CAIRN_TRY(st.read(metadata_name, 0, std::as_writable_bytes(std::span(head))));
-    if (head.find("\"format\":\"cairn\"") != std::string::npos) return std::string("cairn");
-  }
-  CAIRN_TRY_ASSIGN(bool has_dcp, st.exists(format_files::dcp_metadata));
-  if (has_dcp) return std::string("torch_dist");
-  CAIRN_TRY_ASSIGN(bool has_index, st.exists(format_files::safetensors_index));
-  if (has_index) return std::string("safetensors");
-  CAIRN_TRY_ASSIGN(bool has_one, st.exists(format_files::safetensors_one));
-  if (has_one) return std::string("safetensors");
-  return std::string();
+  CAIRN_TRY_ASSIGN(detail::sniffed_format found, detail::sniff_format(st, false));
+  return std::move(found.format);
 }
 
 namespace detail {
@@ -94,9 +116,11 @@ inline result<format_reader> reader_of(storage_ref st, const std::string& format
 /// errc::unsupported_version for a foreign format whose reader this program does not include.
 inline result<checkpoint_metadata> read_any_metadata(storage_ref st) {
   return detail::catch_all("reading the metadata", [&]() -> result<checkpoint_metadata> {
-    CAIRN_TRY_ASSIGN(std::string format, detect_format(st));
-    if (format.empty() || format == "cairn") return read_metadata(st);  // or its error
-    CAIRN_TRY_ASSIGN(format_reader reader, detail::reader_of(st, format));
+    CAIRN_TRY_ASSIGN(detail::sniffed_format found, detail::sniff_format(st, true));
+    if (found.native_json)
+      return metadata_from_json(*found.native_json, st.describe(metadata_name));
+    if (found.format.empty()) return read_metadata(st);  // its error
+    CAIRN_TRY_ASSIGN(format_reader reader, detail::reader_of(st, found.format));
     return reader(st);
   });
 }
@@ -110,12 +134,13 @@ struct metadata_json {
 
 namespace detail {
 inline result<metadata_json> read_any_metadata_json_impl(storage_ref st) {
-  CAIRN_TRY_ASSIGN(std::string format, detect_format(st));
-  if (format.empty() || format == "cairn") {
+  CAIRN_TRY_ASSIGN(sniffed_format found, sniff_format(st, true));
+  if (found.native_json) return metadata_json{std::move(*found.native_json), false};
+  if (found.format.empty()) {  // its error, or a metadata.json that is not cairn's
     CAIRN_TRY_ASSIGN(std::string json, read_metadata_json(st));
     return metadata_json{std::move(json), false};
   }
-  CAIRN_TRY_ASSIGN(format_reader reader, detail::reader_of(st, format));
+  CAIRN_TRY_ASSIGN(format_reader reader, detail::reader_of(st, found.format));
   CAIRN_TRY_ASSIGN(checkpoint_metadata m, reader(st));
   return metadata_json{to_json(m), true};
 }
