@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "cairn/core/error.hpp"
 #include "cairn/core/sharded_tensor.hpp"
 
 namespace cairn {
@@ -44,6 +45,30 @@ inline std::optional<box> intersect(const box& a, const box& b) {
     r.size[i] = hi - lo;
   }
   return r;
+}
+
+/// Checks a read of box `region` of a tensor of shape `dims` (`elem_size` bytes per element)
+/// into a buffer of `out_bytes`: as many axes as the tensor, inside it, and a buffer of exactly
+/// the box's bytes. errc::invalid_argument naming `key` otherwise.
+inline result<void> check_box_read(const shape& dims,
+                                   const box& region,
+                                   std::size_t elem_size,
+                                   std::size_t out_bytes,
+                                   const std::string& key) {
+  if (region.offset.size() != dims.size() || region.size.size() != dims.size())
+    return make_error(errc::invalid_argument,
+                      "box " + region.str() + " has " + std::to_string(region.size.size()) +
+                          " axes, the tensor " + std::to_string(dims.size()))
+        .with_key(key);
+  for (std::size_t a = 0; a < dims.size(); ++a)
+    if (region.offset[a] < 0 || region.size[a] < 0 || region.offset[a] + region.size[a] > dims[a])
+      return make_error(errc::invalid_argument, "box " + region.str() + " lies outside the tensor")
+          .with_key(key);
+  if (out_bytes != static_cast<std::uint64_t>(region.volume()) * elem_size)
+    return make_error(errc::invalid_argument,
+                      "buffer of " + std::to_string(out_bytes) + " bytes for box " + region.str())
+        .with_key(key);
+  return ok();
 }
 
 /// A contiguous part of a leaf's data that is one box of the global tensor, stored row-major.

@@ -221,26 +221,18 @@ class reader {
                         "place (rewrite the checkpoint with `cairn convert`)")
           .with_key(key)
           .with_file(st_.describe(where.relative_path));
-    CAIRN_TRY_ASSIGN(const torch_zip::record* rec, storage_record(where, key, ref));
-    // item_tensor checked the view: offset and volume * es are within 2^62.
-    const std::uint64_t es = dtype_size(type);
-    const auto so = static_cast<std::uint64_t>(ref.storage_offset);
-    const std::uint64_t n = static_cast<std::uint64_t>(volume) * es;
-    if (so > rec->size / es || n > rec->size - so * es)
-      return make_error(errc::corrupt, "dcp: tensor storage record is shorter than the tensor")
-          .with_key(key)
-          .with_file(st_.describe(where.relative_path));
-    // offset < 2^63 (from the pickle) and data_offset + so * es <= length < 2^63: no overflow.
-    return item_span{where.relative_path, where.offset + rec->data_offset + so * es, n};
+    return span_of(where, key, ref, type, volume);
   }
 
   /// Reads box `region` (global coordinates) of tensor `key` into `out`, row-major; `out`
-  /// holds exactly the box's bytes. Fails when the chunks do not cover the box.
+  /// holds exactly the box's bytes. Fails when the box lies outside the tensor, or the chunks
+  /// do not cover it.
   result<void> read_box(const std::string& key, const box& region, std::span<std::byte> out) {
     auto found = m_.state_dict_metadata.find(key);
     const auto* tm =
         found == m_.state_dict_metadata.end() ? nullptr : std::get_if<tensor_meta>(&found->second);
     if (!tm) return make_error(errc::not_found, "dcp: no such tensor").with_key(key);
+    CAIRN_TRY(check_box_read(tm->size, region, dtype_size(tm->type), out.size(), key));
     if (region.volume() == 0) return ok();
     std::int64_t covered = 0;
     for (const auto& c : tm->chunks) {
@@ -261,6 +253,25 @@ class reader {
 
  private:
   reader(storage_ref st, metadata m) : st_(st), m_(std::move(m)) {}
+
+  /// Where the elements of the contiguous tensor `ref` (item `where`, `volume` elements) lie.
+  result<item_span> span_of(const storage_info& where,
+                            const std::string& key,
+                            const torch_zip::tensor_ref& ref,
+                            dtype type,
+                            std::int64_t volume) {
+    CAIRN_TRY_ASSIGN(const torch_zip::record* rec, storage_record(where, key, ref));
+    // item_tensor checked the view: offset and volume * es are within 2^62.
+    const std::uint64_t es = dtype_size(type);
+    const auto so = static_cast<std::uint64_t>(ref.storage_offset);
+    const std::uint64_t n = static_cast<std::uint64_t>(volume) * es;
+    if (so > rec->size / es || n > rec->size - so * es)
+      return make_error(errc::corrupt, "dcp: tensor storage record is shorter than the tensor")
+          .with_key(key)
+          .with_file(st_.describe(where.relative_path));
+    // offset < 2^63 (from the pickle) and data_offset + so * es <= length < 2^63: no overflow.
+    return item_span{where.relative_path, where.offset + rec->data_offset + so * es, n};
+  }
 
   static bool contiguous(const torch_zip::tensor_ref& ref) {
     for (std::int64_t d = static_cast<std::int64_t>(ref.dims.size()) - 1, s = 1; d >= 0; --d) {
@@ -304,7 +315,7 @@ class reader {
     std::int64_t base = 0;
     const std::string file = st_.describe(where->relative_path);
     if (contiguous(ref)) {
-      CAIRN_TRY_ASSIGN(item_span span, contiguous_span(*where, key, tm.type, cb.volume()));
+      CAIRN_TRY_ASSIGN(item_span span, span_of(*where, key, ref, tm.type, cb.volume()));
       CAIRN_TRY_ASSIGN(buf,
                        format_detail::buffer(static_cast<std::uint64_t>(hi - lo) * es, file, key));
       auto rd = st_.read(span.file, span.offset + static_cast<std::uint64_t>(lo) * es, buf);
