@@ -444,23 +444,30 @@ inline failures read_metadata_of(
   return f;
 }
 
-/// `load_tensors`: every tensor whole, on one process.
-inline failures read_load_tensors(
-    const writer&, cairn::memory_storage& st, const property_case& c, int, std::mt19937&) {
+/// What is wrong with `all`, every tensor of `c` whole as `what` returned them.
+inline failures compare_whole(const std::string& what,
+                              const std::map<std::string, cairn::tensor_data>& all,
+                              const property_case& c) {
   failures f;
-  auto all = cairn::load_tensors(st);
-  if (!all) return {"load_tensors: " + all.err().describe()};
-  if (all->size() != c.specs.size())
-    f.push_back("load_tensors returns " + std::to_string(all->size()) + " tensors");
+  if (all.size() != c.specs.size())
+    f.push_back(what + " returns " + std::to_string(all.size()) + " tensors");
   for (const auto& s : c.specs) {
-    auto it = all->find(s.key);
-    if (it == all->end())
+    auto it = all.find(s.key);
+    if (it == all.end())
       f.push_back(failure(s.key, "not returned"));
     else if (it->second.type != s.type || it->second.global_shape != s.global ||
              it->second.data != expected(s, whole(s.global)))
-      f.push_back(failure(s.key, "load_tensors differs"));
+      f.push_back(failure(s.key, what + " differs"));
   }
   return f;
+}
+
+/// `load_tensors`: every tensor whole, on one process.
+inline failures read_load_tensors(
+    const writer&, cairn::memory_storage& st, const property_case& c, int, std::mt19937&) {
+  auto all = cairn::load_tensors(st);
+  if (!all) return {"load_tensors: " + all.err().describe()};
+  return compare_whole("load_tensors", *all, c);
 }
 
 /// `consolidate`: every tensor whole in memory, from `open_source`.
@@ -470,18 +477,7 @@ inline failures read_consolidated(
   if (!src) return {"open_source: " + src.err().describe()};
   auto all = cv::consolidate(**src);
   if (!all) return {"consolidate: " + all.err().describe()};
-  failures f;
-  if (all->size() != c.specs.size())
-    f.push_back("consolidate returns " + std::to_string(all->size()) + " tensors");
-  for (const auto& s : c.specs) {
-    auto it = all->find(s.key);
-    if (it == all->end())
-      f.push_back(failure(s.key, "not returned"));
-    else if (it->second.type != s.type || it->second.global_shape != s.global ||
-             it->second.data != expected(s, whole(s.global)))
-      f.push_back(failure(s.key, "consolidate differs"));
-  }
-  return f;
+  return compare_whole("consolidate", *all, c);
 }
 
 /// `verify_checkpoint`: recomputes every checksum of a checksummed output and finds nothing

@@ -8,13 +8,10 @@
 #include <bit>
 #include <cstddef>
 #include <cstdint>
-#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <map>
-#include <mutex>
 #include <optional>
-#include <set>
 #include <span>
 #include <string>
 #include <string_view>
@@ -28,7 +25,6 @@
 #include "cairn/format/native/writer.hpp"
 #include "cairn/format/safetensors/file.hpp"
 #include "cairn/format/safetensors/files.hpp"
-#include "cairn/format/torch/pickle.hpp"
 #include "cairn/format/torch/zip.hpp"
 #include "cairn/load.hpp"
 #include "cairn/plan/save_plan.hpp"

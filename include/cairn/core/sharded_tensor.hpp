@@ -238,6 +238,20 @@ sharded_tensor<T> from_rank_offsets(std::string key,
   return t;
 }
 
+/// `t` (a block described by any factory: `block` for uneven splits) with `data` holding only
+/// the elements `range` of the block flattened row-major: a distributed optimizer's slice of a
+/// parameter. Each slice is a main copy.
+///
+///     auto m = cairn::flattened(cairn::block("exp_avg", std::span<float>{}, {5, 8}, {11, 8},
+///                                            {6, 0}), std::span(slice), {dp * 20, dp * 20 + 20});
+template <element_type T>
+sharded_tensor<T> flattened(sharded_tensor<T> t, std::span<T> data, flat_range range) {
+  t.data = data;
+  t.flattened_range = range;
+  t.replica_id = 0;
+  return t;
+}
+
 /// Like Megatron's `ShardedTensor.from_rank_offsets_flat`: the block is described as by
 /// `from_rank_offsets`, but `data` holds only the elements `range` of the block flattened
 /// row-major (a distributed optimizer's slice of a parameter). Ranks holding the other slices
@@ -249,10 +263,9 @@ sharded_tensor<T> from_rank_offsets_flat(std::string key,
                                          axis_splits splits,
                                          flat_range range,
                                          int prepend_axis_num = 0) {
-  sharded_tensor<T> t =
-      from_rank_offsets(std::move(key), data, std::move(local_shape), splits, 0, prepend_axis_num);
-  t.flattened_range = range;
-  return t;
+  return flattened(
+      from_rank_offsets(std::move(key), data, std::move(local_shape), splits, 0, prepend_axis_num),
+      data, range);
 }
 
 /// Describes an arbitrary (possibly uneven) block: `global_offset` and `global_shape` given
@@ -277,20 +290,6 @@ sharded_tensor<T> block(std::string key,
   t.replica_id = replica_id;
   t.prepend_axis_num = prepend_axis_num;
   t.data = data;
-  return t;
-}
-
-/// `t` (a block described by any factory: `block` for uneven splits) with `data` holding only
-/// the elements `range` of the block flattened row-major: a distributed optimizer's slice of a
-/// parameter. Each slice is a main copy.
-///
-///     auto m = cairn::flattened(cairn::block("exp_avg", std::span<float>{}, {5, 8}, {11, 8},
-///                                            {6, 0}), std::span(slice), {dp * 20, dp * 20 + 20});
-template <element_type T>
-sharded_tensor<T> flattened(sharded_tensor<T> t, std::span<T> data, flat_range range) {
-  t.data = data;
-  t.flattened_range = range;
-  t.replica_id = 0;
   return t;
 }
 

@@ -6,7 +6,6 @@
 #include <zstd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <cstring>
