@@ -185,6 +185,87 @@ void mixed_back_to_back(C& c, int iterations = 1000) {
   CHECK(bad == 0);
 }
 
+/// gather to every root, with variable sizes (empty ones too): the root receives every rank's
+/// bytes in rank order, the other ranks an empty vector.
+template <class C>
+void gather_every_root(C& c) {
+  const int n = c.size();
+  const int r = c.rank();
+  for (int root = 0; root < n; ++root) {
+    for (int step = 0; step < 5; ++step) {
+      const bytes mine = pattern(r, step + 10 * root, gather_size(step, r, n));
+      const auto got = c.gather(mine, root);
+      INFO("rank " << r << " root " << root << " step " << step);
+      if (r != root) {
+        CHECK(got.empty());
+        continue;
+      }
+      REQUIRE(got.size() == static_cast<std::size_t>(n));
+      for (int i = 0; i < n; ++i)
+        CHECK(got[static_cast<std::size_t>(i)] ==
+              pattern(i, step + 10 * root, gather_size(step, i, n)));
+    }
+  }
+}
+
+/// The size rank `from` sends rank `to` at `step` of all_to_all_variable_sizes.
+inline std::size_t message_size(int step, int from, int to) {
+  switch (step) {
+    case 0:
+      return 0;
+    case 1:
+      return static_cast<std::size_t>(from * 3 + to);
+    case 2:
+      return from == to ? 100'000 : 1;
+    default:
+      return static_cast<std::size_t>((from * 5 + to * 3 + step) % 7) * 11;
+  }
+}
+
+/// all_to_all delivers to each rank exactly what every rank addressed to it, by sender, with
+/// variable (and empty) sizes.
+template <class C>
+void all_to_all_variable_sizes(C& c) {
+  const int n = c.size();
+  const int r = c.rank();
+  for (int step = 0; step < 6; ++step) {
+    std::vector<bytes> to;
+    for (int d = 0; d < n; ++d) to.push_back(pattern(r * 64 + d, step, message_size(step, r, d)));
+    const auto got = c.all_to_all(to);
+    REQUIRE(got.size() == static_cast<std::size_t>(n));
+    for (int s = 0; s < n; ++s) {
+      INFO("rank " << r << " step " << step << " from rank " << s);
+      CHECK(got[static_cast<std::size_t>(s)] == pattern(s * 64 + r, step, message_size(step, s, r)));
+    }
+  }
+}
+
+/// A communicator with only the base collectives, so that `comm_ref` builds gather and
+/// all_to_all from all_gather.
+template <communicator C>
+struct base_only {
+  C& inner;
+  int rank() const { return inner.rank(); }
+  int size() const { return inner.size(); }
+  std::vector<bytes> all_gather(std::span<const std::byte> in) { return inner.all_gather(in); }
+  void broadcast(bytes& b, int root) { inner.broadcast(b, root); }
+  void barrier() { inner.barrier(); }
+};
+
+/// Runs `run_case` on a scalable communicator directly, through `comm_ref`, and through a
+/// `comm_ref` over its base collectives only (the fallbacks).
+template <communicator C, class Case>
+void run_with_fallback(C& c, Case&& run_case) {
+  if constexpr (scalable_communicator<C>) run_case(c);
+  comm_ref ref(c);
+  CHECK(ref.scalable() == scalable_communicator<C>);
+  run_case(ref);
+  base_only<C> base{c};
+  comm_ref fallback(base);
+  CHECK(!fallback.scalable());
+  run_case(fallback);
+}
+
 /// A broadcast root outside [0, size) throws errc::invalid_argument when every rank passes
 /// it. May leave the communicator unusable: run it last, on a communicator of its own.
 template <communicator C>

@@ -62,6 +62,18 @@ TEST_SUITE("comm conformance") {
     });
   }
 
+  TEST_CASE_TEMPLATE("gather to every root", W, CAIRN_COMM_WORLDS) {
+    W::spmd([](auto& c) {
+      conf::run_with_fallback(c, [](auto& x) { conf::gather_every_root(x); });
+    });
+  }
+
+  TEST_CASE_TEMPLATE("all_to_all of variable-size messages", W, CAIRN_COMM_WORLDS) {
+    W::spmd([](auto& c) {
+      conf::run_with_fallback(c, [](auto& x) { conf::all_to_all_variable_sizes(x); });
+    });
+  }
+
   TEST_CASE_TEMPLATE("broadcast from every root", W, CAIRN_COMM_WORLDS) {
     W::spmd([](auto& c) {
       conf::run_direct_and_ref(c, [](auto& x) { conf::broadcast_every_root(x); });

@@ -30,6 +30,16 @@ TEST_SUITE("mpi comm conformance") {
       conf::run_direct_and_ref(c, [](auto& x) { conf::all_gather_variable_sizes(x); });
     });
   }
+  TEST_CASE("gather to every root") {
+    spmd([](auto& c) {
+      conf::run_with_fallback(c, [](auto& x) { conf::gather_every_root(x); });
+    });
+  }
+  TEST_CASE("all_to_all of variable-size messages") {
+    spmd([](auto& c) {
+      conf::run_with_fallback(c, [](auto& x) { conf::all_to_all_variable_sizes(x); });
+    });
+  }
   TEST_CASE("broadcast from every root") {
     spmd([](auto& c) {
       conf::run_direct_and_ref(c, [](auto& x) { conf::broadcast_every_root(x); });

@@ -1,10 +1,14 @@
 // cairn/comm/communicator.hpp: the communicator concept (rank, size, all-gather, broadcast,
-// barrier) and comm_ref, the non-owning type-erased handle used by non-template code.
+// barrier; optionally gather and all-to-all) and comm_ref, the non-owning type-erased handle
+// used by non-template code.
 #pragma once
 
+#include <algorithm>
 #include <concepts>
 #include <cstddef>
+#include <cstdint>
 #include <span>
+#include <stdexcept>
 #include <type_traits>
 #include <vector>
 
@@ -31,6 +35,62 @@ concept communicator =
   { c.barrier() } -> std::same_as<void>;
 };
 
+/// A communicator that also has the collectives whose traffic does not grow with the world
+/// size on every rank. Planning at scale uses them; `comm_ref` builds them from `all_gather`
+/// for a communicator that lacks them (correct, but every rank then receives everything).
+/// - `gather(data, root)`: `root` receives every rank's buffer, indexed by rank; the other
+///   ranks receive an empty vector.
+/// - `all_to_all(to)`: `to[r]` is what this rank sends to rank r (`to.size() == size()`);
+///   returns what every rank sent to this one, indexed by sender.
+template <class C>
+concept scalable_communicator =
+    communicator<C> && requires(C& c, std::span<const std::byte> in, const std::vector<bytes>& to,
+                                int root) {
+  { c.gather(in, root) } -> std::same_as<std::vector<bytes>>;
+  { c.all_to_all(to) } -> std::same_as<std::vector<bytes>>;
+};
+
+namespace detail {
+
+/// `gather` built from `all_gather`, for a communicator without one.
+template <communicator C>
+std::vector<bytes> gather_by_all_gather(C& c, std::span<const std::byte> in, int root) {
+  std::vector<bytes> all = c.all_gather(in);
+  if (c.rank() != root) all.clear();
+  return all;
+}
+
+/// `all_to_all` built from `all_gather`, for a communicator without one: every rank sends all
+/// its messages, length-prefixed, and keeps the ones addressed to it.
+template <communicator C>
+std::vector<bytes> all_to_all_by_all_gather(C& c, const std::vector<bytes>& to) {
+  bytes packed;
+  for (const bytes& m : to) {
+    std::uint64_t n = m.size();
+    const auto* p = reinterpret_cast<const std::byte*>(&n);
+    packed.insert(packed.end(), p, p + sizeof n);
+    packed.insert(packed.end(), m.begin(), m.end());
+  }
+  std::vector<bytes> all = c.all_gather(packed);
+  std::vector<bytes> out(all.size());
+  const auto me = static_cast<std::size_t>(c.rank());
+  for (std::size_t r = 0; r < all.size(); ++r) {
+    std::size_t pos = 0;
+    for (std::size_t d = 0; d <= me; ++d) {
+      std::uint64_t n = 0;
+      if (all[r].size() - pos < sizeof n) throw std::length_error("all_to_all: short message");
+      std::copy_n(all[r].data() + pos, sizeof n, reinterpret_cast<std::byte*>(&n));
+      pos += sizeof n;
+      if (all[r].size() - pos < n) throw std::length_error("all_to_all: short message");
+      if (d == me) out[r].assign(all[r].begin() + pos, all[r].begin() + pos + n);
+      pos += n;
+    }
+  }
+  return out;
+}
+
+}  // namespace detail
+
 /// A non-owning, type-erased reference to any `communicator`. The referenced communicator
 /// must outlive it.
 class comm_ref {
@@ -47,6 +107,19 @@ class comm_ref {
   }
   void broadcast(bytes& buf, int root) const { vt_->broadcast(self_, buf, root); }
   void barrier() const { vt_->barrier(self_); }
+  /// Every rank's buffer on `root` (by rank); an empty vector elsewhere. Built from
+  /// `all_gather` when the communicator has no `gather`.
+  std::vector<bytes> gather(std::span<const std::byte> in, int root) const {
+    return vt_->gather(self_, in, root);
+  }
+  /// What every rank sent to this one (by sender); `to[r]` goes to rank r. Built from
+  /// `all_gather` when the communicator has no `all_to_all`.
+  std::vector<bytes> all_to_all(const std::vector<bytes>& to) const {
+    return vt_->all_to_all(self_, to);
+  }
+  /// Whether gather and all_to_all are native (their traffic does not grow with the world on
+  /// every rank) rather than built from all_gather.
+  bool scalable() const { return vt_->scalable; }
 
  private:
   struct vtable {
@@ -55,6 +128,9 @@ class comm_ref {
     std::vector<bytes> (*all_gather)(void*, std::span<const std::byte>);
     void (*broadcast)(void*, bytes&, int);
     void (*barrier)(void*);
+    std::vector<bytes> (*gather)(void*, std::span<const std::byte>, int);
+    std::vector<bytes> (*all_to_all)(void*, const std::vector<bytes>&);
+    bool scalable;
   };
   template <class C>
   static constexpr vtable vtable_for = {
@@ -63,6 +139,19 @@ class comm_ref {
       [](void* c, std::span<const std::byte> in) { return static_cast<C*>(c)->all_gather(in); },
       [](void* c, bytes& b, int root) { static_cast<C*>(c)->broadcast(b, root); },
       [](void* c) { static_cast<C*>(c)->barrier(); },
+      [](void* c, std::span<const std::byte> in, int root) {
+        if constexpr (scalable_communicator<C>)
+          return static_cast<C*>(c)->gather(in, root);
+        else
+          return detail::gather_by_all_gather(*static_cast<C*>(c), in, root);
+      },
+      [](void* c, const std::vector<bytes>& to) {
+        if constexpr (scalable_communicator<C>)
+          return static_cast<C*>(c)->all_to_all(to);
+        else
+          return detail::all_to_all_by_all_gather(*static_cast<C*>(c), to);
+      },
+      scalable_communicator<C>,
   };
   void* self_;
   const vtable* vt_;

@@ -108,11 +108,145 @@ class mpi_communicator {
     broadcast_bytes(buf, root);
   }
 
+  /// Every rank's buffer on `root`, by rank (an empty vector elsewhere): MPI_Gather of the
+  /// sizes, then MPI_Gatherv (or point-to-point messages when the total exceeds MPI's int
+  /// counts).
+  std::vector<bytes> gather(std::span<const std::byte> in, int root) {
+    check_root(root, "gather");
+    std::uint64_t mine = in.size();
+    std::vector<std::uint64_t> sizes(rank_ == root ? static_cast<std::size_t>(size_) : 0);
+    detail::mpi_check(
+        MPI_Gather(&mine, 1, MPI_UINT64_T, sizes.data(), 1, MPI_UINT64_T, root, comm_),
+        "MPI_Gather");
+    std::uint64_t total = 0;
+    for (auto s : sizes) total += s;
+    std::uint8_t small = total <= static_cast<std::uint64_t>(INT_MAX);
+    detail::mpi_check(MPI_Bcast(&small, 1, MPI_UINT8_T, root, comm_), "MPI_Bcast");
+    std::vector<bytes> out(sizes.size());
+    if (small) {
+      std::vector<int> counts(sizes.size()), displs(sizes.size());
+      int off = 0;
+      for (std::size_t r = 0; r < sizes.size(); ++r) {
+        counts[r] = static_cast<int>(sizes[r]);
+        displs[r] = off;
+        off += counts[r];
+      }
+      bytes all(total);
+      detail::mpi_check(MPI_Gatherv(in.data(), static_cast<int>(mine), MPI_BYTE, all.data(),
+                                    counts.data(), displs.data(), MPI_BYTE, root, comm_),
+                        "MPI_Gatherv");
+      for (std::size_t r = 0; r < counts.size(); ++r)
+        out[r].assign(all.begin() + displs[r], all.begin() + displs[r] + counts[r]);
+      return out;
+    }
+    if (rank_ != root) {
+      send_bytes(in, root);
+      return out;
+    }
+    for (int r = 0; r < size_; ++r) {
+      if (r == root) {
+        out[r].assign(in.begin(), in.end());
+        continue;
+      }
+      out[r].resize(sizes[r]);
+      recv_bytes(out[r], r);
+    }
+    return out;
+  }
+
+  /// What every rank sent to this one, by sender; `to[r]` goes to rank r: MPI_Alltoall of the
+  /// sizes, then MPI_Alltoallv (or pairwise exchanges when a count exceeds MPI's ints).
+  std::vector<bytes> all_to_all(const std::vector<bytes>& to) {
+    if (to.size() != static_cast<std::size_t>(size_))
+      throw exception(make_error(errc::invalid_argument,
+                                 "all_to_all needs one buffer per rank (" + std::to_string(size_) +
+                                     "), got " + std::to_string(to.size())));
+    const auto n = static_cast<std::size_t>(size_);
+    std::vector<std::uint64_t> send_sizes(n), recv_sizes(n);
+    std::uint64_t send_total = 0, recv_total = 0;
+    for (std::size_t r = 0; r < n; ++r) send_total += send_sizes[r] = to[r].size();
+    detail::mpi_check(MPI_Alltoall(send_sizes.data(), 1, MPI_UINT64_T, recv_sizes.data(), 1,
+                                   MPI_UINT64_T, comm_),
+                      "MPI_Alltoall");
+    for (auto s : recv_sizes) recv_total += s;
+    std::uint8_t small = std::max(send_total, recv_total) <= static_cast<std::uint64_t>(INT_MAX);
+    std::uint8_t all_small = 0;
+    detail::mpi_check(MPI_Allreduce(&small, &all_small, 1, MPI_UINT8_T, MPI_MIN, comm_),
+                      "MPI_Allreduce");
+    std::vector<bytes> out(n);
+    if (!all_small) {
+      out[static_cast<std::size_t>(rank_)] = to[static_cast<std::size_t>(rank_)];
+      for (int k = 1; k < size_; ++k) {
+        int dst = (rank_ + k) % size_, src = (rank_ - k + size_) % size_;
+        out[static_cast<std::size_t>(src)].resize(recv_sizes[static_cast<std::size_t>(src)]);
+        exchange_bytes(to[static_cast<std::size_t>(dst)], dst, out[static_cast<std::size_t>(src)],
+                       src);
+      }
+      return out;
+    }
+    std::vector<int> scounts(n), sdispls(n), rcounts(n), rdispls(n);
+    bytes send, recv(recv_total);
+    send.reserve(send_total);
+    int soff = 0, roff = 0;
+    for (std::size_t r = 0; r < n; ++r) {
+      scounts[r] = static_cast<int>(send_sizes[r]);
+      sdispls[r] = soff;
+      soff += scounts[r];
+      send.insert(send.end(), to[r].begin(), to[r].end());
+      rcounts[r] = static_cast<int>(recv_sizes[r]);
+      rdispls[r] = roff;
+      roff += rcounts[r];
+    }
+    detail::mpi_check(MPI_Alltoallv(send.data(), scounts.data(), sdispls.data(), MPI_BYTE,
+                                    recv.data(), rcounts.data(), rdispls.data(), MPI_BYTE, comm_),
+                      "MPI_Alltoallv");
+    for (std::size_t r = 0; r < n; ++r)
+      out[r].assign(recv.begin() + rdispls[r], recv.begin() + rdispls[r] + rcounts[r]);
+    return out;
+  }
+
   void barrier() { detail::mpi_check(MPI_Barrier(comm_), "MPI_Barrier"); }
 
  private:
+  static constexpr std::size_t step = std::size_t{1} << 30;  // bytes per MPI call
+  static constexpr int tag = 0x6361;                         // point-to-point messages
+
+  void check_root(int root, const char* what) const {
+    if (root < 0 || root >= size_)
+      throw exception(make_error(errc::invalid_argument, std::string(what) + " root " +
+                                                             std::to_string(root) +
+                                                             " is not a rank of " +
+                                                             std::to_string(size_)));
+  }
+  void send_bytes(std::span<const std::byte> b, int dst) {
+    for (std::size_t off = 0; off < b.size(); off += step) {
+      int n = static_cast<int>(std::min(step, b.size() - off));
+      detail::mpi_check(MPI_Send(b.data() + off, n, MPI_BYTE, dst, tag, comm_), "MPI_Send");
+    }
+  }
+  void recv_bytes(bytes& b, int src) {
+    for (std::size_t off = 0; off < b.size(); off += step) {
+      int n = static_cast<int>(std::min(step, b.size() - off));
+      detail::mpi_check(
+          MPI_Recv(b.data() + off, n, MPI_BYTE, src, tag, comm_, MPI_STATUS_IGNORE), "MPI_Recv");
+    }
+  }
+  // Sends `out` to `dst` while receiving `in` (already sized) from `src`, each in 1 GiB
+  // messages: the sends are posted first, so that two ranks exchanging cannot deadlock.
+  void exchange_bytes(std::span<const std::byte> out, int dst, bytes& in, int src) {
+    std::vector<MPI_Request> sends;
+    for (std::size_t off = 0; off < out.size(); off += step) {
+      int n = static_cast<int>(std::min(step, out.size() - off));
+      sends.emplace_back();
+      detail::mpi_check(MPI_Isend(out.data() + off, n, MPI_BYTE, dst, tag, comm_, &sends.back()),
+                        "MPI_Isend");
+    }
+    recv_bytes(in, src);
+    detail::mpi_check(MPI_Waitall(static_cast<int>(sends.size()), sends.data(),
+                                  MPI_STATUSES_IGNORE),
+                      "MPI_Waitall");
+  }
   void broadcast_bytes(bytes& buf, int root) {
-    constexpr std::size_t step = std::size_t{1} << 30;
     for (std::size_t off = 0; off < buf.size(); off += step) {
       int n = static_cast<int>(std::min(step, buf.size() - off));
       detail::mpi_check(MPI_Bcast(buf.data() + off, n, MPI_BYTE, root, comm_), "MPI_Bcast");
@@ -146,6 +280,6 @@ class mpi_environment {
   bool owns_ = false;
 };
 
-static_assert(communicator<mpi_communicator>);
+static_assert(scalable_communicator<mpi_communicator>);
 
 }  // namespace cairn

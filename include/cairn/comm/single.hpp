@@ -1,6 +1,6 @@
 // cairn/comm/single.hpp: single_communicator, the communicator of a process that runs alone
-// (rank 0 of 1). Every collective is local: all_gather returns one copy, broadcast and barrier
-// do nothing.
+// (rank 0 of 1). Every collective is local: all_gather and gather return one copy, all_to_all
+// returns what it was given, broadcast and barrier do nothing.
 #pragma once
 
 #include <cstddef>
@@ -44,8 +44,29 @@ class single_communicator {
 
   /// Returns at once.
   void barrier() noexcept {}
+
+  /// One copy of `data` (root must be 0).
+  std::vector<bytes> gather(std::span<const std::byte> data, int root) {
+    if (root != 0) {
+      throw exception(
+          make_error(errc::invalid_argument, "gather root " + std::to_string(root) +
+                                                 " is out of range for a communicator of size 1")
+              .with_rank(0));
+    }
+    return all_gather(data);
+  }
+
+  /// `to[0]`, sent to itself.
+  std::vector<bytes> all_to_all(const std::vector<bytes>& to) {
+    if (to.size() != 1)
+      throw exception(make_error(errc::invalid_argument,
+                                 "all_to_all needs one buffer per rank (1), got " +
+                                     std::to_string(to.size()))
+                          .with_rank(0));
+    return to;
+  }
 };
 
-static_assert(communicator<single_communicator>);
+static_assert(scalable_communicator<single_communicator>);
 
 }  // namespace cairn

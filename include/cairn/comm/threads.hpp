@@ -18,6 +18,11 @@
 // - `broadcast(buf, root)`: root deposits a view of `buf`; entry barrier; the other ranks copy
 //   it (resizing `buf`); exit barrier. MPI: MPI_Bcast of the 64-bit size from root, resize, then
 //   MPI_Bcast of the bytes.
+// - `gather(data, root)`: like all_gather, but only `root` copies the slots. MPI: MPI_Gather of
+//   the sizes, then MPI_Gatherv.
+// - `all_to_all(to)`: every rank deposits a view of its per-destination buffers; entry barrier;
+//   every rank copies what each rank addressed to it; exit barrier. MPI: MPI_Alltoall of the
+//   sizes, then MPI_Alltoallv.
 // - `barrier()`: one barrier. MPI: MPI_Barrier.
 // Transport failures become `cairn::exception` with errc::comm in both.
 //
@@ -80,6 +85,7 @@ class thread_group {
   explicit thread_group(int size)
       : size_(size),
         slots_(size > 0 ? static_cast<std::size_t>(size) : 0),
+        messages_(slots_.size(), nullptr),
         saw_abort_(size > 0 ? static_cast<std::size_t>(size) : 0, 0) {
     if (size < 1) {
       throw exception(
@@ -143,7 +149,7 @@ class thread_group {
  private:
   friend class thread_communicator;
 
-  enum class op_kind : std::uint8_t { barrier, all_gather, broadcast };
+  enum class op_kind : std::uint8_t { barrier, all_gather, broadcast, gather, all_to_all };
   struct op {
     op_kind kind = op_kind::barrier;
     int root = -1;
@@ -158,6 +164,10 @@ class thread_group {
         return "all_gather";
       case op_kind::broadcast:
         return "broadcast(root " + std::to_string(o.root) + ")";
+      case op_kind::gather:
+        return "gather(root " + std::to_string(o.root) + ")";
+      case op_kind::all_to_all:
+        return "all_to_all";
     }
     return "?";
   }
@@ -186,7 +196,10 @@ class thread_group {
   // Entry phase of a collective: deposits `payload` in the rank's slot and waits until every
   // rank has arrived. Throws errc::comm when the group is (or becomes) aborted before that, or
   // when the ranks disagree on the collective.
-  void enter(int rank, op o, std::span<const std::byte> payload) {
+  void enter(int rank,
+             op o,
+             std::span<const std::byte> payload,
+             const std::vector<bytes>* messages = nullptr) {
     std::unique_lock lk(mu_);
     if (aborted_) throw_aborted_locked(rank);
     if (finished_rank_ >= 0) {
@@ -205,6 +218,7 @@ class thread_group {
       throw_aborted_locked(rank);
     }
     slots_[static_cast<std::size_t>(rank)] = payload;
+    messages_[static_cast<std::size_t>(rank)] = messages;
     const std::uint64_t gen = generation_;
     if (++arrived_ == size_) {
       arrived_ = 0;
@@ -241,6 +255,10 @@ class thread_group {
   }
 
   std::span<const std::byte> slot(int rank) const { return slots_[static_cast<std::size_t>(rank)]; }
+  // What `from` addressed to `to` in the current all_to_all.
+  std::span<const std::byte> message(int from, int to) const {
+    return (*messages_[static_cast<std::size_t>(from)])[static_cast<std::size_t>(to)];
+  }
 
   const int size_;
   mutable std::mutex mu_;
@@ -254,6 +272,7 @@ class thread_group {
   bool aborted_ = false;
   std::string abort_message_;
   std::vector<std::span<const std::byte>> slots_;  // read only between entry and exit
+  std::vector<const std::vector<bytes>*> messages_;  // all_to_all: each rank's outgoing buffers
   std::vector<char> saw_abort_;
 };
 
@@ -296,12 +315,7 @@ class thread_communicator {
   /// if the group is aborted, errc::invalid_argument (and aborts the group) if `root` is out
   /// of range.
   void broadcast(bytes& buf, int root) {
-    if (root < 0 || root >= size()) {
-      std::string what = "broadcast root " + std::to_string(root) +
-                         " is out of range for a thread group of size " + std::to_string(size());
-      group_->abort(rank_, what);
-      throw exception(make_error(errc::invalid_argument, std::move(what)).with_rank(rank_));
-    }
+    check_root(root, "broadcast");
     group_->enter(rank_, {thread_group::op_kind::broadcast, root},
                   rank_ == root ? std::span<const std::byte>(buf) : std::span<const std::byte>());
     std::exception_ptr copy_error;
@@ -317,17 +331,76 @@ class thread_communicator {
     group_->finish_collective(rank_, copy_error);
   }
 
+  /// Every rank's `data` on `root`, indexed by rank; an empty vector on the other ranks.
+  /// Throws errc::comm if the group is aborted, errc::invalid_argument (and aborts the group)
+  /// if `root` is out of range.
+  std::vector<bytes> gather(std::span<const std::byte> data, int root) {
+    check_root(root, "gather");
+    group_->enter(rank_, {thread_group::op_kind::gather, root}, data);
+    std::vector<bytes> out;
+    std::exception_ptr copy_error;
+    if (rank_ == root) {
+      try {
+        out.resize(static_cast<std::size_t>(size()));
+        for (int r = 0; r < size(); ++r) {
+          auto s = group_->slot(r);
+          out[static_cast<std::size_t>(r)].assign(s.begin(), s.end());
+        }
+      } catch (...) {
+        copy_error = std::current_exception();
+      }
+    }
+    group_->leave();
+    group_->finish_collective(rank_, copy_error);
+    return out;
+  }
+
+  /// `to[r]` goes to rank r; returns what every rank sent to this one, by sender. Throws
+  /// errc::invalid_argument (and aborts the group) unless `to` has one buffer per rank.
+  std::vector<bytes> all_to_all(const std::vector<bytes>& to) {
+    if (to.size() != static_cast<std::size_t>(size())) {
+      std::string what = "all_to_all needs one buffer per rank (" + std::to_string(size()) +
+                         "), got " + std::to_string(to.size());
+      group_->abort(rank_, what);
+      throw exception(make_error(errc::invalid_argument, std::move(what)).with_rank(rank_));
+    }
+    group_->enter(rank_, {thread_group::op_kind::all_to_all, -1}, {}, &to);
+    std::vector<bytes> out;
+    std::exception_ptr copy_error;
+    try {
+      out.resize(static_cast<std::size_t>(size()));
+      for (int r = 0; r < size(); ++r) {
+        auto s = group_->message(r, rank_);
+        out[static_cast<std::size_t>(r)].assign(s.begin(), s.end());
+      }
+    } catch (...) {
+      copy_error = std::current_exception();
+    }
+    group_->leave();
+    group_->finish_collective(rank_, copy_error);
+    return out;
+  }
+
   /// Returns once every rank has entered it. Throws errc::comm if the group is aborted.
   void barrier() { group_->enter(rank_, {thread_group::op_kind::barrier, -1}, {}); }
 
  private:
+  // Aborts the group and throws errc::invalid_argument when `root` is not a rank.
+  void check_root(int root, const char* collective) {
+    if (root >= 0 && root < size()) return;
+    std::string what = std::string(collective) + " root " + std::to_string(root) +
+                       " is out of range for a thread group of size " + std::to_string(size());
+    group_->abort(rank_, what);
+    throw exception(make_error(errc::invalid_argument, std::move(what)).with_rank(rank_));
+  }
+
   thread_group* group_;
   int rank_;
 };
 
 inline thread_communicator thread_group::comm(int rank) { return thread_communicator(*this, rank); }
 
-static_assert(communicator<thread_communicator>);
+static_assert(scalable_communicator<thread_communicator>);
 
 namespace detail {
 
