@@ -6,6 +6,8 @@
 
 #include <optional>
 #include <span>
+#include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -63,6 +65,44 @@ inline std::pair<std::optional<error>, bytes> announce(comm_ref comm,
   std::optional<error> status = detail::get_error(r);
   if (status && status->rank < 0) status->rank = root;
   return {std::move(status), r.blob()};
+}
+
+/// Collective, with traffic that does not grow with the world on any rank but `root`: every
+/// rank sends its status `mine` and `payload` to `root` (a gather); there, when every rank
+/// succeeded, `decide(payloads)` (each rank's payload, by rank) returns the verdict: a failure
+/// and a payload. Every rank receives the lowest failing rank's status, or the verdict. `decide`
+/// runs only on `root` and must not call collectives; what it throws becomes the verdict.
+template <class Decide>
+std::pair<std::optional<error>, bytes> agree_at_root(comm_ref comm,
+                                                     int root,
+                                                     const std::optional<error>& mine,
+                                                     std::span<const std::byte> payload,
+                                                     Decide&& decide) {
+  detail::binary_writer w;
+  detail::put_error(w, mine);
+  w.blob(payload);
+  std::vector<bytes> all = comm.gather(w.data(), root);
+  std::optional<error> verdict;
+  bytes out;
+  if (comm.rank() == root) {
+    rank_statuses got;
+    for (const auto& b : all) {
+      detail::binary_reader r(b);
+      got.status.push_back(detail::get_error(r));
+      got.payloads.push_back(r.blob());
+    }
+    all.clear();
+    if (auto f = got.first_failure()) {
+      verdict = std::move(f);
+    } else {
+      try {
+        std::tie(verdict, out) = decide(got.payloads);
+      } catch (...) {
+        verdict = detail::current_exception_error("deciding at the root");
+      }
+    }
+  }
+  return announce(comm, root, verdict, out);
 }
 
 }  // namespace cairn

@@ -132,8 +132,10 @@ struct agreed_plan {
   std::string save_id;               ///< rank 0's save id
 };
 
-/// Plan step 2 with a warm plan cache (collective): ranks exchange a hash of their structure
-/// and of their common values. Sets `cached` when every rank matches the cached plan.
+/// Plan step 2 with a warm plan cache (collective, a few dozen bytes per rank): every rank
+/// sends rank 0 a hash of its structure and of its common values; rank 0 compares them with the
+/// cached plan and tells every rank the verdict, its save id and whether a checkpoint exists.
+/// Sets `cached` when every rank matches the cached plan.
 inline result<void> vote_on_cached_plan(const rank_desc& me,
                                         const std::optional<error>& failure,
                                         save_plan_cache& cache,
@@ -143,23 +145,30 @@ inline result<void> vote_on_cached_plan(const rank_desc& me,
   std::uint64_t commons_digest = 0;
   for (const auto& c : me.commons) commons_digest = commons_digest * 1099511628211ull ^ c.hash;
   binary_writer w;
-  w.u8(me.checkpoint_exists);
-  w.str(me.save_id);
   w.u64(structure_hash(me));
   w.u64(commons_digest);
-  rank_statuses votes = agree(comm, failure, w.data());
-  if (auto f = votes.first_failure()) return std::move(*f);
-  bool same = true;
-  std::uint64_t digest0 = 0;
-  for (std::size_t r = 0; r < votes.payloads.size(); ++r) {
-    binary_reader rd(votes.payloads[r]);
-    bool exists = rd.u8();
-    std::string id = rd.str();
-    std::uint64_t h = rd.u64(), d = rd.u64();
-    if (r == 0) out.exists_at_root = exists, out.save_id = id, digest0 = d;
-    same = same && h == plan_cache_access::structure(cache)[r] &&
-           (!opt.validate_access_integrity || d == digest0);
-  }
+  auto decide = [&](const std::vector<bytes>& votes) {
+    bool same = true;
+    std::uint64_t digest0 = 0;
+    for (std::size_t r = 0; r < votes.size(); ++r) {
+      binary_reader rd(votes[r]);
+      std::uint64_t h = rd.u64(), d = rd.u64();
+      if (r == 0) digest0 = d;
+      same = same && h == plan_cache_access::structure(cache)[r] &&
+             (!opt.validate_access_integrity || d == digest0);
+    }
+    binary_writer v;
+    v.u8(same);
+    v.u8(me.checkpoint_exists);
+    v.str(me.save_id);
+    return std::pair{std::optional<error>{}, std::move(v.data())};
+  };
+  auto [verdict, payload] = agree_at_root(comm, 0, failure, w.data(), decide);
+  if (verdict) return std::move(*verdict);
+  binary_reader rd(payload);
+  bool same = rd.u8();
+  out.exists_at_root = rd.u8();
+  out.save_id = rd.str();
   if (same) out.cached = plan_cache_access::hit(cache);
   return ok();
 }
