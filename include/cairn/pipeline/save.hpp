@@ -173,22 +173,6 @@ inline result<void> vote_on_cached_plan(const rank_desc& me,
   return ok();
 }
 
-/// Even unvalidated, two ranks must not both write one object: one record would be lost.
-inline result<void> check_unique_objects(const std::vector<rank_desc>& all) {
-  std::map<std::string, int> owner;
-  for (int r = 0; r < static_cast<int>(all.size()); ++r)
-    for (const auto& o : all[r].objects)
-      if (o.replica_id == 0)
-        if (auto [it, fresh] =
-                owner.try_emplace(object_unique_key(o.key, o.global_offset, o.global_shape), r);
-            !fresh)
-          return make_error(errc::integrity, "sharded object " + it->first + " is saved by rank " +
-                                                 std::to_string(it->second) + " and rank " +
-                                                 std::to_string(r))
-              .with_key(o.key);
-  return ok();
-}
-
 /// Refuses to replace a committed checkpoint unless asked to and the strategy can.
 inline result<void> check_overwrite(bool exists_at_root, storage_ref st, const save_options& opt) {
   if (!exists_at_root) return ok();

@@ -6,7 +6,9 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -119,6 +121,12 @@ inline rank_desc decode_rank_desc(std::span<const std::byte> b) {
     c.hash = r.u64();
   }
   return d;
+}
+
+/// A hash of a checkpoint key (XXH3-64 of its bytes): which rank owns it in scalable planning,
+/// and where ties start when planning rotates.
+inline std::uint64_t key_hash(std::string_view key) {
+  return checksum(std::as_bytes(std::span(key.data(), key.size())));
 }
 
 /// A checksum of a common value's kind, dtype and bytes (used to compare across ranks).
@@ -273,29 +281,52 @@ inline result<void> check_objects(const std::vector<rank_desc>& ranks) {
   return ok();
 }
 
+/// Checks that rank `r`'s common values `mine` are rank 0's `ref` (paths and hashes).
+inline result<void> compare_commons(const std::map<std::string, std::uint64_t>& ref,
+                                    const std::vector<common_desc>& commons,
+                                    int r) {
+  std::map<std::string, std::uint64_t> mine;
+  for (const auto& c : commons) mine[c.path] = c.hash;
+  for (const auto& [path, h] : ref) {
+    auto it = mine.find(path);
+    if (it == mine.end())
+      return integrity_error(path,
+                             "common value exists on rank 0 but not on rank " + std::to_string(r));
+    if (it->second != h)
+      return integrity_error(path, "common value differs between rank 0 and rank " +
+                                       std::to_string(r) +
+                                       " (common values must be identical on every rank)");
+  }
+  for (const auto& [path, h] : mine)
+    if (!ref.count(path))
+      return integrity_error(
+          path, "common value exists on rank " + std::to_string(r) + " but not on rank 0");
+  return ok();
+}
+
 /// Checks that every rank has the same common values (paths and hashes) as rank 0.
 inline result<void> check_commons(const std::vector<rank_desc>& ranks) {
   if (ranks.empty()) return ok();
   std::map<std::string, std::uint64_t> ref;
   for (const auto& c : ranks[0].commons) ref[c.path] = c.hash;
-  for (int r = 1; r < static_cast<int>(ranks.size()); ++r) {
-    std::map<std::string, std::uint64_t> mine;
-    for (const auto& c : ranks[r].commons) mine[c.path] = c.hash;
-    for (const auto& [path, h] : ref) {
-      auto it = mine.find(path);
-      if (it == mine.end())
-        return integrity_error(
-            path, "common value exists on rank 0 but not on rank " + std::to_string(r));
-      if (it->second != h)
-        return integrity_error(path, "common value differs between rank 0 and rank " +
-                                         std::to_string(r) +
-                                         " (common values must be identical on every rank)");
-    }
-    for (const auto& [path, h] : mine)
-      if (!ref.count(path))
-        return integrity_error(
-            path, "common value exists on rank " + std::to_string(r) + " but not on rank 0");
-  }
+  for (int r = 1; r < static_cast<int>(ranks.size()); ++r)
+    CAIRN_TRY(compare_commons(ref, ranks[r].commons, r));
+  return ok();
+}
+
+/// Even unvalidated, two ranks must not both write one object: one record would be lost.
+inline result<void> check_unique_objects(const std::vector<rank_desc>& all) {
+  std::map<std::string, int> owner;
+  for (int r = 0; r < static_cast<int>(all.size()); ++r)
+    for (const auto& o : all[r].objects)
+      if (o.replica_id == 0)
+        if (auto [it, fresh] =
+                owner.try_emplace(object_unique_key(o.key, o.global_offset, o.global_shape), r);
+            !fresh)
+          return make_error(errc::integrity, "sharded object " + it->first + " is saved by rank " +
+                                                 std::to_string(it->second) + " and rank " +
+                                                 std::to_string(r))
+              .with_key(o.key);
   return ok();
 }
 }  // namespace detail
@@ -366,6 +397,7 @@ struct box_group {
   box region;
   std::size_t elem_size;
   std::vector<box_holder> holders;  // the main copy's holder first
+  std::uint64_t rotation = 0;       // among equally loaded holders, start at this one (mod size)
   /// Bytes of the box.
   std::uint64_t bytes() const { return static_cast<std::uint64_t>(region.volume()) * elem_size; }
 };
@@ -380,7 +412,8 @@ struct write_part {
 /// Records every tensor's dtype and global shape in `L.tensors` and collects its boxes: main
 /// copies first, then replicas that hold exactly a main box.
 inline std::vector<box_group> collect_box_groups(const std::vector<rank_desc>& ranks,
-                                                 save_index& L) {
+                                                 save_index& L,
+                                                 bool rotate = false) {
   const int world = static_cast<int>(ranks.size());
   std::vector<box_group> groups;
   std::map<std::pair<std::string, std::pair<shape, shape>>, std::size_t> index;
@@ -398,8 +431,8 @@ inline std::vector<box_group> collect_box_groups(const std::vector<rank_desc>& r
           if (it == index.end()) {
             if (pass == 1) continue;  // a replica of nothing written: its data is covered
             index.emplace(id, groups.size());
-            groups.push_back(
-                box_group{&L.tensors.find(t.key)->first, t.pieces[p], dtype_size(t.type), {}});
+            groups.push_back(box_group{&L.tensors.find(t.key)->first, t.pieces[p],
+                                       dtype_size(t.type), {}, rotate ? key_hash(t.key) + p : 0});
             it = index.find(id);
           } else if (pass == 0) {
             continue;  // a second main copy of the same box (validation reports overlaps)
@@ -433,15 +466,19 @@ inline std::size_t part_count(const box_group& g, std::uint64_t split_min_bytes)
   return k;
 }
 
-/// The holder of `g` not yet `used` whose rank has written least so far (the first on ties).
+/// The holder of `g` not yet `used` whose rank has written least so far (on ties, the first
+/// counting from `g.rotation`).
 inline std::size_t least_loaded_holder(const box_group& g,
                                        const std::vector<bool>& used,
                                        const std::vector<std::uint64_t>& bytes_of_rank) {
-  std::size_t best = g.holders.size();
-  for (std::size_t h = 0; h < g.holders.size(); ++h)
-    if (!used[h] && (best == g.holders.size() ||
-                     bytes_of_rank[g.holders[h].rank] < bytes_of_rank[g.holders[best].rank]))
+  const std::size_t n = g.holders.size();
+  std::size_t best = n;
+  for (std::size_t i = 0; i < n; ++i) {
+    std::size_t h = (i + g.rotation % n) % n;
+    if (!used[h] &&
+        (best == n || bytes_of_rank[g.holders[h].rank] < bytes_of_rank[g.holders[best].rank]))
       best = h;
+  }
   return best;
 }
 
@@ -534,16 +571,21 @@ inline void place_objects(const std::vector<rank_desc>& ranks,
 /// computes the same index from the same descriptions. With `tile` on, every written box larger
 /// than a checksum block is cut into tiles of at most one block (`choose_tiles`), so that a
 /// reader that needs only some columns reads only the tiles holding them.
+///
+/// With `rotate`, ties between equally loaded holders start at a holder picked by a hash of
+/// the key, so that planners that each see only some keys (plan/scalable.hpp) still spread the
+/// writes over every holder.
 inline save_index plan_save(const std::vector<rank_desc>& ranks,
                             std::uint64_t block_size,
                             std::uint64_t split_min_bytes = std::uint64_t{64} << 10,
-                            bool tile = true) {
+                            bool tile = true,
+                            bool rotate = false) {
   save_index L;
   L.world_size = static_cast<int>(ranks.size());
   L.block_size = block_size;
   L.slots.resize(ranks.size());
   L.bytes_of_rank.assign(ranks.size(), 0);
-  std::vector<detail::box_group> groups = detail::collect_box_groups(ranks, L);
+  std::vector<detail::box_group> groups = detail::collect_box_groups(ranks, L, rotate);
   std::vector<detail::write_part> parts =
       detail::balance_parts(groups, split_min_bytes, L.bytes_of_rank);
   std::vector<std::uint64_t> offset(ranks.size(), 0);
