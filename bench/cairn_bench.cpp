@@ -43,6 +43,7 @@
 #include "cairn/async/saver.hpp"
 #include "cairn/cairn.hpp"
 #include "cairn/strategies.hpp"
+#include "plan_roles.hpp"
 #include "plan_sweep.hpp"
 
 namespace {
@@ -82,6 +83,11 @@ options:
                      and print ranks, tensors, chunks, plan_ms, peak_rss_mb, metadata_bytes;
                      without --ranks/--tensors, a sweep over R in 8..4096, T in 100..10000
   --tensors T        weights for --plan
+  --scalable         with --plan --ranks R --tensors T: the roles of scalable planning (every
+                     rank, a sampled key owner, rank 0 as a writer): time and bytes sent and
+                     received by each
+  --pp P             pipeline stages for --plan --scalable (default min(8, R / 8))
+  --owners N         owners sampled by --plan --scalable (default 4)
   --reshard          instead of I/O: save tensor-parallel weights (and data-parallel
                      replicas) in memory, load them on 1..8 ranks along both axes, and report
                      bytes read / bytes needed per load and max/mean bytes written per rank
@@ -112,7 +118,10 @@ struct options {
   bool async = false;    ///< --async: async_saver's stall and background persist
   bool reshard = false;  ///< --reshard: read amplification and write balance
   bool ranks_given = false;
-  int tensors = 0;  ///< --plan --tensors T
+  int tensors = 0;        ///< --plan --tensors T
+  bool scalable = false;  ///< --plan --scalable: the roles of scalable planning
+  int pp = 0;             ///< --pp: pipeline stages of --plan --scalable (0: the default)
+  int owners = 4;         ///< --owners: owners sampled by --plan --scalable
 };
 
 struct usage_error : std::runtime_error {
@@ -188,6 +197,12 @@ std::optional<options> parse_args(int argc, char** argv) {
       o.async = true;
     } else if (a == "--plan") {
       o.plan = true;
+    } else if (a == "--scalable") {
+      o.scalable = true;
+    } else if (a == "--pp") {
+      o.pp = parse_int(value(), 1, "--pp", 1 << 20);
+    } else if (a == "--owners") {
+      o.owners = parse_int(value(), 1, "--owners", 1 << 20);
     } else if (a == "--tensors") {
       o.tensors = parse_int(value(), 1, "--tensors", 1 << 24);
     } else if (a == "--io-threads") {
@@ -1014,7 +1029,7 @@ int run_async(const options& o) {
 }
 
 /// One planning point in a child process, so that its peak resident memory is its own.
-std::optional<std::string> plan_point_in_child(int ranks, int tensors) {
+std::optional<std::string> plan_point_in_child(int ranks, int tensors, const options& o) {
   int fd[2];
   if (::pipe(fd) != 0) return std::nullopt;
   std::fflush(stdout);
@@ -1022,7 +1037,9 @@ std::optional<std::string> plan_point_in_child(int ranks, int tensors) {
   if (pid < 0) return std::nullopt;
   if (pid == 0) {
     ::close(fd[0]);
-    std::string j = cairn_bench::plan_point_json(cairn_bench::simulate_plan(ranks, tensors));
+    std::string j = o.scalable
+                        ? cairn_bench::simulate_roles(ranks, tensors, o.pp, o.owners)
+                        : cairn_bench::plan_point_json(cairn_bench::simulate_plan(ranks, tensors));
     ssize_t w = ::write(fd[1], j.data(), j.size());
     ::_exit(w == static_cast<ssize_t>(j.size()) ? 0 : 1);
   }
@@ -1043,7 +1060,7 @@ int run_plan(const options& o) {
   if (o.ranks_given != (o.tensors > 0))
     throw usage_error("--plan takes both --ranks and --tensors, or neither (the sweep)");
   if (o.tensors > 0) {
-    auto j = plan_point_in_child(o.ranks, o.tensors);
+    auto j = plan_point_in_child(o.ranks, o.tensors, o);
     if (!j) {
       std::fprintf(stderr, "cairn-bench: the planning run failed (out of memory?)\n");
       return 1;
@@ -1061,7 +1078,7 @@ int run_plan(const options& o) {
   std::vector<std::string> points, skipped;
   for (int r : {8, 64, 512, 4096})
     for (int t : {100, 1000, 10000}) {
-      if (static_cast<double>(r) * t > cap) {
+      if (!o.scalable && static_cast<double>(r) * t > cap) {
         skipped.push_back(fmt::format(
             "{{\"ranks\":{},\"tensors\":{},\"reason\":\"ranks x tensors = {} > {:.0f}: "
             "minutes and tens of GiB with one metadata.json (see docs/benchmarks.md)\"}}",
@@ -1070,7 +1087,7 @@ int run_plan(const options& o) {
           std::printf("%5d ranks x %5d tensors: skipped (ranks x tensors > %.0f)\n", r, t, cap);
         continue;
       }
-      auto j = plan_point_in_child(r, t);
+      auto j = plan_point_in_child(r, t, o);
       if (!j) {
         std::fprintf(stderr, "cairn-bench: planning %d x %d failed\n", r, t);
         return 1;

@@ -1,0 +1,166 @@
+// bench/plan_roles.hpp: `cairn-bench --plan --scalable`: what each role of scalable save
+// planning (include/cairn/plan/scalable.hpp) costs at scale, simulated in one process with
+// metadata only.
+//
+// The grid is plan_sweep.hpp's (TP = 8, PP stages, DP replicas; T [4096, 4096] bf16 weights with
+// two f32 Adam moments each, the moments in distributed-optimizer flat slices). Roles:
+// - every rank: describe its leaves and split them by owner (`claims_by_owner`); measured on
+//   rank 0 (all ranks of a grid hold the same number of leaves).
+// - owner: receive every rank's claims for its keys and plan them (`plan_owned`); measured on
+//   `--owners` sampled owners (rank 0 among them), reporting the largest.
+// - writer: receive its slots from the owners of its keys; measured exactly for rank 0 by
+//   planning each of its keys as its owner would.
+#pragma once
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cairn/plan/scalable.hpp"
+#include "plan_sweep.hpp"
+
+namespace cairn_bench {
+
+/// The TP × PP × DP grid of the simulation and the leaves it gives each rank.
+struct grid {
+  int ranks, tensors, tp, pp, dp;
+  static constexpr std::int64_t rows = 4096, cols = 4096;
+
+  /// Which of the three leaves of weight `t` (0: weight, 1 and 2: the Adam moments).
+  static std::string key(int t, int kind) {
+    std::string w = "layers." + std::to_string(t) + ".weight";
+    return kind == 0 ? w : "optim." + w + (kind == 1 ? ".exp_avg" : ".exp_avg_sq");
+  }
+  int stage(int t) const { return t % pp; }
+  /// The ranks of stage `s` (every rank holding its tensors).
+  std::vector<int> ranks_of_stage(int s) const {
+    std::vector<int> out;
+    for (int d = 0; d < dp; ++d)
+      for (int k = 0; k < tp; ++k) out.push_back(k + tp * s + tp * pp * d);
+    return out;
+  }
+  /// Rank r's leaf `kind` of weight t (r must be in t's stage).
+  cairn::tensor_desc leaf(int r, int t, int kind) const {
+    int k = r % tp, d = r / (tp * pp);
+    int axis = t % 2;
+    cairn::box blk{{0, 0}, {rows, cols}};
+    blk.size[axis] /= tp;
+    blk.offset[axis] = blk.size[axis] * k;
+    if (kind == 0) return {key(t, 0), cairn::dtype::bf16, {rows, cols}, d, {blk}};
+    cairn::tensor_desc od{key(t, kind), cairn::dtype::f32, {rows, cols}, 0, {}};
+    std::int64_t v = blk.volume();
+    for (const auto& pc : cairn::flat_range_boxes(blk, v * d / dp, v * (d + 1) / dp))
+      od.pieces.push_back(pc.region);
+    return od;
+  }
+  /// Every leaf of rank r.
+  cairn::rank_desc leaves_of(int r) const {
+    cairn::rank_desc d;
+    if (r == 0) d.save_id = "bench";
+    for (int t = (r / tp) % pp; t < tensors; t += pp)
+      for (int kind = 0; kind < 3; ++kind) d.tensors.push_back(leaf(r, t, kind));
+    d.commons.push_back(cairn::common_desc{"step", 42});
+    return d;
+  }
+};
+
+/// What one role cost.
+struct role_cost {
+  double ms = 0;
+  std::size_t sent = 0, received = 0;
+};
+
+/// The claims every rank sends owner `o`: only the keys `o` owns, leaf by leaf.
+inline std::vector<cairn::bytes> claims_for_owner(const grid& g,
+                                                  const std::vector<std::pair<int, int>>& keys,
+                                                  int o) {
+  std::vector<cairn::rank_desc> part(static_cast<std::size_t>(g.ranks));
+  for (auto [t, kind] : keys)
+    for (int r : g.ranks_of_stage(g.stage(t)))
+      part[static_cast<std::size_t>(r)].tensors.push_back(g.leaf(r, t, kind));
+  std::vector<cairn::bytes> in(static_cast<std::size_t>(g.ranks));
+  for (int r = 0; r < g.ranks; ++r)
+    if (!part[static_cast<std::size_t>(r)].tensors.empty())
+      in[static_cast<std::size_t>(r)] =
+          std::move(cairn::claims_by_owner(part[static_cast<std::size_t>(r)], g.ranks)[o]);
+  return in;
+}
+
+/// Plans as owner: returns the role's cost and the bytes it sends each writer.
+inline role_cost owner_role(const std::vector<cairn::bytes>& in, std::vector<std::size_t>* to) {
+  role_cost c;
+  for (const auto& b : in) c.received += b.size();
+  auto t0 = std::chrono::steady_clock::now();
+  auto plan = cairn::plan_owned(in, true, cairn::default_block_size, std::uint64_t{64} << 10, true);
+  c.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  if (!plan) throw std::runtime_error("plan_owned: " + plan.err().describe());
+  for (std::size_t r = 0; r < plan->to_writer.size(); ++r) {
+    c.sent += plan->to_writer[r].size();
+    if (to) (*to)[r] += plan->to_writer[r].size();
+  }
+  return c;
+}
+
+/// The roles of scalable planning for `ranks` × `tensors` with `pp` stages, as JSON.
+inline std::string simulate_roles(int ranks, int tensors, int pp, int owners) {
+  grid g{ranks, tensors, std::min(8, ranks), 1, 1};
+  g.pp = pp > 0 ? pp : std::max(1, std::min(8, ranks / g.tp));
+  g.dp = std::max(1, ranks / (g.tp * g.pp));
+  if (g.tp * g.pp * g.dp != ranks) throw std::runtime_error("ranks must be 8 x pp x dp");
+  // Every rank: describe and split by owner (rank 0).
+  role_cost every;
+  auto t0 = std::chrono::steady_clock::now();
+  cairn::rank_desc me = g.leaves_of(0);
+  auto out = cairn::claims_by_owner(me, ranks);
+  every.ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  for (const auto& b : out) every.sent += b.size();
+  // Owners: sampled, rank 0 among them.
+  std::vector<std::vector<std::pair<int, int>>> owned(static_cast<std::size_t>(ranks));
+  for (int t = 0; t < tensors; ++t)
+    for (int kind = 0; kind < 3; ++kind)
+      owned[static_cast<std::size_t>(cairn::owner_of(grid::key(t, kind), ranks))].push_back(
+          {t, kind});
+  std::size_t most_keys = 0;
+  for (const auto& k : owned) most_keys = std::max(most_keys, k.size());
+  std::mt19937 rng(7);
+  role_cost owner;
+  std::vector<int> sample{0};
+  for (int i = 1; i < owners && i < ranks; ++i) sample.push_back(static_cast<int>(rng() % ranks));
+  for (int o : sample) {
+    role_cost c = owner_role(claims_for_owner(g, owned[static_cast<std::size_t>(o)], o), nullptr);
+    if (c.ms > owner.ms) owner.ms = c.ms;
+    owner.sent = std::max(owner.sent, c.sent);
+    owner.received = std::max(owner.received, c.received);
+  }
+  // Writer: rank 0's slots from the owners of its keys, planned key by key.
+  role_cost writer;
+  std::vector<std::size_t> to(static_cast<std::size_t>(ranks), 0);
+  auto w0 = std::chrono::steady_clock::now();
+  for (const auto& l : me.tensors) {
+    int t = std::stoi(l.key.substr(l.key.find("layers.") + 7));
+    int kind = l.key.ends_with(".exp_avg") ? 1 : l.key.ends_with(".exp_avg_sq") ? 2 : 0;
+    int o = cairn::owner_of(l.key, ranks);
+    owner_role(claims_for_owner(g, {{t, kind}}, o), &to);
+  }
+  double all_keys_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - w0).count();
+  writer.received = to[0];
+  return fmt::format(
+      "{{\"ranks\":{},\"tensors\":{},\"tp\":{},\"pp\":{},\"dp\":{},\"leaves_per_rank\":{},"
+      "\"keys_per_owner_max\":{},\"every_rank\":{{\"ms\":{:.1f},\"sent\":{}}},"
+      "\"owner_max_of_{}\":{{\"ms\":{:.1f},\"received\":{},\"sent\":{}}},"
+      "\"writer_rank0\":{{\"received\":{},\"owner_ms_for_its_keys\":{:.1f}}},"
+      "\"received_max_estimate\":{},\"peak_rss_mb\":{:.1f}}}",
+      ranks, tensors, g.tp, g.pp, g.dp, me.tensors.size(), most_keys, every.ms, every.sent,
+      sample.size(), owner.ms, owner.received, owner.sent, writer.received, all_keys_ms,
+      owner.received + writer.received, peak_rss_mb());
+}
+
+}  // namespace cairn_bench
