@@ -7,7 +7,7 @@
 // - every rank: describe its leaves and split them by owner (`claims_by_owner`); measured on
 //   rank 0 (all ranks of a grid hold the same number of leaves).
 // - owner: receive every rank's claims for its keys and plan them (`plan_owned`); measured on
-//   `--owners` sampled owners (rank 0 among them), reporting the largest.
+//   `--owners` owners (rank 0, the owner of the most keys, random others), reporting the largest.
 // - writer: receive its slots from the owners of its keys; measured exactly for rank 0 by
 //   planning each of its keys as its owner would.
 #pragma once
@@ -76,19 +76,18 @@ struct role_cost {
   std::size_t sent = 0, received = 0;
 };
 
-/// The claims every rank sends owner `o`: only the keys `o` owns, leaf by leaf.
+/// The claims every rank sends the owner of `keys` (weight, kind).
 inline std::vector<cairn::bytes> claims_for_owner(const grid& g,
-                                                  const std::vector<std::pair<int, int>>& keys,
-                                                  int o) {
-  std::vector<cairn::rank_desc> part(static_cast<std::size_t>(g.ranks));
+                                                  const std::vector<std::pair<int, int>>& keys) {
+  std::map<int, cairn::rank_desc> part;
   for (auto [t, kind] : keys)
-    for (int r : g.ranks_of_stage(g.stage(t)))
-      part[static_cast<std::size_t>(r)].tensors.push_back(g.leaf(r, t, kind));
+    for (int r : g.ranks_of_stage(g.stage(t))) part[r].tensors.push_back(g.leaf(r, t, kind));
   std::vector<cairn::bytes> in(static_cast<std::size_t>(g.ranks));
-  for (int r = 0; r < g.ranks; ++r)
-    if (!part[static_cast<std::size_t>(r)].tensors.empty())
-      in[static_cast<std::size_t>(r)] =
-          std::move(cairn::claims_by_owner(part[static_cast<std::size_t>(r)], g.ranks)[o]);
+  for (const auto& [r, d] : part) {
+    std::vector<std::uint64_t> leaf(d.tensors.size());
+    for (std::size_t i = 0; i < leaf.size(); ++i) leaf[i] = i;
+    in[static_cast<std::size_t>(r)] = cairn::encode_claims(d, leaf, {});
+  }
   return in;
 }
 
@@ -131,35 +130,39 @@ inline std::string simulate_roles(int ranks, int tensors, int pp, int owners) {
   for (const auto& k : owned) most_keys = std::max(most_keys, k.size());
   std::mt19937 rng(7);
   role_cost owner;
-  std::vector<int> sample{0};
-  for (int i = 1; i < owners && i < ranks; ++i) sample.push_back(static_cast<int>(rng() % ranks));
+  // Rank 0, the owner of the most keys, and random others.
+  int busiest = 0;
+  for (int o = 0; o < ranks; ++o)
+    if (owned[static_cast<std::size_t>(o)].size() == most_keys) busiest = o;
+  std::vector<int> sample{0, busiest};
+  for (int i = 2; i < owners && i < ranks; ++i) sample.push_back(static_cast<int>(rng() % ranks));
   for (int o : sample) {
-    role_cost c = owner_role(claims_for_owner(g, owned[static_cast<std::size_t>(o)], o), nullptr);
+    role_cost c = owner_role(claims_for_owner(g, owned[static_cast<std::size_t>(o)]), nullptr);
     if (c.ms > owner.ms) owner.ms = c.ms;
     owner.sent = std::max(owner.sent, c.sent);
     owner.received = std::max(owner.received, c.received);
   }
-  // Writer: rank 0's slots from the owners of its keys, planned key by key.
-  role_cost writer;
+  // Writer: rank 0's slots from the owners of its keys, planned key by key (at most 300 keys,
+  // evenly spaced, scaled up to all of them).
   std::vector<std::size_t> to(static_cast<std::size_t>(ranks), 0);
-  auto w0 = std::chrono::steady_clock::now();
-  for (const auto& l : me.tensors) {
-    int t = std::stoi(l.key.substr(l.key.find("layers.") + 7));
-    int kind = l.key.ends_with(".exp_avg") ? 1 : l.key.ends_with(".exp_avg_sq") ? 2 : 0;
-    int o = cairn::owner_of(l.key, ranks);
-    owner_role(claims_for_owner(g, {{t, kind}}, o), &to);
+  const std::size_t step = std::max<std::size_t>(1, me.tensors.size() / 300);
+  std::size_t sampled = 0;
+  for (std::size_t i = 0; i < me.tensors.size(); i += step, ++sampled) {
+    const std::string& key = me.tensors[i].key;
+    int t = std::stoi(key.substr(key.find("layers.") + 7));
+    int kind = key.ends_with(".exp_avg") ? 1 : key.ends_with(".exp_avg_sq") ? 2 : 0;
+    owner_role(claims_for_owner(g, {{t, kind}}), &to);
   }
-  double all_keys_ms =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - w0).count();
-  writer.received = to[0];
+  role_cost writer;
+  writer.received = to[0] * me.tensors.size() / std::max<std::size_t>(sampled, 1);
   return fmt::format(
       "{{\"ranks\":{},\"tensors\":{},\"tp\":{},\"pp\":{},\"dp\":{},\"leaves_per_rank\":{},"
       "\"keys_per_owner_max\":{},\"every_rank\":{{\"ms\":{:.1f},\"sent\":{}}},"
       "\"owner_max_of_{}\":{{\"ms\":{:.1f},\"received\":{},\"sent\":{}}},"
-      "\"writer_rank0\":{{\"received\":{},\"owner_ms_for_its_keys\":{:.1f}}},"
+      "\"writer_rank0\":{{\"received\":{},\"keys_sampled\":{}}},"
       "\"received_max_estimate\":{},\"peak_rss_mb\":{:.1f}}}",
       ranks, tensors, g.tp, g.pp, g.dp, me.tensors.size(), most_keys, every.ms, every.sent,
-      sample.size(), owner.ms, owner.received, owner.sent, writer.received, all_keys_ms,
+      sample.size(), owner.ms, owner.received, owner.sent, writer.received, sampled,
       owner.received + writer.received, peak_rss_mb());
 }
 

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "cairn/plan/scalable.hpp"
+#include "cairn/pipeline/scalable_plan.hpp"
 
 namespace cairn_test {
 
@@ -30,14 +30,17 @@ inline std::vector<rank_desc> random_world(int world, std::uint32_t seed, int te
   d[0].save_id = "id";
   for (int t = 0; t < tensors; ++t) {
     std::string key = "t" + std::to_string(t);
-    cairn::shape g{static_cast<std::int64_t>(1 + rng() % 40),
-                   static_cast<std::int64_t>(1 + rng() % 9)};
+    cairn::shape g = t % 4 == 3 ? cairn::shape{static_cast<std::int64_t>(1 + rng() % 6),
+                                               static_cast<std::int64_t>(1 + rng() % 5),
+                                               static_cast<std::int64_t>(1 + rng() % 4)}
+                                : cairn::shape{static_cast<std::int64_t>(1 + rng() % 40),
+                                               static_cast<std::int64_t>(1 + rng() % 9)};
     auto type = t % 3 ? cairn::dtype::f32 : cairn::dtype::bf16;
     auto how = static_cast<spread>(rng() % 5);
     int axis = static_cast<int>(rng() % 2);
     for (int r = 0; r < world; ++r) {
       tensor_desc td{key, type, g, 0, {}};
-      box whole{{0, 0}, g};
+      box whole{cairn::shape(g.size(), 0), g};
       auto cut = [&](int i, int n) {  // block i of n (uneven) along `axis`
         box b = whole;
         b.offset[axis] = g[axis] * i / n;

@@ -1,4 +1,5 @@
-// cairn/plan/scalable.hpp: save planning in which no rank receives or holds O(ranks × tensors).
+// cairn/plan/scalable.hpp: the pure parts of save planning in which no rank receives or holds
+// O(ranks × tensors); the collective that runs them is pipeline/scalable_plan.hpp.
 //
 // Every key has an owner, a rank picked by a hash of the key. Each rank sends every owner only
 // the leaves with keys it owns (one all_to_all); each owner checks its keys across ranks
@@ -17,15 +18,13 @@
 
 #include <cstdint>
 #include <map>
-#include <stdexcept>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
-#include "cairn/comm/agree.hpp"
-#include "cairn/comm/communicator.hpp"
 #include "cairn/core/error.hpp"
 #include "cairn/detail/binary.hpp"
 #include "cairn/plan/save_plan.hpp"
@@ -63,9 +62,21 @@ inline bytes unpack_message(std::span<const std::byte> b, std::uint64_t limit = 
 
 }  // namespace detail
 
+/// Encodes the leaves `part` a rank sends one owner, with their indices among the rank's own
+/// leaves (zstd-compressed).
+inline bytes encode_claims(const rank_desc& part,
+                           const std::vector<std::uint64_t>& tensor_leaf,
+                           const std::vector<std::uint64_t>& object_leaf) {
+  detail::binary_writer w;
+  w.blob(encode(part));
+  w.u64s(tensor_leaf);
+  w.u64s(object_leaf);
+  return detail::pack_message(w.data());
+}
+
 /// Splits a rank's description by owner: message `o` holds the leaves whose keys rank `o`
-/// owns, with their indices among this rank's leaves (zstd-compressed). Common values are not
-/// sent (see `scalable_plan`).
+/// owns (`encode_claims`); empty when there are none. Common values are not sent (see
+/// `scalable_plan`).
 inline std::vector<bytes> claims_by_owner(const rank_desc& me, int world) {
   std::vector<rank_desc> part(static_cast<std::size_t>(world));
   std::vector<std::vector<std::uint64_t>> tensor_leaf(part.size()), object_leaf(part.size());
@@ -80,25 +91,11 @@ inline std::vector<bytes> claims_by_owner(const rank_desc& me, int world) {
     object_leaf[o].push_back(i);
   }
   std::vector<bytes> out(part.size());
-  for (std::size_t o = 0; o < part.size(); ++o) {
-    if (part[o].tensors.empty() && part[o].objects.empty()) continue;
-    detail::binary_writer w;
-    w.blob(encode(part[o]));
-    w.u64s(tensor_leaf[o]);
-    w.u64s(object_leaf[o]);
-    out[o] = detail::pack_message(w.data());
-  }
+  for (std::size_t o = 0; o < part.size(); ++o)
+    if (!part[o].tensors.empty() || !part[o].objects.empty())
+      out[o] = encode_claims(part[o], tensor_leaf[o], object_leaf[o]);
   return out;
 }
-
-/// One slot a writer received from an owner, with the record of what it writes.
-struct assigned_slot {
-  write_slot slot;          ///< `leaf` is the writer's own leaf index; `chunk` is unused
-  chunk_record chunk;       ///< tensors: region, tiles, nbytes (`where.file` = the writer)
-  object_record object;     ///< objects
-  dtype type = dtype::f32;  ///< tensors: the tensor's dtype and global shape
-  shape global_shape;
-};
 
 /// What an owner decided about its keys.
 struct owner_plan {
@@ -134,7 +131,9 @@ inline received_claims decode_claims(const std::vector<bytes>& received) {
   return c;
 }
 
-/// Encodes one writer's slots (with their records) for the all_to_all back.
+/// Encodes one writer's slots for the all_to_all back: per slot only the writer's leaf and
+/// piece, and the element range of the piece it writes; the writer derives the rest from its
+/// own leaves (`writer_index`).
 inline bytes encode_slots(const save_index& L,
                           const std::vector<write_slot>& slots,
                           const received_claims& c,
@@ -144,57 +143,70 @@ inline bytes encode_slots(const save_index& L,
   auto r = static_cast<std::size_t>(writer);
   for (const write_slot& s : slots) {
     w.u8(s.is_object);
-    w.str(s.key);
     w.u64(s.is_object ? c.object_leaf[r].at(s.leaf) : c.tensor_leaf[r].at(s.leaf));
+    if (s.is_object) continue;
+    const chunk_record& ch = L.tensors.at(s.key).chunks.at(s.chunk);
+    // The writer rebuilds the region from the range: check here that it will get this one.
+    const box& held = c.ranks[r].tensors.at(s.leaf).pieces.at(s.piece);
+    auto again = flat_range_boxes(held, s.element, s.element + ch.region.volume());
+    if (again.size() != 1 || again[0].region.offset != ch.region.offset ||
+        again[0].region.size != ch.region.size)
+      throw std::logic_error("scalable planning: a chunk of " + s.key +
+                             " is not the box of its element range");
     w.u64(s.piece);
     w.i64(s.element);
-    if (s.is_object) {
-      const object_record& o = L.objects.at(s.key);
-      w.str(o.key);
-      w.ints(o.global_shape);
-      w.ints(o.global_offset);
-      w.u64(o.where.nbytes);
-      continue;
-    }
-    const tensor_record& t = L.tensors.at(s.key);
-    const chunk_record& ch = t.chunks.at(s.chunk);
-    w.u8(static_cast<std::uint8_t>(t.type));
-    w.ints(t.global_shape);
-    w.ints(ch.region.offset);
-    w.ints(ch.region.size);
-    w.ints(ch.tiles);
-    w.u64(ch.where.nbytes);
+    w.i64(ch.region.volume());
   }
   return pack_message(w.data());
 }
 
-inline std::vector<assigned_slot> decode_slots(std::span<const std::byte> msg, int writer) {
-  std::vector<assigned_slot> out;
-  if (msg.empty()) return out;
-  bytes raw = unpack_message(msg);
-  binary_reader rd(raw);
-  out.resize(rd.u64());
-  for (assigned_slot& a : out) {
-    a.slot.is_object = rd.u8();
-    a.slot.key = rd.str();
-    a.slot.leaf = rd.u64();
-    a.slot.piece = rd.u64();
-    a.slot.element = rd.i64();
-    if (a.slot.is_object) {
-      a.object.key = rd.str();
-      a.object.global_shape = rd.ints();
-      a.object.global_offset = rd.ints();
-      a.object.where = extent{static_cast<std::uint32_t>(writer), 0, rd.u64(), {}};
-      continue;
-    }
-    a.type = static_cast<dtype>(rd.u8());
-    a.global_shape = rd.ints();
-    a.chunk.region.offset = rd.ints();
-    a.chunk.region.size = rd.ints();
-    a.chunk.tiles = rd.ints();
-    a.chunk.where = extent{static_cast<std::uint32_t>(writer), 0, rd.u64(), {}};
+/// Checks a slot's indices against the writer's own leaves (they come from another rank).
+inline void check_slot(bool ok) {
+  if (!ok) throw std::length_error("planning message: a slot names no leaf of this rank");
+}
+
+/// Adds one slot received from an owner to the writer's index `L` at `offset`, deriving its
+/// record from the writer's own leaf.
+inline void add_slot(binary_reader& rd,
+                     const rank_desc& me,
+                     int rank,
+                     bool tile,
+                     std::uint64_t& offset,
+                     save_index& L) {
+  write_slot s;
+  s.is_object = rd.u8();
+  s.leaf = rd.u64();
+  auto file = static_cast<std::uint32_t>(rank);
+  if (s.is_object) {
+    check_slot(s.leaf < me.objects.size());
+    const object_desc& o = me.objects[s.leaf];
+    s.key = object_unique_key(o.key, o.global_offset, o.global_shape);
+    L.objects[s.key] =
+        object_record{o.key, o.global_shape, o.global_offset, extent{file, offset, o.nbytes, {}}};
+    offset += o.nbytes;
+  } else {
+    check_slot(s.leaf < me.tensors.size());
+    const tensor_desc& t = me.tensors[s.leaf];
+    s.key = t.key;
+    s.piece = rd.u64();
+    s.element = rd.i64();
+    std::int64_t count = rd.i64();
+    check_slot(s.piece < t.pieces.size() && s.element >= 0 && count > 0 &&
+               count <= t.pieces[s.piece].volume() - s.element);
+    auto region = flat_range_boxes(t.pieces[s.piece], s.element, s.element + count);
+    check_slot(region.size() == 1);
+    std::size_t es = dtype_size(t.type);
+    std::uint64_t n = static_cast<std::uint64_t>(count) * es;
+    tensor_record& rec = L.tensors[t.key];
+    rec.type = t.type;
+    rec.global_shape = t.global_shape;
+    tile_counts tiles =
+        tile ? choose_tiles(region[0].region, es, L.block_size, t.global_shape) : tile_counts{};
+    rec.chunks.push_back(chunk_record{region[0].region, extent{file, offset, n, {}}, tiles});
+    s.chunk = rec.chunks.size() - 1;
+    offset += n;
   }
-  return out;
+  L.slots[static_cast<std::size_t>(rank)].push_back(std::move(s));
 }
 
 }  // namespace detail
@@ -218,131 +230,35 @@ inline result<owner_plan> plan_owned(const std::vector<bytes>& received,
   out.to_writer.resize(received.size());
   for (std::size_t r = 0; r < received.size(); ++r)
     if (!out.index.slots[r].empty())
-      out.to_writer[r] = detail::encode_slots(out.index, out.index.slots[r], c, static_cast<int>(r));
+      out.to_writer[r] =
+          detail::encode_slots(out.index, out.index.slots[r], c, static_cast<int>(r));
   return out;
 }
 
-/// The writer's part: this rank's index from what every owner assigned it. It holds only the
+/// The writer's part: this rank's index from what every owner assigned it, with records taken
+/// from this rank's own description `me` (tiled like `plan_save` when `tile`). It holds only the
 /// chunks and objects this rank writes, in owner order, laid out one after the other; its
 /// `slots` are empty except this rank's, and `bytes_of_rank` counts only this rank.
 inline save_index writer_index(const std::vector<bytes>& from_owners,
+                               const rank_desc& me,
                                int rank,
                                int world,
-                               std::uint64_t block_size) {
+                               std::uint64_t block_size,
+                               bool tile) {
   save_index L;
   L.world_size = world;
   L.block_size = block_size;
   L.slots.resize(static_cast<std::size_t>(world));
   L.bytes_of_rank.assign(static_cast<std::size_t>(world), 0);
-  auto& mine = L.slots[static_cast<std::size_t>(rank)];
   std::uint64_t offset = 0;
   for (const bytes& msg : from_owners) {
-    for (assigned_slot& a : detail::decode_slots(msg, rank)) {
-      write_slot s = std::move(a.slot);
-      extent& e = s.is_object ? a.object.where : a.chunk.where;
-      e.byte_offset = offset;
-      offset += e.nbytes;
-      if (s.is_object) {
-        L.objects[s.key] = std::move(a.object);
-      } else {
-        tensor_record& t = L.tensors[s.key];
-        t.type = a.type;
-        t.global_shape = std::move(a.global_shape);
-        t.chunks.push_back(std::move(a.chunk));
-        s.chunk = t.chunks.size() - 1;
-      }
-      mine.push_back(std::move(s));
-    }
+    if (msg.empty()) continue;
+    bytes raw = detail::unpack_message(msg);
+    detail::binary_reader rd(raw);
+    for (std::uint64_t n = rd.u64(); n > 0; --n) detail::add_slot(rd, me, rank, tile, offset, L);
   }
   L.bytes_of_rank[static_cast<std::size_t>(rank)] = offset;
   return L;
-}
-
-namespace detail {
-
-/// Rank 0's common values (path and hash), broadcast so that each rank compares its own.
-inline bytes encode_commons(const std::vector<common_desc>& commons) {
-  binary_writer w;
-  w.u64(commons.size());
-  for (const auto& c : commons) {
-    w.str(c.path);
-    w.u64(c.hash);
-  }
-  return std::move(w.data());
-}
-
-/// Compares this rank's common values with rank 0's (encode_commons), as check_commons does.
-inline result<void> check_commons_against(const std::vector<common_desc>& mine,
-                                          std::span<const std::byte> root_commons,
-                                          int rank) {
-  binary_reader rd(root_commons);
-  std::map<std::string, std::uint64_t> ref;
-  for (std::uint64_t n = rd.u64(); n > 0; --n) {
-    std::string path = rd.str();
-    ref[path] = rd.u64();
-  }
-  return compare_commons(ref, mine, rank);
-}
-
-}  // namespace detail
-
-/// What scalable planning agreed on, as this rank sees it.
-struct scalable_agreement {
-  save_index index;             ///< this rank's index (`writer_index`)
-  std::string save_id;          ///< rank 0's save id
-  bool exists_at_root = false;  ///< rank 0 found a committed checkpoint
-};
-
-/// Collective: plans a save with every rank's description `me` (or its local failure), the
-/// scalable way (see the top of this header). Fails on every rank alike, with the lowest
-/// failing rank's error.
-inline result<scalable_agreement> scalable_plan(const rank_desc& me,
-                                                const std::optional<error>& failure,
-                                                comm_ref comm,
-                                                bool validate,
-                                                std::uint64_t block_size,
-                                                std::uint64_t split_min_bytes,
-                                                bool tile) {
-  const int world = comm.size(), rank = comm.rank();
-  // 1. Statuses meet at rank 0, which sends back its save id, whether a checkpoint exists and
-  //    its common values.
-  auto [started, root_said] = agree_at_root(comm, 0, failure, {}, [&](const auto&) {
-    detail::binary_writer w;
-    w.u8(me.checkpoint_exists);
-    w.str(me.save_id);
-    w.blob(detail::encode_commons(me.commons));
-    return std::pair{std::optional<error>{}, std::move(w.data())};
-  });
-  if (started) return std::move(*started);
-  scalable_agreement out;
-  detail::binary_reader rd(root_said);
-  out.exists_at_root = rd.u8();
-  out.save_id = rd.str();
-  bytes root_commons = rd.blob();
-  // 2. Claims go to their owners; each owner checks and plans its keys.
-  std::optional<error> mine;
-  if (validate) {
-    if (auto c = detail::check_commons_against(me.commons, root_commons, rank); !c)
-      mine = std::move(c).err();
-  }
-  std::vector<bytes> received = comm.all_to_all(claims_by_owner(me, world));
-  std::vector<bytes> to_writer(static_cast<std::size_t>(world));
-  auto owned = detail::catch_all("planning owned keys", [&] {
-    return plan_owned(received, validate, block_size, split_min_bytes, tile);
-  });
-  received.clear();
-  if (owned)
-    to_writer = std::move(owned->to_writer);
-  else if (!mine)
-    mine = std::move(owned).err();
-  // 3. Each writer receives its slots; statuses meet at rank 0 again.
-  std::vector<bytes> assigned = comm.all_to_all(to_writer);
-  auto [verdict, unused] = agree_at_root(comm, 0, mine, {}, [](const auto&) {
-    return std::pair{std::optional<error>{}, bytes{}};
-  });
-  if (verdict) return std::move(*verdict);
-  out.index = writer_index(assigned, rank, world, block_size);
-  return out;
 }
 
 }  // namespace cairn
