@@ -54,6 +54,11 @@ struct save_options {
   std::function<void(std::map<std::string, common_value>&)> preprocess_common;
   /// Reuse the plan of the previous save made with this cache when nothing changed.
   save_plan_cache* plan_cache = nullptr;
+  /// Plan by key owners (plan/scalable.hpp): each rank sends each key's owner only its leaves
+  /// of that key and receives only its own slots, so that no rank receives every rank's
+  /// description. Rank 0 still receives every rank's index at the commit (the format keeps one
+  /// metadata file). Needs a strategy that `plans_at_scale` (native).
+  bool scalable_planning = false;
   /// A string map saved with the checkpoint, readable alone with `read_content_metadata`.
   std::map<std::string, std::string> content_metadata;
   /// The CUDA runtime used to copy tensors that live in device memory into pinned host memory

@@ -166,11 +166,14 @@ inline void save_on_threads(cairn::storage_ref st,
                             const property_case& c,
                             int n,
                             layout_kind kind,
-                            const cairn::save_options& so = {}) {
+                            const cairn::save_options& so = {},
+                            std::vector<cairn::save_plan_cache>* caches = nullptr) {
   cairn::run_ranks(n, [&](cairn::thread_communicator& comm) {
     rank_state rs;
     build_rank(rs, c.specs, c.save_grids, comm.rank(), n, true, kind);
-    cairn::save(rs.sd, st, comm, so);
+    cairn::save_options o = so;
+    if (caches) o.plan_cache = &caches->at(static_cast<std::size_t>(comm.rank()));
+    cairn::save(rs.sd, st, comm, o);
   });
 }
 

@@ -8,6 +8,7 @@
 #include <mutex>
 #include <random>
 
+#include "cairn/strategies.hpp"
 #include "property.hpp"
 
 using namespace cairn_test;
@@ -42,6 +43,49 @@ TEST_CASE(
     }
   }
   CHECK(combos == 320);
+}
+
+TEST_CASE("scalable planning: random shardings saved on N load on M, with zstd and a plan cache") {
+  std::mt19937 rng(20261124);
+  int combos = 0;
+  for (int n = 1; n <= 6; ++n) {
+    for (int m = 1; m <= 6; ++m) {
+      for (layout_kind save_kind : {layout_kind::block, layout_kind::flattened}) {
+        property_case c = random_case(rng, 1 + static_cast<int>(rng() % 4), n, m);
+        cairn::memory_storage mem;
+        cairn::save_options so;
+        so.block_size = 16 + rng() % 64;
+        so.scalable_planning = true;
+        so.zstd_level = combos % 3 == 0 ? 1 : 0;
+        so.overwrite = true;
+        // Twice with one cache per rank: the second save reuses the partial plans.
+        std::vector<cairn::save_plan_cache> caches(static_cast<std::size_t>(n));
+        for (int rep = 0; rep < 2; ++rep) save_on_threads(mem, c, n, save_kind, so, &caches);
+        for (const auto& cache : caches) CHECK(cache.hits() == 1);
+        auto failures = load_failures_on_threads(mem, c, m, layout_kind::block);
+        INFO("N=" << n << " M=" << m << " save " << kind_name(save_kind));
+        CHECK(failures.empty());
+        for (const auto& f : failures) MESSAGE(f);
+        ++combos;
+      }
+    }
+  }
+  CHECK(combos == 72);
+}
+
+TEST_CASE("scalable planning refuses a strategy that needs the whole index") {
+  cairn::memory_storage mem;
+  const cairn::torch_dist_strategy torch_dist;
+  cairn::save_options so;
+  so.scalable_planning = true;
+  so.strategy = &torch_dist;
+  cairn::state_dict sd;
+  sd.add("step", std::int64_t{1});
+  cairn::single_communicator one;
+  auto r = cairn::try_save(sd, mem, one, so);
+  REQUIRE(!r);
+  CHECK(r.err().code == cairn::errc::invalid_argument);
+  CHECK(r.err().message.find("torch_dist") != std::string::npos);
 }
 
 TEST_CASE("each rank reads only the checksum blocks it needs") {

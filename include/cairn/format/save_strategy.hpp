@@ -92,6 +92,9 @@ class save_strategy {
     (void)opt;
     return false;
   }
+  /// Whether the strategy works with a partial index (`save_options::scalable_planning`):
+  /// each rank's `planned_save::index` then holds only its own chunks and objects.
+  virtual bool plans_at_scale() const noexcept { return false; }
   /// Whether `save_options::overwrite` may replace a committed checkpoint in place.
   virtual bool can_overwrite() const noexcept { return true; }
   /// Checks this rank's leaves before planning (a format that holds tensors only rejects

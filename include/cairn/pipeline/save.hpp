@@ -23,6 +23,7 @@
 #include "cairn/format/registry.hpp"
 #include "cairn/format/save_strategy.hpp"
 #include "cairn/options.hpp"
+#include "cairn/pipeline/scalable_plan.hpp"
 #include "cairn/pipeline/stage.hpp"
 #include "cairn/plan/plan_cache.hpp"
 #include "cairn/plan/save_plan.hpp"
@@ -231,6 +232,40 @@ inline result<save_index> agree_on_index(const rank_desc& me,
   return index;
 }
 
+/// Plan step 2 at scale (`save_options::scalable_planning`, collective): like
+/// `agree_on_index`, but planned by key owners (pipeline/scalable_plan.hpp); the index holds
+/// only this rank's chunks and objects.
+inline result<save_index> agree_at_scale(const rank_desc& me,
+                                         const std::optional<error>& failure,
+                                         storage_ref st,
+                                         comm_ref comm,
+                                         const save_options& opt,
+                                         save_stats& stats) {
+  if (!strategy_of(opt).plans_at_scale())
+    return make_error(errc::invalid_argument,
+                      "save_options::scalable_planning needs a strategy that plans at scale; " +
+                          std::string(strategy_of(opt).name()) + " does not");
+  agreed_plan agreed;
+  save_plan_cache* cache = opt.plan_cache;
+  if (cache && plan_cache_access::usable(*cache, comm.size(), opt))
+    CAIRN_TRY(vote_on_cached_plan(me, failure, *cache, comm, opt, agreed));
+  if (agreed.cached) {
+    CAIRN_TRY(check_overwrite(agreed.exists_at_root, st, opt));
+    stats.save_id = agreed.save_id;
+    stats.plan_reused = true;
+    return std::move(*agreed.cached);
+  }
+  CAIRN_TRY_ASSIGN(
+      scalable_agreement a,
+      scalable_plan(me, failure, comm, opt.validate_access_integrity, opt.block_size,
+                    opt.balance_min_bytes, strategy_of(opt).tiles(opt), structure_hash(me)));
+  CAIRN_TRY(check_overwrite(a.exists_at_root, st, opt));
+  stats.save_id = a.save_id;
+  if (cache)
+    plan_cache_access::store(*cache, comm.size(), opt, std::move(a.structure_of_rank), a.index);
+  return std::move(a.index);
+}
+
 /// Plan step 3 (local): this rank's write items, in the order of its slots.
 inline void list_items(const leaf_list& leaves,
                        const std::vector<std::vector<piece>>& pieces,
@@ -291,7 +326,11 @@ inline result<void> plan_phase(const leaf_list& leaves,
     else
       failure = std::move(d).err();
   }
-  CAIRN_TRY_ASSIGN(out.index, agree_on_index(me, failure, st, comm, opt, out.stats));
+  if (opt.scalable_planning) {
+    CAIRN_TRY_ASSIGN(out.index, agree_at_scale(me, failure, st, comm, opt, out.stats));
+  } else {
+    CAIRN_TRY_ASSIGN(out.index, agree_on_index(me, failure, st, comm, opt, out.stats));
+  }
   out.save_id = out.stats.save_id;
   out.stats.bytes_per_rank = out.index.bytes_of_rank;
   list_items(leaves, pieces, out);
@@ -369,30 +408,50 @@ inline commit_outcome commit_on_root(planned_save& plan,
   return {std::move(e), true};
 }
 
+/// Phase 3 of a save for a strategy that does not assemble (collective, each rank's report goes
+/// to rank 0 only): statuses and reports meet at rank 0, which commits when every rank succeeded
+/// and tells everyone how that went.
+inline result<void> commit_at_root(
+    planned_save& plan, written_save& w, storage_ref st, comm_ref comm, const save_options& opt) {
+  const save_strategy& strategy = strategy_of(opt);
+  auto [failure, payload] =
+      agree_at_root(comm, 0, w.failure, w.report, [&](const std::vector<bytes>& reports) {
+        commit_outcome o = commit_on_root(plan, w, reports, {}, st, opt);
+        return std::pair{std::move(o.failure), bytes{std::byte{o.unknown}}};
+      });
+  if (!failure) return ok();
+  // A rank's write failed (this save's files are garbage; the previous checkpoint, if any, is
+  // untouched because its metadata was not replaced), or the commit did: remove this rank's
+  // files unless whether the commit took effect is unknown.
+  if (!w.failure && (payload.empty() || payload[0] == std::byte{0})) strategy.abandon(plan, w, st);
+  return std::move(*failure);
+}
+
 /// Phase 3 of a save (collective): share every rank's status and report; let the strategy
 /// assemble (when it does) and share again; when all succeeded, rank 0 commits (metadata
-/// last) and tells everyone how that went.
+/// last) and tells everyone how that went. A strategy that does not assemble sends its reports
+/// to rank 0 only (`commit_at_root`).
 inline result<save_stats> commit_phase(
     planned_save& plan, written_save& w, storage_ref st, comm_ref comm, const save_options& opt) {
   const save_strategy& strategy = strategy_of(opt);
-  rank_statuses written = agree(comm, w.failure, w.report);
-  if (auto f = written.first_failure()) {
-    // The save failed somewhere: this save's files are garbage; the previous checkpoint (if
-    // any) is untouched because its metadata was not replaced.
-    if (!w.failure) strategy.abandon(plan, w, st);
-    return std::move(*f);
-  }
-  std::vector<bytes> assembled;
-  if (strategy.assembles()) {
-    CAIRN_TRY_ASSIGN(assembled, assemble_step(plan, w, written.payloads, st, comm, opt));
-  }
-  commit_outcome outcome;
-  if (plan.rank == 0) outcome = commit_on_root(plan, w, written.payloads, assembled, st, opt);
-  const std::byte unknown{outcome.unknown};
-  auto [failure, payload] = announce(comm, 0, outcome.failure, std::span(&unknown, 1));
-  if (failure) {
-    if (payload.empty() || payload[0] == std::byte{0}) strategy.abandon(plan, w, st);
-    return std::move(*failure);
+  if (!strategy.assembles()) {
+    CAIRN_TRY(commit_at_root(plan, w, st, comm, opt));
+  } else {
+    rank_statuses written = agree(comm, w.failure, w.report);
+    if (auto f = written.first_failure()) {
+      if (!w.failure) strategy.abandon(plan, w, st);
+      return std::move(*f);
+    }
+    CAIRN_TRY_ASSIGN(std::vector<bytes> assembled,
+                     assemble_step(plan, w, written.payloads, st, comm, opt));
+    commit_outcome outcome;
+    if (plan.rank == 0) outcome = commit_on_root(plan, w, written.payloads, assembled, st, opt);
+    const std::byte unknown{outcome.unknown};
+    auto [failure, payload] = announce(comm, 0, outcome.failure, std::span(&unknown, 1));
+    if (failure) {
+      if (payload.empty() || payload[0] == std::byte{0}) strategy.abandon(plan, w, st);
+      return std::move(*failure);
+    }
   }
   plan.stats.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - plan.start).count();

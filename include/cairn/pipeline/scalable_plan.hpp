@@ -52,6 +52,8 @@ struct scalable_agreement {
   save_index index;             ///< this rank's index (`writer_index`)
   std::string save_id;          ///< rank 0's save id
   bool exists_at_root = false;  ///< rank 0 found a committed checkpoint
+  /// On rank 0, every rank's `structure` argument (for the plan cache's vote); empty elsewhere.
+  std::vector<std::uint64_t> structure_of_rank;
 };
 
 /// Collective: plans a save with every rank's description `me` (or its local failure), the
@@ -63,11 +65,16 @@ inline result<scalable_agreement> scalable_plan(const rank_desc& me,
                                                 bool validate,
                                                 std::uint64_t block_size,
                                                 std::uint64_t split_min_bytes,
-                                                bool tile) {
+                                                bool tile,
+                                                std::uint64_t structure = 0) {
   const int world = comm.size(), rank = comm.rank();
-  // 1. Statuses meet at rank 0, which sends back its save id, whether a checkpoint exists and
-  //    its common values.
-  auto [started, root_said] = agree_at_root(comm, 0, failure, {}, [&](const auto&) {
+  // 1. Statuses (and structure hashes) meet at rank 0, which sends back its save id, whether a
+  //    checkpoint exists and its common values.
+  scalable_agreement out;
+  detail::binary_writer mine_hash;
+  mine_hash.u64(structure);
+  auto [started, root_said] = agree_at_root(comm, 0, failure, mine_hash.data(), [&](const auto& p) {
+    for (const bytes& b : p) out.structure_of_rank.push_back(detail::binary_reader(b).u64());
     detail::binary_writer w;
     w.u8(me.checkpoint_exists);
     w.str(me.save_id);
@@ -75,7 +82,6 @@ inline result<scalable_agreement> scalable_plan(const rank_desc& me,
     return std::pair{std::optional<error>{}, std::move(w.data())};
   });
   if (started) return std::move(*started);
-  scalable_agreement out;
   detail::binary_reader rd(root_said);
   out.exists_at_root = rd.u8();
   out.save_id = rd.str();

@@ -367,6 +367,8 @@ struct save_index {
   std::map<std::string, object_record> objects;  ///< by unique key
   std::vector<std::vector<write_slot>> slots;    ///< per rank, in write order
   std::vector<std::uint64_t> bytes_of_rank;      ///< data bytes each rank writes
+  /// Only this rank's chunks, objects, slots and bytes (scalable planning, `writer_index`).
+  bool partial = false;
 
   /// Whether `rank` writes anything (it has a data file).
   bool writes(int rank) const { return !slots.at(static_cast<std::size_t>(rank)).empty(); }
@@ -431,8 +433,11 @@ inline std::vector<box_group> collect_box_groups(const std::vector<rank_desc>& r
           if (it == index.end()) {
             if (pass == 1) continue;  // a replica of nothing written: its data is covered
             index.emplace(id, groups.size());
-            groups.push_back(box_group{&L.tensors.find(t.key)->first, t.pieces[p],
-                                       dtype_size(t.type), {}, rotate ? key_hash(t.key) + p : 0});
+            groups.push_back(box_group{&L.tensors.find(t.key)->first,
+                                       t.pieces[p],
+                                       dtype_size(t.type),
+                                       {},
+                                       rotate ? key_hash(t.key) + p : 0});
             it = index.find(id);
           } else if (pass == 0) {
             continue;  // a second main copy of the same box (validation reports overlaps)

@@ -248,6 +248,7 @@ inline save_index writer_index(const std::vector<bytes>& from_owners,
   save_index L;
   L.world_size = world;
   L.block_size = block_size;
+  L.partial = true;
   L.slots.resize(static_cast<std::size_t>(world));
   L.bytes_of_rank.assign(static_cast<std::size_t>(world), 0);
   std::uint64_t offset = 0;

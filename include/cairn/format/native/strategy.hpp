@@ -23,6 +23,7 @@ class native_strategy final : public save_strategy {
  public:
   std::string_view name() const noexcept override { return "native"; }
   bool tiles(const save_options& opt) const noexcept override { return opt.tile; }
+  bool plans_at_scale() const noexcept override { return true; }
   result<void> write(planned_save& plan,
                      storage_ref st,
                      const save_options& opt,
@@ -39,6 +40,7 @@ class native_strategy final : public save_strategy {
       plan.stats.chunks_written = plan.items.size();
     }
     detail::binary_writer sums;
+    sums.blob(index.partial ? encode_part(index, rank) : bytes{});
     sums.u8(opt.zstd_level > 0);
     sums.u64(file_size);
     for (const auto& it : plan.items) {
@@ -79,6 +81,92 @@ class native_strategy final : public save_strategy {
   static checkpoint_metadata metadata_of(const save_index& index,
                                          const std::string& save_id,
                                          const std::vector<bytes>& reports) {
+    if (!index.partial) return metadata_of_whole(index, save_id, reports);
+    // Scalable planning: every rank's report begins with its part of the index.
+    save_index whole;
+    whole.world_size = index.world_size;
+    whole.block_size = index.block_size;
+    whole.slots.resize(static_cast<std::size_t>(index.world_size));
+    whole.bytes_of_rank.assign(static_cast<std::size_t>(index.world_size), 0);
+    for (std::size_t r = 0; r < reports.size(); ++r) {
+      detail::binary_reader rd(reports[r]);
+      merge_part(rd.blob(), static_cast<int>(r), whole);
+    }
+    return metadata_of_whole(whole, save_id, reports);
+  }
+  /// Rank `rank`'s part of a partial index, as its report carries it to rank 0.
+  static bytes encode_part(const save_index& index, int rank) {
+    detail::binary_writer w;
+    const auto& slots = index.slots.at(static_cast<std::size_t>(rank));
+    w.u64(index.bytes_of_rank.at(static_cast<std::size_t>(rank)));
+    w.u64(slots.size());
+    for (const write_slot& s : slots) {
+      w.u8(s.is_object);
+      w.str(s.key);
+      if (s.is_object) {
+        const object_record& o = index.objects.at(s.key);
+        w.str(o.key);
+        w.ints(o.global_shape);
+        w.ints(o.global_offset);
+        w.u64(o.where.byte_offset);
+        w.u64(o.where.nbytes);
+        continue;
+      }
+      const tensor_record& t = index.tensors.at(s.key);
+      const chunk_record& c = t.chunks.at(s.chunk);
+      w.u8(static_cast<std::uint8_t>(t.type));
+      w.ints(t.global_shape);
+      w.ints(c.region.offset);
+      w.ints(c.region.size);
+      w.ints(c.tiles);
+      w.u64(c.where.byte_offset);
+      w.u64(c.where.nbytes);
+    }
+    return std::move(w.data());
+  }
+  /// Adds rank `rank`'s part (`encode_part`) to `whole`: its chunks after those of lower ranks.
+  static void merge_part(std::span<const std::byte> part, int rank, save_index& whole) {
+    if (part.empty()) return;
+    detail::binary_reader rd(part);
+    auto r = static_cast<std::size_t>(rank);
+    whole.bytes_of_rank.at(r) = rd.u64();
+    auto file = static_cast<std::uint32_t>(rank);
+    for (std::uint64_t n = rd.u64(); n > 0; --n) {
+      write_slot s;
+      s.is_object = rd.u8();
+      s.key = rd.str();
+      if (s.is_object) {
+        object_record o;
+        o.key = rd.str();
+        o.global_shape = rd.ints();
+        o.global_offset = rd.ints();
+        o.where.file = file;
+        o.where.byte_offset = rd.u64();
+        o.where.nbytes = rd.u64();
+        whole.objects[s.key] = std::move(o);
+      } else {
+        tensor_record& t = whole.tensors[s.key];
+        t.type = static_cast<dtype>(rd.u8());
+        t.global_shape = rd.ints();
+        chunk_record c;
+        c.region.offset = rd.ints();
+        c.region.size = rd.ints();
+        c.tiles = rd.ints();
+        c.where.file = file;
+        c.where.byte_offset = rd.u64();
+        c.where.nbytes = rd.u64();
+        t.chunks.push_back(std::move(c));
+        s.chunk = t.chunks.size() - 1;
+      }
+      whole.slots[r].push_back(std::move(s));
+    }
+  }
+
+ private:
+  /// metadata_of for an index that holds every rank's chunks.
+  static checkpoint_metadata metadata_of_whole(const save_index& index,
+                                               const std::string& save_id,
+                                               const std::vector<bytes>& reports) {
     checkpoint_metadata m;
     m.world_size = index.world_size;
     m.save_id = save_id;
@@ -103,6 +191,7 @@ class native_strategy final : public save_strategy {
           m.objects.at(slot.key).where.file = file_of(static_cast<std::uint32_t>(r));
     for (std::size_t r = 0; r < reports.size(); ++r) {
       detail::binary_reader rd(reports[r]);
+      (void)rd.blob();  // the rank's part of a partial index (merged by metadata_of)
       bool compressed = rd.u8();
       std::uint64_t file_size = rd.u64();
       for (const auto& s : index.slots[r]) {
@@ -121,6 +210,8 @@ class native_strategy final : public save_strategy {
     m.version = required_version(m);
     return m;
   }
+
+ public:
   void abandon(const planned_save& plan, const written_save& w, storage_ref st) const override {
     if (plan.index.writes(plan.rank)) (void)st.remove(data_file_name(plan.rank, plan.save_id));
     // Rank 0's common state, also when its put failed after all (a lost acknowledgement).
