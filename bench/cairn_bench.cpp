@@ -43,6 +43,7 @@
 #include "cairn/async/saver.hpp"
 #include "cairn/cairn.hpp"
 #include "cairn/strategies.hpp"
+#include "plan_real.hpp"
 #include "plan_roles.hpp"
 #include "plan_sweep.hpp"
 
@@ -86,7 +87,10 @@ options:
   --scalable         with --plan --ranks R --tensors T: the roles of scalable planning (every
                      rank, a sampled key owner, rank 0 as a writer): time and bytes sent and
                      received by each
-  --pp P             pipeline stages for --plan --scalable (default min(8, R / 8))
+  --real             with --plan --ranks R --tensors T: run scalable planning for real on R
+                     thread ranks and report each rank's time and bytes sent and received
+                     (MPI processes: cairn-bench-plan-mpi under mpirun)
+  --pp P             pipeline stages for --plan --scalable / --real (default min(8, R / 8))
   --owners N         owners sampled by --plan --scalable (default 4)
   --reshard          instead of I/O: save tensor-parallel weights (and data-parallel
                      replicas) in memory, load them on 1..8 ranks along both axes, and report
@@ -120,6 +124,7 @@ struct options {
   bool ranks_given = false;
   int tensors = 0;        ///< --plan --tensors T
   bool scalable = false;  ///< --plan --scalable: the roles of scalable planning
+  bool real = false;      ///< --plan --real: scalable planning on thread ranks
   int pp = 0;             ///< --pp: pipeline stages of --plan --scalable (0: the default)
   int owners = 4;         ///< --owners: owners sampled by --plan --scalable
 };
@@ -199,6 +204,8 @@ std::optional<options> parse_args(int argc, char** argv) {
       o.plan = true;
     } else if (a == "--scalable") {
       o.scalable = true;
+    } else if (a == "--real") {
+      o.real = true;
     } else if (a == "--pp") {
       o.pp = parse_int(value(), 1, "--pp", 1 << 20);
     } else if (a == "--owners") {
@@ -1055,8 +1062,24 @@ std::optional<std::string> plan_point_in_child(int ranks, int tensors, const opt
   return out;
 }
 
+/// `--plan --real`: scalable planning on thread ranks, every rank's figures.
+int run_plan_real(const options& o) {
+  cairn_bench::grid g = cairn_bench::real_grid(o.ranks, o.tensors, o.pp);
+  std::vector<cairn_bench::real_rank> figures(static_cast<std::size_t>(o.ranks));
+  cairn::run_ranks(o.ranks, [&](cairn::thread_communicator& c) {
+    figures[static_cast<std::size_t>(c.rank())] = cairn_bench::plan_for_real(c, g);
+  });
+  std::printf("%s\n", cairn_bench::real_json(g, figures, "thread ranks").c_str());
+  return 0;
+}
+
 /// `--plan`: one point (--ranks and --tensors) or the sweep.
 int run_plan(const options& o) {
+  if (o.real) {
+    if (!o.ranks_given || o.tensors <= 0)
+      throw usage_error("--plan --real takes --ranks and --tensors");
+    return run_plan_real(o);
+  }
   if (o.ranks_given != (o.tensors > 0))
     throw usage_error("--plan takes both --ranks and --tensors, or neither (the sweep)");
   if (o.tensors > 0) {

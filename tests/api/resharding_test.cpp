@@ -8,7 +8,6 @@
 #include <mutex>
 #include <random>
 
-#include "cairn/strategies.hpp"
 #include "property.hpp"
 
 using namespace cairn_test;
@@ -71,21 +70,6 @@ TEST_CASE("scalable planning: random shardings saved on N load on M, with zstd a
     }
   }
   CHECK(combos == 72);
-}
-
-TEST_CASE("scalable planning refuses a strategy that needs the whole index") {
-  cairn::memory_storage mem;
-  const cairn::torch_dist_strategy torch_dist;
-  cairn::save_options so;
-  so.scalable_planning = true;
-  so.strategy = &torch_dist;
-  cairn::state_dict sd;
-  sd.add("step", std::int64_t{1});
-  cairn::single_communicator one;
-  auto r = cairn::try_save(sd, mem, one, so);
-  REQUIRE(!r);
-  CHECK(r.err().code == cairn::errc::invalid_argument);
-  CHECK(r.err().message.find("torch_dist") != std::string::npos);
 }
 
 TEST_CASE("each rank reads only the checksum blocks it needs") {

@@ -449,3 +449,18 @@ TEST_CASE("a user-written strategy plugs into save; the checkpoint loads as usua
   CHECK(text.find(".cairn rank ") != std::string::npos);
   CHECK(load_failures_on_threads(mem, c, 2, layout_kind::block).empty());
 }
+
+TEST_CASE("scalable planning refuses a strategy that needs the whole index") {
+  cairn::memory_storage mem;
+  const cairn::torch_dist_strategy torch_dist;
+  cairn::save_options so;
+  so.scalable_planning = true;
+  so.strategy = &torch_dist;
+  cairn::state_dict sd;
+  sd.add("step", std::int64_t{1});
+  cairn::single_communicator one;
+  auto r = cairn::try_save(sd, mem, one, so);
+  REQUIRE(!r);
+  CHECK(r.err().code == cairn::errc::invalid_argument);
+  CHECK(r.err().message.find("torch_dist") != std::string::npos);
+}
