@@ -16,6 +16,8 @@ files), for the targets of tests/fuzz:
                      the items of .distcp files, cairn's common.pt
   pickle             data.pkl of every torch_zip seed, every .metadata, CPython pickles of
                      assorted values at protocols 0-5
+  index              sections of format version 4's binary index, built here (index_sections;
+                     layout in include/cairn/format/native/index_file.hpp)
 
 PyTorch parts run in this interpreter (Debian's /usr/bin/python3 with python3-torch); without
 torch they are skipped with a printed note and the rest is still written. Files above 64 KiB
@@ -35,7 +37,8 @@ import zipfile
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "interop"))
 from torch_dcp import import_dcp  # noqa: E402 (tests/interop/torch_dcp.py)
 
-TARGETS = ("metadata", "safetensors", "safetensors_index", "dcp_metadata", "torch_zip", "pickle")
+TARGETS = ("metadata", "safetensors", "safetensors_index", "dcp_metadata", "torch_zip", "pickle",
+           "index")
 MAX_SEED = 64 << 10
 HERE = os.path.dirname(os.path.abspath(__file__))
 SAMPLES = os.path.join(HERE, "..", "format", "samples")
@@ -148,6 +151,33 @@ def python_pickles(corpus):
         corpus.add("pickle", pickle.dumps(values[:-1], protocol=p))
 
 
+def index_sections(corpus):
+    """Sections of the version 4 index file (read with block_size 64 and 4 data files)."""
+    import struct
+
+    def section(key, dtype, shape, chunks):
+        b = struct.pack("<I", len(key)) + key.encode() + struct.pack("<BB", dtype, len(shape))
+        b += struct.pack(f"<{len(shape)}q", *shape) + struct.pack("<Q", len(chunks))
+        for off, size, tiles, file, byte_off, nbytes, sums, blocks in chunks:
+            b += struct.pack(f"<{len(off)}q", *off) + struct.pack(f"<{len(size)}q", *size)
+            b += struct.pack("<B", 1 if tiles else 0)
+            if tiles:
+                b += struct.pack(f"<{len(tiles)}q", *tiles)
+            b += struct.pack("<IQQB", file, byte_off, nbytes, 1 if blocks else 0)
+            b += struct.pack(f"<{len(sums)}Q", *sums)
+            if blocks:
+                b += struct.pack(f"<{len(sums)}Q", *blocks[0]) + struct.pack(f"<{len(sums)}Q", *blocks[1])
+        return b
+
+    f32, bf16, i64 = 11, 10, 7
+    corpus.add("index", section("w", f32, [8, 6], [([0, 0], [4, 6], None, 0, 0, 96, [1, 2], None),
+                                                    ([4, 0], [4, 6], None, 1, 0, 96, [3, 4], None)]))
+    corpus.add("index", section("b", bf16, [4, 16], [([0, 0], [4, 16], [2, 2], 0, 96, 128,
+                                                      [1, 2, 3, 4],
+                                                      ([200, 230, 260, 290], [30, 30, 30, 32]))]))
+    corpus.add("index", section("step", i64, [], [([], [], None, 1, 96, 8, [9], None)]))
+
+
 def gen_dcp2x(corpus):
     """torch 2.x and Megatron .metadata layouts, built without torch by the format tests."""
     script = os.path.join(SAMPLES, "gen_dcp2x_metadata.py")
@@ -242,6 +272,7 @@ def main():
             have_torch = False
         collect(corpus, work)
     python_pickles(corpus)
+    index_sections(corpus)
     gen_dcp2x(corpus)
     total = {t: len(os.listdir(os.path.join(args.out, t))) for t in TARGETS}
     print("make_corpus: " + ", ".join(f"{t} {total[t]}" for t in TARGETS) +
