@@ -155,7 +155,7 @@ inline result<void> vote_on_cached_plan(const rank_desc& me,
       binary_reader rd(votes[r]);
       std::uint64_t h = rd.u64(), d = rd.u64();
       if (r == 0) digest0 = d;
-      same = same && h == plan_cache_access::structure(cache)[r] &&
+      same = same && h == plan_cache_access::structure(cache).at(r) &&
              (!opt.validate_access_integrity || d == digest0);
     }
     binary_writer v;

@@ -92,7 +92,15 @@ inline result<scalable_agreement> scalable_plan(const rank_desc& me,
     if (auto c = detail::check_commons_against(me.commons, root_commons, rank); !c)
       mine = std::move(c).err();
   }
-  std::vector<bytes> received = comm.all_to_all(claims_by_owner(me, world));
+  // Nothing below throws between collectives: a failure is carried to the next agreement.
+  std::vector<bytes> claims(static_cast<std::size_t>(world));
+  auto split = detail::catch_all("splitting claims by owner", [&]() -> result<void> {
+    claims = claims_by_owner(me, world);
+    return ok();
+  });
+  if (!split && !mine) mine = std::move(split).err();
+  std::vector<bytes> received = comm.all_to_all(claims);
+  claims.clear();
   std::vector<bytes> to_writer(static_cast<std::size_t>(world));
   auto owned = detail::catch_all("planning owned keys", [&] {
     return plan_owned(received, validate, block_size, split_min_bytes, tile);
@@ -102,13 +110,17 @@ inline result<scalable_agreement> scalable_plan(const rank_desc& me,
     to_writer = std::move(owned->to_writer);
   else if (!mine)
     mine = std::move(owned).err();
-  // 3. Each writer receives its slots; statuses meet at rank 0 again.
+  // 3. Each writer receives its slots and builds its index; statuses meet at rank 0 again.
   std::vector<bytes> assigned = comm.all_to_all(to_writer);
+  auto index = detail::catch_all("reading this rank's slots", [&]() -> result<save_index> {
+    return writer_index(assigned, me, rank, world, block_size, tile);
+  });
+  if (!index && !mine) mine = std::move(index).err();
   auto [verdict, unused] = agree_at_root(comm, 0, mine, {}, [](const auto&) {
     return std::pair{std::optional<error>{}, bytes{}};
   });
   if (verdict) return std::move(*verdict);
-  out.index = writer_index(assigned, me, rank, world, block_size, tile);
+  out.index = std::move(*index);
   return out;
 }
 
