@@ -21,12 +21,21 @@ struct box {
   friend bool operator==(const box&, const box&) = default;
   /// Number of elements.
   std::int64_t volume() const noexcept { return numel(size); }
-  /// "[0:4, 8:16]".
+  /// "[0:4, 8:16]". Also for a box read from a file and not yet checked: an end that does not
+  /// fit 64 bits prints as "offset:+size", and missing axes as "?".
   std::string str() const {
     std::string s = "[";
-    for (std::size_t a = 0; a < size.size(); ++a) {
+    for (std::size_t a = 0; a < std::max(size.size(), offset.size()); ++a) {
       if (a) s += ", ";
-      s += std::to_string(offset[a]) + ":" + std::to_string(offset[a] + size[a]);
+      if (a >= size.size() || a >= offset.size()) {
+        s += "?";
+        continue;
+      }
+      std::int64_t end = 0;
+      if (__builtin_add_overflow(offset[a], size[a], &end))
+        s += std::to_string(offset[a]) + ":+" + std::to_string(size[a]);
+      else
+        s += std::to_string(offset[a]) + ":" + std::to_string(end);
     }
     return s + "]";
   }

@@ -186,7 +186,7 @@ class index_section_reader {
           c.region.offset[a] > t.global_shape[a] - c.region.size[a])
         return corrupt_at(at, "chunk " + c.region.str() + " lies outside the tensor", key);
     CAIRN_TRY_ASSIGN(std::uint8_t tiled, u8());
-    if (tiled > 1) return corrupt("bad tiled flag", key);
+    if (tiled > 1 || (tiled && n == 0)) return corrupt("bad tiled flag", key);
     if (tiled) {
       CAIRN_TRY_ASSIGN(c.tiles, ints(n));
       for (std::size_t a = 0; a < n; ++a)
