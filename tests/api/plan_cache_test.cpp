@@ -34,8 +34,8 @@ struct counting_comm {
   }
   std::vector<cairn::bytes> gather(std::span<const std::byte> in, int root) {
     auto out = inner.gather(in, root);
-    log->push_back({"gather", rank() == root ? 0 : in.size(),
-                    rank() == root ? total(out) - in.size() : 0});
+    log->push_back(
+        {"gather", rank() == root ? 0 : in.size(), rank() == root ? total(out) - in.size() : 0});
     return out;
   }
   std::vector<cairn::bytes> all_to_all(const std::vector<cairn::bytes>& to) {
@@ -47,8 +47,8 @@ struct counting_comm {
   void broadcast(cairn::bytes& b, int root) {
     std::size_t before = b.size();
     inner.broadcast(b, root);
-    log->push_back({"broadcast", rank() == root ? before * (size() - 1) : 0,
-                    rank() == root ? 0 : b.size()});
+    log->push_back(
+        {"broadcast", rank() == root ? before * (size() - 1) : 0, rank() == root ? 0 : b.size()});
   }
   void barrier() { inner.barrier(); }
 };

@@ -235,7 +235,8 @@ void all_to_all_variable_sizes(C& c) {
     REQUIRE(got.size() == static_cast<std::size_t>(n));
     for (int s = 0; s < n; ++s) {
       INFO("rank " << r << " step " << step << " from rank " << s);
-      CHECK(got[static_cast<std::size_t>(s)] == pattern(s * 64 + r, step, message_size(step, s, r)));
+      CHECK(got[static_cast<std::size_t>(s)] ==
+            pattern(s * 64 + r, step, message_size(step, s, r)));
     }
   }
 }

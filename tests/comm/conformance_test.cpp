@@ -63,9 +63,8 @@ TEST_SUITE("comm conformance") {
   }
 
   TEST_CASE_TEMPLATE("gather to every root", W, CAIRN_COMM_WORLDS) {
-    W::spmd([](auto& c) {
-      conf::run_with_fallback(c, [](auto& x) { conf::gather_every_root(x); });
-    });
+    W::spmd(
+        [](auto& c) { conf::run_with_fallback(c, [](auto& x) { conf::gather_every_root(x); }); });
   }
 
   TEST_CASE_TEMPLATE("all_to_all of variable-size messages", W, CAIRN_COMM_WORLDS) {

@@ -31,9 +31,7 @@ TEST_SUITE("mpi comm conformance") {
     });
   }
   TEST_CASE("gather to every root") {
-    spmd([](auto& c) {
-      conf::run_with_fallback(c, [](auto& x) { conf::gather_every_root(x); });
-    });
+    spmd([](auto& c) { conf::run_with_fallback(c, [](auto& x) { conf::gather_every_root(x); }); });
   }
   TEST_CASE("all_to_all of variable-size messages") {
     spmd([](auto& c) {

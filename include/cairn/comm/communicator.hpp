@@ -43,9 +43,8 @@ concept communicator =
 /// - `all_to_all(to)`: `to[r]` is what this rank sends to rank r (`to.size() == size()`);
 ///   returns what every rank sent to this one, indexed by sender.
 template <class C>
-concept scalable_communicator =
-    communicator<C> && requires(C& c, std::span<const std::byte> in, const std::vector<bytes>& to,
-                                int root) {
+concept scalable_communicator = communicator<C> &&
+    requires(C& c, std::span<const std::byte> in, const std::vector<bytes>& to, int root) {
   { c.gather(in, root) } -> std::same_as<std::vector<bytes>>;
   { c.all_to_all(to) } -> std::same_as<std::vector<bytes>>;
 };

@@ -158,16 +158,16 @@ class mpi_communicator {
   /// sizes, then MPI_Alltoallv (or pairwise exchanges when a count exceeds MPI's ints).
   std::vector<bytes> all_to_all(const std::vector<bytes>& to) {
     if (to.size() != static_cast<std::size_t>(size_))
-      throw exception(make_error(errc::invalid_argument,
-                                 "all_to_all needs one buffer per rank (" + std::to_string(size_) +
-                                     "), got " + std::to_string(to.size())));
+      throw exception(make_error(errc::invalid_argument, "all_to_all needs one buffer per rank (" +
+                                                             std::to_string(size_) + "), got " +
+                                                             std::to_string(to.size())));
     const auto n = static_cast<std::size_t>(size_);
     std::vector<std::uint64_t> send_sizes(n), recv_sizes(n);
     std::uint64_t send_total = 0, recv_total = 0;
     for (std::size_t r = 0; r < n; ++r) send_total += send_sizes[r] = to[r].size();
-    detail::mpi_check(MPI_Alltoall(send_sizes.data(), 1, MPI_UINT64_T, recv_sizes.data(), 1,
-                                   MPI_UINT64_T, comm_),
-                      "MPI_Alltoall");
+    detail::mpi_check(
+        MPI_Alltoall(send_sizes.data(), 1, MPI_UINT64_T, recv_sizes.data(), 1, MPI_UINT64_T, comm_),
+        "MPI_Alltoall");
     for (auto s : recv_sizes) recv_total += s;
     std::uint8_t small = std::max(send_total, recv_total) <= static_cast<std::uint64_t>(INT_MAX);
     std::uint8_t all_small = 0;
@@ -213,10 +213,9 @@ class mpi_communicator {
 
   void check_root(int root, const char* what) const {
     if (root < 0 || root >= size_)
-      throw exception(make_error(errc::invalid_argument, std::string(what) + " root " +
-                                                             std::to_string(root) +
-                                                             " is not a rank of " +
-                                                             std::to_string(size_)));
+      throw exception(
+          make_error(errc::invalid_argument, std::string(what) + " root " + std::to_string(root) +
+                                                 " is not a rank of " + std::to_string(size_)));
   }
   void send_bytes(std::span<const std::byte> b, int dst) {
     for (std::size_t off = 0; off < b.size(); off += step) {
@@ -227,8 +226,8 @@ class mpi_communicator {
   void recv_bytes(bytes& b, int src) {
     for (std::size_t off = 0; off < b.size(); off += step) {
       int n = static_cast<int>(std::min(step, b.size() - off));
-      detail::mpi_check(
-          MPI_Recv(b.data() + off, n, MPI_BYTE, src, tag, comm_, MPI_STATUS_IGNORE), "MPI_Recv");
+      detail::mpi_check(MPI_Recv(b.data() + off, n, MPI_BYTE, src, tag, comm_, MPI_STATUS_IGNORE),
+                        "MPI_Recv");
     }
   }
   // Sends `out` to `dst` while receiving `in` (already sized) from `src`, each in 1 GiB
@@ -242,9 +241,9 @@ class mpi_communicator {
                         "MPI_Isend");
     }
     recv_bytes(in, src);
-    detail::mpi_check(MPI_Waitall(static_cast<int>(sends.size()), sends.data(),
-                                  MPI_STATUSES_IGNORE),
-                      "MPI_Waitall");
+    detail::mpi_check(
+        MPI_Waitall(static_cast<int>(sends.size()), sends.data(), MPI_STATUSES_IGNORE),
+        "MPI_Waitall");
   }
   void broadcast_bytes(bytes& buf, int root) {
     for (std::size_t off = 0; off < buf.size(); off += step) {

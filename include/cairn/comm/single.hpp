@@ -59,10 +59,10 @@ class single_communicator {
   /// `to[0]`, sent to itself.
   std::vector<bytes> all_to_all(const std::vector<bytes>& to) {
     if (to.size() != 1)
-      throw exception(make_error(errc::invalid_argument,
-                                 "all_to_all needs one buffer per rank (1), got " +
-                                     std::to_string(to.size()))
-                          .with_rank(0));
+      throw exception(
+          make_error(errc::invalid_argument,
+                     "all_to_all needs one buffer per rank (1), got " + std::to_string(to.size()))
+              .with_rank(0));
     return to;
   }
 };

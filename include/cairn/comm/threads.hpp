@@ -271,7 +271,7 @@ class thread_group {
   int finished_rank_ = -1;         // the first rank that declared it is done
   bool aborted_ = false;
   std::string abort_message_;
-  std::vector<std::span<const std::byte>> slots_;  // read only between entry and exit
+  std::vector<std::span<const std::byte>> slots_;    // read only between entry and exit
   std::vector<const std::vector<bytes>*> messages_;  // all_to_all: each rank's outgoing buffers
   std::vector<char> saw_abort_;
 };
