@@ -1064,7 +1064,7 @@ std::optional<std::string> plan_point_in_child(int ranks, int tensors, const opt
 
 /// `--plan --real`: scalable planning on thread ranks, every rank's figures.
 int run_plan_real(const options& o) {
-  cairn_bench::grid g = cairn_bench::real_grid(o.ranks, o.tensors, o.pp);
+  cairn_bench::grid g = cairn_bench::make_grid(o.ranks, o.tensors, o.pp);
   std::vector<cairn_bench::real_rank> figures(static_cast<std::size_t>(o.ranks));
   cairn::run_ranks(o.ranks, [&](cairn::thread_communicator& c) {
     figures[static_cast<std::size_t>(c.rank())] = cairn_bench::plan_for_real(c, g);

@@ -25,7 +25,7 @@ int main(int argc, char** argv) {
   }
   try {
     cairn::mpi_communicator comm(MPI_COMM_WORLD);
-    cairn_bench::grid g = cairn_bench::real_grid(comm.size(), tensors, pp);
+    cairn_bench::grid g = cairn_bench::make_grid(comm.size(), tensors, pp);
     cairn_bench::real_rank mine = cairn_bench::plan_for_real(comm, g);
     auto all = comm.gather(cairn_bench::encode_real(mine), 0);
     if (comm.rank() == 0) {

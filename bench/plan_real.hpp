@@ -81,15 +81,6 @@ inline real_rank plan_for_real(cairn::comm_ref comm, const grid& g) {
   return r;
 }
 
-/// The grid of `ranks` ranks (TP 8 when possible) with `tensors` weights and `pp` stages.
-inline grid real_grid(int ranks, int tensors, int pp) {
-  grid g{ranks, tensors, std::min(8, ranks), 1, 1};
-  g.pp = pp > 0 ? pp : std::max(1, std::min(8, ranks / g.tp));
-  g.dp = std::max(1, ranks / (g.tp * g.pp));
-  if (g.tp * g.pp * g.dp != ranks) throw std::runtime_error("ranks must be tp x pp x dp");
-  return g;
-}
-
 /// Every rank's figures as JSON: max and mean of time, sent and received (rank 0 apart).
 inline std::string real_json(const grid& g, const std::vector<real_rank>& all, const char* how) {
   real_rank mx, mean;

@@ -27,49 +27,6 @@
 
 namespace cairn_bench {
 
-/// The TP × PP × DP grid of the simulation and the leaves it gives each rank.
-struct grid {
-  int ranks, tensors, tp, pp, dp;
-  static constexpr std::int64_t rows = 4096, cols = 4096;
-
-  /// Which of the three leaves of weight `t` (0: weight, 1 and 2: the Adam moments).
-  static std::string key(int t, int kind) {
-    std::string w = "layers." + std::to_string(t) + ".weight";
-    return kind == 0 ? w : "optim." + w + (kind == 1 ? ".exp_avg" : ".exp_avg_sq");
-  }
-  int stage(int t) const { return t % pp; }
-  /// The ranks of stage `s` (every rank holding its tensors).
-  std::vector<int> ranks_of_stage(int s) const {
-    std::vector<int> out;
-    for (int d = 0; d < dp; ++d)
-      for (int k = 0; k < tp; ++k) out.push_back(k + tp * s + tp * pp * d);
-    return out;
-  }
-  /// Rank r's leaf `kind` of weight t (r must be in t's stage).
-  cairn::tensor_desc leaf(int r, int t, int kind) const {
-    int k = r % tp, d = r / (tp * pp);
-    int axis = t % 2;
-    cairn::box blk{{0, 0}, {rows, cols}};
-    blk.size[axis] /= tp;
-    blk.offset[axis] = blk.size[axis] * k;
-    if (kind == 0) return {key(t, 0), cairn::dtype::bf16, {rows, cols}, d, {blk}};
-    cairn::tensor_desc od{key(t, kind), cairn::dtype::f32, {rows, cols}, 0, {}};
-    std::int64_t v = blk.volume();
-    for (const auto& pc : cairn::flat_range_boxes(blk, v * d / dp, v * (d + 1) / dp))
-      od.pieces.push_back(pc.region);
-    return od;
-  }
-  /// Every leaf of rank r.
-  cairn::rank_desc leaves_of(int r) const {
-    cairn::rank_desc d;
-    if (r == 0) d.save_id = "bench";
-    for (int t = (r / tp) % pp; t < tensors; t += pp)
-      for (int kind = 0; kind < 3; ++kind) d.tensors.push_back(leaf(r, t, kind));
-    d.commons.push_back(cairn::common_desc{"step", 42});
-    return d;
-  }
-};
-
 /// What one role cost.
 struct role_cost {
   double ms = 0;
@@ -108,10 +65,7 @@ inline role_cost owner_role(const std::vector<cairn::bytes>& in, std::vector<std
 
 /// The roles of scalable planning for `ranks` × `tensors` with `pp` stages, as JSON.
 inline std::string simulate_roles(int ranks, int tensors, int pp, int owners) {
-  grid g{ranks, tensors, std::min(8, ranks), 1, 1};
-  g.pp = pp > 0 ? pp : std::max(1, std::min(8, ranks / g.tp));
-  g.dp = std::max(1, ranks / (g.tp * g.pp));
-  if (g.tp * g.pp * g.dp != ranks) throw std::runtime_error("ranks must be 8 x pp x dp");
+  grid g = make_grid(ranks, tensors, pp);
   // Every rank: describe and split by owner (rank 0).
   role_cost every;
   auto t0 = std::chrono::steady_clock::now();

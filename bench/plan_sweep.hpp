@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -41,39 +42,70 @@ inline double peak_rss_mb() {
   return static_cast<double>(u.ru_maxrss) / 1024.0;
 }
 
+/// The TP × PP × DP grid of the simulation and the leaves it gives each rank.
+struct grid {
+  int ranks, tensors, tp, pp, dp;
+  static constexpr std::int64_t rows = 4096, cols = 4096;
+
+  /// Which of the three leaves of weight `t` (0: weight, 1 and 2: the Adam moments).
+  static std::string key(int t, int kind) {
+    std::string w = "layers." + std::to_string(t) + ".weight";
+    return kind == 0 ? w : "optim." + w + (kind == 1 ? ".exp_avg" : ".exp_avg_sq");
+  }
+  int stage(int t) const { return t % pp; }
+  /// The ranks of stage `s` (every rank holding its tensors).
+  std::vector<int> ranks_of_stage(int s) const {
+    std::vector<int> out;
+    for (int d = 0; d < dp; ++d)
+      for (int k = 0; k < tp; ++k) out.push_back(k + tp * s + tp * pp * d);
+    return out;
+  }
+  /// Rank r's leaf `kind` of weight t (r must be in t's stage).
+  cairn::tensor_desc leaf(int r, int t, int kind) const {
+    int k = r % tp, d = r / (tp * pp);
+    int axis = t % 2;
+    cairn::box blk{{0, 0}, {rows, cols}};
+    blk.size[axis] /= tp;
+    blk.offset[axis] = blk.size[axis] * k;
+    if (kind == 0) return {key(t, 0), cairn::dtype::bf16, {rows, cols}, d, {blk}};
+    cairn::tensor_desc od{key(t, kind), cairn::dtype::f32, {rows, cols}, 0, {}};
+    std::int64_t v = blk.volume();
+    for (const auto& pc : cairn::flat_range_boxes(blk, v * d / dp, v * (d + 1) / dp))
+      od.pieces.push_back(pc.region);
+    return od;
+  }
+  /// Every leaf of rank r.
+  cairn::rank_desc leaves_of(int r) const {
+    cairn::rank_desc d;
+    if (r == 0) d.save_id = "bench";
+    for (int t = (r / tp) % pp; t < tensors; t += pp)
+      for (int kind = 0; kind < 3; ++kind) d.tensors.push_back(leaf(r, t, kind));
+    d.commons.push_back(cairn::common_desc{"step", 42});
+    return d;
+  }
+};
+
+/// The grid of `ranks` ranks (TP 8 when possible) with `tensors` weights and `pp` stages.
+inline grid make_grid(int ranks, int tensors, int pp) {
+  grid g{ranks, tensors, std::min(8, ranks), 1, 1};
+  g.pp = pp > 0 ? pp : std::max(1, std::min(8, ranks / g.tp));
+  g.dp = std::max(1, ranks / (g.tp * g.pp));
+  if (g.tp * g.pp * g.dp != ranks) throw std::runtime_error("ranks must be tp x pp x dp");
+  return g;
+}
+
 /// Builds every rank's description for the grid and plans the save.
 inline plan_point simulate_plan(int ranks, int tensors) {
   plan_point p;
   p.ranks = ranks;
   p.tensors = tensors;
-  p.tp = std::min(8, ranks);
-  p.pp = std::max(1, std::min(8, ranks / p.tp));
-  p.dp = std::max(1, ranks / (p.tp * p.pp));
-  const std::int64_t rows = 4096, cols = 4096;
+  const grid g = make_grid(ranks, tensors, 0);  // as many stages as fit (at most 8)
+  p.tp = g.tp;
+  p.pp = g.pp;
+  p.dp = g.dp;
   auto t0 = std::chrono::steady_clock::now();
   std::vector<cairn::bytes> wire(static_cast<std::size_t>(ranks));
-  for (int r = 0; r < ranks; ++r) {
-    int tp = r % p.tp, pp = (r / p.tp) % p.pp, dp = r / (p.tp * p.pp);
-    cairn::rank_desc d;
-    if (r == 0) d.save_id = "bench";
-    for (int t = pp; t < tensors; t += p.pp) {
-      std::string key = "layers." + std::to_string(t) + ".weight";
-      int axis = t % 2;
-      cairn::box blk{{0, 0}, {rows, cols}};
-      blk.size[axis] /= p.tp;
-      blk.offset[axis] = blk.size[axis] * tp;
-      d.tensors.push_back(cairn::tensor_desc{key, cairn::dtype::bf16, {rows, cols}, dp, {blk}});
-      std::int64_t v = blk.volume();
-      for (const char* m : {"exp_avg", "exp_avg_sq"}) {
-        cairn::tensor_desc od{"optim." + key + "." + m, cairn::dtype::f32, {rows, cols}, 0, {}};
-        for (const auto& pc : cairn::flat_range_boxes(blk, v * dp / p.dp, v * (dp + 1) / p.dp))
-          od.pieces.push_back(pc.region);
-        d.tensors.push_back(std::move(od));
-      }
-    }
-    d.commons.push_back(cairn::common_desc{"step", 42});
-    wire[static_cast<std::size_t>(r)] = cairn::encode(d);
-  }
+  for (int r = 0; r < ranks; ++r) wire[static_cast<std::size_t>(r)] = cairn::encode(g.leaves_of(r));
   for (const auto& w : wire) p.gathered_bytes += w.size();
   std::vector<cairn::rank_desc> all;
   all.reserve(wire.size());

@@ -3,16 +3,15 @@
 // used by non-template code.
 #pragma once
 
-#include <algorithm>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <span>
-#include <stdexcept>
 #include <type_traits>
 #include <vector>
 
 #include "cairn/core/bytes.hpp"
+#include "cairn/detail/binary.hpp"
 
 namespace cairn {
 
@@ -63,27 +62,14 @@ std::vector<bytes> gather_by_all_gather(C& c, std::span<const std::byte> in, int
 /// its messages, length-prefixed, and keeps the ones addressed to it.
 template <communicator C>
 std::vector<bytes> all_to_all_by_all_gather(C& c, const std::vector<bytes>& to) {
-  bytes packed;
-  for (const bytes& m : to) {
-    std::uint64_t n = m.size();
-    const auto* p = reinterpret_cast<const std::byte*>(&n);
-    packed.insert(packed.end(), p, p + sizeof n);
-    packed.insert(packed.end(), m.begin(), m.end());
-  }
-  std::vector<bytes> all = c.all_gather(packed);
+  binary_writer packed;
+  for (const bytes& m : to) packed.blob(m);
+  std::vector<bytes> all = c.all_gather(packed.data());
   std::vector<bytes> out(all.size());
-  const auto me = static_cast<std::size_t>(c.rank());
   for (std::size_t r = 0; r < all.size(); ++r) {
-    std::size_t pos = 0;
-    for (std::size_t d = 0; d <= me; ++d) {
-      std::uint64_t n = 0;
-      if (all[r].size() - pos < sizeof n) throw std::length_error("all_to_all: short message");
-      std::copy_n(all[r].data() + pos, sizeof n, reinterpret_cast<std::byte*>(&n));
-      pos += sizeof n;
-      if (all[r].size() - pos < n) throw std::length_error("all_to_all: short message");
-      if (d == me) out[r].assign(all[r].begin() + pos, all[r].begin() + pos + n);
-      pos += n;
-    }
+    binary_reader rd(all[r]);
+    for (int d = 0; d < c.rank(); ++d) (void)rd.blob();
+    out[r] = rd.blob();
   }
   return out;
 }

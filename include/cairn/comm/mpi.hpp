@@ -74,20 +74,12 @@ class mpi_communicator {
     for (auto s : sizes) total += s;
     std::vector<bytes> out(static_cast<std::size_t>(size_));
     if (total <= static_cast<std::uint64_t>(INT_MAX)) {
-      std::vector<int> counts(static_cast<std::size_t>(size_)), displs(counts.size());
-      int off = 0;
-      for (std::size_t r = 0; r < counts.size(); ++r) {
-        counts[r] = static_cast<int>(sizes[r]);
-        displs[r] = off;
-        off += counts[r];
-      }
+      const layout l = layout_of(sizes);
       bytes all(total);
       detail::mpi_check(MPI_Allgatherv(in.data(), static_cast<int>(mine), MPI_BYTE, all.data(),
-                                       counts.data(), displs.data(), MPI_BYTE, comm_),
+                                       l.counts.data(), l.displs.data(), MPI_BYTE, comm_),
                         "MPI_Allgatherv");
-      for (std::size_t r = 0; r < counts.size(); ++r)
-        out[r].assign(all.begin() + displs[r], all.begin() + displs[r] + counts[r]);
-      return out;
+      return split(all, l);
     }
     for (int r = 0; r < size_; ++r) {
       out[r] = r == rank_ ? bytes(in.begin(), in.end()) : bytes(sizes[r]);
@@ -98,10 +90,7 @@ class mpi_communicator {
 
   /// Copies `buf` from `root` to every rank (MPI_Bcast of the size, then of the bytes).
   void broadcast(bytes& buf, int root) {
-    if (root < 0 || root >= size_)
-      throw exception(make_error(
-          errc::invalid_argument,
-          "broadcast root " + std::to_string(root) + " is not a rank of " + std::to_string(size_)));
+    check_root(root, "broadcast");
     std::uint64_t n = buf.size();
     detail::mpi_check(MPI_Bcast(&n, 1, MPI_UINT64_T, root, comm_), "MPI_Bcast");
     buf.resize(n);
@@ -124,20 +113,12 @@ class mpi_communicator {
     detail::mpi_check(MPI_Bcast(&small, 1, MPI_UINT8_T, root, comm_), "MPI_Bcast");
     std::vector<bytes> out(sizes.size());
     if (small) {
-      std::vector<int> counts(sizes.size()), displs(sizes.size());
-      int off = 0;
-      for (std::size_t r = 0; r < sizes.size(); ++r) {
-        counts[r] = static_cast<int>(sizes[r]);
-        displs[r] = off;
-        off += counts[r];
-      }
+      const layout l = layout_of(sizes);
       bytes all(total);
       detail::mpi_check(MPI_Gatherv(in.data(), static_cast<int>(mine), MPI_BYTE, all.data(),
-                                    counts.data(), displs.data(), MPI_BYTE, root, comm_),
+                                    l.counts.data(), l.displs.data(), MPI_BYTE, root, comm_),
                         "MPI_Gatherv");
-      for (std::size_t r = 0; r < counts.size(); ++r)
-        out[r].assign(all.begin() + displs[r], all.begin() + displs[r] + counts[r]);
-      return out;
+      return split(all, l);
     }
     if (rank_ != root) {
       send_bytes(in, root);
@@ -184,25 +165,15 @@ class mpi_communicator {
       }
       return out;
     }
-    std::vector<int> scounts(n), sdispls(n), rcounts(n), rdispls(n);
+    const layout sl = layout_of(send_sizes), rl = layout_of(recv_sizes);
     bytes send, recv(recv_total);
     send.reserve(send_total);
-    int soff = 0, roff = 0;
-    for (std::size_t r = 0; r < n; ++r) {
-      scounts[r] = static_cast<int>(send_sizes[r]);
-      sdispls[r] = soff;
-      soff += scounts[r];
-      send.insert(send.end(), to[r].begin(), to[r].end());
-      rcounts[r] = static_cast<int>(recv_sizes[r]);
-      rdispls[r] = roff;
-      roff += rcounts[r];
-    }
-    detail::mpi_check(MPI_Alltoallv(send.data(), scounts.data(), sdispls.data(), MPI_BYTE,
-                                    recv.data(), rcounts.data(), rdispls.data(), MPI_BYTE, comm_),
-                      "MPI_Alltoallv");
-    for (std::size_t r = 0; r < n; ++r)
-      out[r].assign(recv.begin() + rdispls[r], recv.begin() + rdispls[r] + rcounts[r]);
-    return out;
+    for (const bytes& m : to) send.insert(send.end(), m.begin(), m.end());
+    detail::mpi_check(
+        MPI_Alltoallv(send.data(), sl.counts.data(), sl.displs.data(), MPI_BYTE, recv.data(),
+                      rl.counts.data(), rl.displs.data(), MPI_BYTE, comm_),
+        "MPI_Alltoallv");
+    return split(recv, rl);
   }
 
   void barrier() { detail::mpi_check(MPI_Barrier(comm_), "MPI_Barrier"); }
@@ -211,6 +182,28 @@ class mpi_communicator {
   static constexpr std::size_t step = std::size_t{1} << 30;  // bytes per MPI call
   static constexpr int tag = 0x6361;                         // point-to-point messages
 
+  /// MPI's int counts and displacements of buffers of `sizes` bytes laid end to end (their
+  /// total fits an int).
+  struct layout {
+    std::vector<int> counts, displs;
+  };
+  static layout layout_of(const std::vector<std::uint64_t>& sizes) {
+    layout l{std::vector<int>(sizes.size()), std::vector<int>(sizes.size())};
+    int off = 0;
+    for (std::size_t r = 0; r < sizes.size(); ++r) {
+      l.counts[r] = static_cast<int>(sizes[r]);
+      l.displs[r] = off;
+      off += l.counts[r];
+    }
+    return l;
+  }
+  /// `all` cut into one buffer per rank, as `l` lays it out.
+  static std::vector<bytes> split(const bytes& all, const layout& l) {
+    std::vector<bytes> out(l.counts.size());
+    for (std::size_t r = 0; r < out.size(); ++r)
+      out[r].assign(all.begin() + l.displs[r], all.begin() + l.displs[r] + l.counts[r]);
+    return out;
+  }
   void check_root(int root, const char* what) const {
     if (root < 0 || root >= size_)
       throw exception(

@@ -294,21 +294,8 @@ class thread_communicator {
 
   /// Every rank's `data`, indexed by rank. Throws errc::comm if the group is aborted.
   std::vector<bytes> all_gather(std::span<const std::byte> data) {
-    group_->enter(rank_, {thread_group::op_kind::all_gather, -1}, data);
-    std::vector<bytes> out;
-    std::exception_ptr copy_error;
-    try {
-      out.resize(static_cast<std::size_t>(size()));
-      for (int r = 0; r < size(); ++r) {
-        auto s = group_->slot(r);
-        out[static_cast<std::size_t>(r)].assign(s.begin(), s.end());
-      }
-    } catch (...) {
-      copy_error = std::current_exception();
-    }
-    group_->leave();
-    group_->finish_collective(rank_, copy_error);
-    return out;
+    return collect({thread_group::op_kind::all_gather, -1}, data, nullptr, true,
+                   [&](int r) { return group_->slot(r); });
   }
 
   /// Copies `buf` from `root` into `buf` on every other rank (resizing it). Throws errc::comm
@@ -336,23 +323,8 @@ class thread_communicator {
   /// if `root` is out of range.
   std::vector<bytes> gather(std::span<const std::byte> data, int root) {
     check_root(root, "gather");
-    group_->enter(rank_, {thread_group::op_kind::gather, root}, data);
-    std::vector<bytes> out;
-    std::exception_ptr copy_error;
-    if (rank_ == root) {
-      try {
-        out.resize(static_cast<std::size_t>(size()));
-        for (int r = 0; r < size(); ++r) {
-          auto s = group_->slot(r);
-          out[static_cast<std::size_t>(r)].assign(s.begin(), s.end());
-        }
-      } catch (...) {
-        copy_error = std::current_exception();
-      }
-    }
-    group_->leave();
-    group_->finish_collective(rank_, copy_error);
-    return out;
+    return collect({thread_group::op_kind::gather, root}, data, nullptr, rank_ == root,
+                   [&](int r) { return group_->slot(r); });
   }
 
   /// `to[r]` goes to rank r; returns what every rank sent to this one, by sender. Throws
@@ -364,27 +336,41 @@ class thread_communicator {
       group_->abort(rank_, what);
       throw exception(make_error(errc::invalid_argument, std::move(what)).with_rank(rank_));
     }
-    group_->enter(rank_, {thread_group::op_kind::all_to_all, -1}, {}, &to);
-    std::vector<bytes> out;
-    std::exception_ptr copy_error;
-    try {
-      out.resize(static_cast<std::size_t>(size()));
-      for (int r = 0; r < size(); ++r) {
-        auto s = group_->message(r, rank_);
-        out[static_cast<std::size_t>(r)].assign(s.begin(), s.end());
-      }
-    } catch (...) {
-      copy_error = std::current_exception();
-    }
-    group_->leave();
-    group_->finish_collective(rank_, copy_error);
-    return out;
+    return collect({thread_group::op_kind::all_to_all, -1}, {}, &to, true,
+                   [&](int r) { return group_->message(r, rank_); });
   }
 
   /// Returns once every rank has entered it. Throws errc::comm if the group is aborted.
   void barrier() { group_->enter(rank_, {thread_group::op_kind::barrier, -1}, {}); }
 
  private:
+  // One collective that returns a buffer per rank: deposits `payload` (and `messages`), and
+  // when `copy`, copies `source(r)` for every rank r between the entry and exit phases.
+  template <class Source>
+  std::vector<bytes> collect(thread_group::op o,
+                             std::span<const std::byte> payload,
+                             const std::vector<bytes>* messages,
+                             bool copy,
+                             Source source) {
+    group_->enter(rank_, o, payload, messages);
+    std::vector<bytes> out;
+    std::exception_ptr copy_error;
+    if (copy) {
+      try {
+        out.resize(static_cast<std::size_t>(size()));
+        for (int r = 0; r < size(); ++r) {
+          std::span<const std::byte> s = source(r);
+          out[static_cast<std::size_t>(r)].assign(s.begin(), s.end());
+        }
+      } catch (...) {
+        copy_error = std::current_exception();
+      }
+    }
+    group_->leave();
+    group_->finish_collective(rank_, copy_error);
+    return out;
+  }
+
   // Aborts the group and throws errc::invalid_argument when `root` is not a rank.
   void check_root(int root, const char* collective) {
     if (root >= 0 && root < size()) return;

@@ -128,7 +128,6 @@ inline result<std::vector<std::vector<piece>>> describe_rank(const leaf_list& le
 /// What the ranks agreed on in plan step 2.
 struct agreed_plan {
   std::optional<save_index> cached;  ///< the plan cache's index, when every rank matched it
-  std::vector<rank_desc> all;        ///< every rank's description (empty on a cache hit)
   bool exists_at_root = false;       ///< rank 0 found a committed checkpoint
   std::string save_id;               ///< rank 0's save id
 };
@@ -192,78 +191,82 @@ inline result<void> check_overwrite(bool exists_at_root, storage_ref st, const s
   return ok();
 }
 
-/// Plan step 2 (collective): agrees on the save index, from the plan cache when every rank's
-/// structure is unchanged, otherwise from every rank's description (validated, then planned
-/// alike on every rank). Fails on every rank alike.
-inline result<save_index> agree_on_index(const rank_desc& me,
-                                         const std::optional<error>& failure,
-                                         storage_ref st,
-                                         comm_ref comm,
-                                         const save_options& opt,
-                                         save_stats& stats) {
-  agreed_plan agreed;
-  save_plan_cache* cache = opt.plan_cache;
-  if (cache && plan_cache_access::usable(*cache, comm.size(), opt))
-    CAIRN_TRY(vote_on_cached_plan(me, failure, *cache, comm, opt, agreed));
-  if (!agreed.cached) {
-    rank_statuses descs = agree(comm, failure, encode(me));
-    if (auto f = descs.first_failure()) return std::move(*f);
-    for (const auto& b : descs.payloads) agreed.all.push_back(decode_rank_desc(b));
-    agreed.exists_at_root = agreed.all[0].checkpoint_exists;
-    agreed.save_id = agreed.all[0].save_id;
-  }
-  CAIRN_TRY(check_overwrite(agreed.exists_at_root, st, opt));
-  stats.save_id = agreed.save_id;
-  if (agreed.cached) {  // validated when it was planned; common values compared by digest
-    stats.plan_reused = true;
-    return std::move(*agreed.cached);
-  }
+/// Plan step 2 without a usable cached plan (collective): every rank's description reaches
+/// every rank, which validates and plans alike.
+inline result<save_index> plan_everywhere(const rank_desc& me,
+                                          const std::optional<error>& failure,
+                                          storage_ref st,
+                                          comm_ref comm,
+                                          const save_options& opt,
+                                          save_stats& stats) {
+  rank_statuses descs = agree(comm, failure, encode(me));
+  if (auto f = descs.first_failure()) return std::move(*f);
+  std::vector<rank_desc> all;
+  for (const auto& b : descs.payloads) all.push_back(decode_rank_desc(b));
+  CAIRN_TRY(check_overwrite(all[0].checkpoint_exists, st, opt));
+  stats.save_id = all[0].save_id;
   if (opt.validate_access_integrity)
-    CAIRN_TRY(validate_integrity(agreed.all));
+    CAIRN_TRY(validate_integrity(all));
   else
-    CAIRN_TRY(check_unique_objects(agreed.all));
+    CAIRN_TRY(check_unique_objects(all));
   save_index index =
-      plan_save(agreed.all, opt.block_size, opt.balance_min_bytes, strategy_of(opt).tiles(opt));
-  if (cache) {
+      plan_save(all, opt.block_size, opt.balance_min_bytes, strategy_of(opt).tiles(opt));
+  if (opt.plan_cache) {
     std::vector<std::uint64_t> per_rank;
-    for (const auto& d : agreed.all) per_rank.push_back(structure_hash(d));
-    plan_cache_access::store(*cache, comm.size(), opt, std::move(per_rank), index);
+    for (const auto& d : all) per_rank.push_back(structure_hash(d));
+    plan_cache_access::store(*opt.plan_cache, comm.size(), opt, std::move(per_rank), index);
   }
   return index;
 }
 
-/// Plan step 2 at scale (`save_options::scalable_planning`, collective): like
-/// `agree_on_index`, but planned by key owners (pipeline/scalable_plan.hpp); the index holds
-/// only this rank's chunks and objects.
-inline result<save_index> agree_at_scale(const rank_desc& me,
-                                         const std::optional<error>& failure,
-                                         storage_ref st,
-                                         comm_ref comm,
-                                         const save_options& opt,
-                                         save_stats& stats) {
-  if (!strategy_of(opt).plans_at_scale())
-    return make_error(errc::invalid_argument,
-                      "save_options::scalable_planning needs a strategy that plans at scale; " +
-                          std::string(strategy_of(opt).name()) + " does not");
-  agreed_plan agreed;
-  save_plan_cache* cache = opt.plan_cache;
-  if (cache && plan_cache_access::usable(*cache, comm.size(), opt))
-    CAIRN_TRY(vote_on_cached_plan(me, failure, *cache, comm, opt, agreed));
-  if (agreed.cached) {
-    CAIRN_TRY(check_overwrite(agreed.exists_at_root, st, opt));
-    stats.save_id = agreed.save_id;
-    stats.plan_reused = true;
-    return std::move(*agreed.cached);
-  }
+/// Plan step 2 without a usable cached plan, at scale (`save_options::scalable_planning`,
+/// collective): planned by key owners (pipeline/scalable_plan.hpp); the index holds only this
+/// rank's chunks and objects.
+inline result<save_index> plan_at_scale(const rank_desc& me,
+                                        const std::optional<error>& failure,
+                                        storage_ref st,
+                                        comm_ref comm,
+                                        const save_options& opt,
+                                        save_stats& stats) {
   CAIRN_TRY_ASSIGN(
       scalable_agreement a,
       scalable_plan(me, failure, comm, opt.validate_access_integrity, opt.block_size,
                     opt.balance_min_bytes, strategy_of(opt).tiles(opt), structure_hash(me)));
   CAIRN_TRY(check_overwrite(a.exists_at_root, st, opt));
   stats.save_id = a.save_id;
-  if (cache)
-    plan_cache_access::store(*cache, comm.size(), opt, std::move(a.structure_of_rank), a.index);
+  if (opt.plan_cache)
+    plan_cache_access::store(*opt.plan_cache, comm.size(), opt, std::move(a.structure_of_rank),
+                             a.index);
   return std::move(a.index);
+}
+
+/// Plan step 2 (collective): agrees on the save index, from the plan cache when every rank's
+/// structure is unchanged (validated when it was planned; common values compared by digest),
+/// otherwise by `plan_everywhere` or, with `save_options::scalable_planning`, `plan_at_scale`.
+/// Fails on every rank alike.
+inline result<save_index> agree_on_index(const rank_desc& me,
+                                         const std::optional<error>& failure,
+                                         storage_ref st,
+                                         comm_ref comm,
+                                         const save_options& opt,
+                                         save_stats& stats) {
+  if (opt.scalable_planning && !strategy_of(opt).plans_at_scale())
+    return make_error(errc::invalid_argument,
+                      "save_options::scalable_planning needs a strategy that plans at scale; " +
+                          std::string(strategy_of(opt).name()) + " does not");
+  save_plan_cache* cache = opt.plan_cache;
+  if (cache && plan_cache_access::usable(*cache, comm.size(), opt)) {
+    agreed_plan agreed;
+    CAIRN_TRY(vote_on_cached_plan(me, failure, *cache, comm, opt, agreed));
+    if (agreed.cached) {
+      CAIRN_TRY(check_overwrite(agreed.exists_at_root, st, opt));
+      stats.save_id = agreed.save_id;
+      stats.plan_reused = true;
+      return std::move(*agreed.cached);
+    }
+  }
+  if (opt.scalable_planning) return plan_at_scale(me, failure, st, comm, opt, stats);
+  return plan_everywhere(me, failure, st, comm, opt, stats);
 }
 
 /// Plan step 3 (local): this rank's write items, in the order of its slots.
@@ -326,11 +329,7 @@ inline result<void> plan_phase(const leaf_list& leaves,
     else
       failure = std::move(d).err();
   }
-  if (opt.scalable_planning) {
-    CAIRN_TRY_ASSIGN(out.index, agree_at_scale(me, failure, st, comm, opt, out.stats));
-  } else {
-    CAIRN_TRY_ASSIGN(out.index, agree_on_index(me, failure, st, comm, opt, out.stats));
-  }
+  CAIRN_TRY_ASSIGN(out.index, agree_on_index(me, failure, st, comm, opt, out.stats));
   out.save_id = out.stats.save_id;
   out.stats.bytes_per_rank = out.index.bytes_of_rank;
   list_items(leaves, pieces, out);

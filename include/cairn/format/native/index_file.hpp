@@ -57,14 +57,14 @@ struct index_section {
 
 namespace detail {
 
-inline void put_u32(bytes& b, std::uint32_t v) {
+/// Appends `v`'s bytes (little-endian on every machine cairn builds for).
+template <class T>
+void put_num(bytes& b, T v) {
   const auto* p = reinterpret_cast<const std::byte*>(&v);
-  b.insert(b.end(), p, p + 4);
+  b.insert(b.end(), p, p + sizeof v);
 }
-inline void put_u64(bytes& b, std::uint64_t v) {
-  const auto* p = reinterpret_cast<const std::byte*>(&v);
-  b.insert(b.end(), p, p + 8);
-}
+inline void put_u32(bytes& b, std::uint32_t v) { put_num(b, v); }
+inline void put_u64(bytes& b, std::uint64_t v) { put_num(b, v); }
 inline void put_ints(bytes& b, const shape& s) {
   for (std::int64_t v : s) put_u64(b, static_cast<std::uint64_t>(v));
 }
@@ -231,24 +231,17 @@ class index_section_reader {
     if (n > b_.size() - pos_) return corrupt("truncated");
     return ok();
   }
-  result<std::uint8_t> u8() {
-    CAIRN_TRY(need(1));
-    return static_cast<std::uint8_t>(b_[pos_++]);
-  }
-  result<std::uint32_t> u32() {
-    CAIRN_TRY(need(4));
-    std::uint32_t v;
-    std::memcpy(&v, b_.data() + pos_, 4);
-    pos_ += 4;
+  template <class T>
+  result<T> num() {
+    CAIRN_TRY(need(sizeof(T)));
+    T v;
+    std::memcpy(&v, b_.data() + pos_, sizeof v);
+    pos_ += sizeof v;
     return v;
   }
-  result<std::uint64_t> u64() {
-    CAIRN_TRY(need(8));
-    std::uint64_t v;
-    std::memcpy(&v, b_.data() + pos_, 8);
-    pos_ += 8;
-    return v;
-  }
+  result<std::uint8_t> u8() { return num<std::uint8_t>(); }
+  result<std::uint32_t> u32() { return num<std::uint32_t>(); }
+  result<std::uint64_t> u64() { return num<std::uint64_t>(); }
   result<std::vector<std::uint64_t>> u64s(std::uint64_t n) {
     CAIRN_TRY(need(n * 8));  // callers bound n by the bytes left first
     std::vector<std::uint64_t> v(static_cast<std::size_t>(n));
