@@ -43,6 +43,7 @@
 #include "cairn/async/saver.hpp"
 #include "cairn/cairn.hpp"
 #include "cairn/strategies.hpp"
+#include "plan_load.hpp"
 #include "plan_real.hpp"
 #include "plan_roles.hpp"
 #include "plan_sweep.hpp"
@@ -92,6 +93,11 @@ options:
                      (MPI processes: cairn-bench-plan-mpi under mpirun)
   --pp P             pipeline stages for --plan --scalable / --real (default min(8, R / 8))
   --owners N         owners sampled by --plan --scalable (default 4)
+  --load             with --plan --ranks R --tensors T: format version 4 (index files): the
+                     manifest's bytes and decode time, the index bytes, and rank 0's load
+                     planning (directories and pages of its tensors), from 300 sampled keys
+  --block-size B     checksum block (and tile) size for --reshard (default 1 MiB)
+  --index            --reshard saves in format version 4 (index files)
   --reshard          instead of I/O: save tensor-parallel weights (and data-parallel
                      replicas) in memory, load them on 1..8 ranks along both axes, and report
                      bytes read / bytes needed per load and max/mean bytes written per rank
@@ -127,6 +133,9 @@ struct options {
   bool real = false;      ///< --plan --real: scalable planning on thread ranks
   int pp = 0;             ///< --pp: pipeline stages of --plan --scalable (0: the default)
   int owners = 4;         ///< --owners: owners sampled by --plan --scalable
+  bool load = false;      ///< --plan --load: format version 4 and load planning at scale
+  std::uint64_t block_size = cairn::default_block_size;  ///< --block-size (--reshard)
+  bool index_files = false;  ///< --index: save in format version 4 (--reshard)
 };
 
 struct usage_error : std::runtime_error {
@@ -204,6 +213,13 @@ std::optional<options> parse_args(int argc, char** argv) {
       o.plan = true;
     } else if (a == "--scalable") {
       o.scalable = true;
+    } else if (a == "--load") {
+      o.load = true;
+    } else if (a == "--index") {
+      o.index_files = true;
+    } else if (a == "--block-size") {
+      o.block_size = static_cast<std::uint64_t>(
+          parse_int(value(), 64, "--block-size", static_cast<int>(cairn::max_block_size)));
     } else if (a == "--real") {
       o.real = true;
     } else if (a == "--pp") {
@@ -812,6 +828,8 @@ int run_reshard(const options& o) {
   };
   cairn::save_options so;
   so.tile = o.tile;
+  so.block_size = o.block_size;
+  so.index_files = o.index_files;
   // 1. Balance: TP=2 x DP=2 and TP=1 x DP=4 (every rank holds every byte).
   struct balance_point {
     int tp, dp;
@@ -887,9 +905,9 @@ int run_reshard(const options& o) {
           i ? "," : "", amp[i].ranks, amp[i].worst,
           static_cast<double>(amp[i].read) / static_cast<double>(amp[i].needed));
     fmt::print(
-        "{{\"bench\":\"cairn-reshard\",\"tiled\":{},\"balance\":[{}],\"read_amplification\":[{}]}}"
-        "\n",
-        o.tile, b, a);
+        "{{\"bench\":\"cairn-reshard\",\"tiled\":{},\"block_size\":{},\"index_files\":{},"
+        "\"balance\":[{}],\"read_amplification\":[{}]}}\n",
+        o.tile, o.block_size, o.index_files, b, a);
   } else {
     fmt::print("write balance (max / mean bytes per rank):\n");
     for (const auto& p : balance) fmt::print("  TP={} x DP={}: {:.3f}\n", p.tp, p.dp, p.ratio);
@@ -1044,7 +1062,8 @@ std::optional<std::string> plan_point_in_child(int ranks, int tensors, const opt
   if (pid < 0) return std::nullopt;
   if (pid == 0) {
     ::close(fd[0]);
-    std::string j = o.scalable
+    std::string j = o.load ? cairn_bench::simulate_load(ranks, tensors, o.pp, 300)
+                    : o.scalable
                         ? cairn_bench::simulate_roles(ranks, tensors, o.pp, o.owners)
                         : cairn_bench::plan_point_json(cairn_bench::simulate_plan(ranks, tensors));
     ssize_t w = ::write(fd[1], j.data(), j.size());
@@ -1101,7 +1120,7 @@ int run_plan(const options& o) {
   std::vector<std::string> points, skipped;
   for (int r : {8, 64, 512, 4096})
     for (int t : {100, 1000, 10000}) {
-      if (!o.scalable && static_cast<double>(r) * t > cap) {
+      if (!o.scalable && !o.load && static_cast<double>(r) * t > cap) {
         skipped.push_back(fmt::format(
             "{{\"ranks\":{},\"tensors\":{},\"reason\":\"ranks x tensors = {} > {:.0f}: "
             "minutes and tens of GiB with one metadata.json (see docs/benchmarks.md)\"}}",

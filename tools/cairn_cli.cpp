@@ -139,6 +139,12 @@ int inspect(const std::string& dir, bool json) {
   if (m->format != "cairn") fmt::print("format         {} (no checksums)\n", m->format);
   fmt::print("files          {} ({} bytes), checksum blocks of {} bytes\n", m->files.size(),
              total_bytes(*m), m->block_size);
+  std::uint64_t index_files = 0, index_bytes = 0;
+  for (const auto& f : m->files)
+    if (f.role == cairn::file_role::index) ++index_files, index_bytes += f.nbytes;
+  if (index_files)
+    fmt::print("index          {} index files ({} bytes) hold the chunk records\n", index_files,
+               index_bytes);
   if (auto [data, stored] = compression_totals(*m); stored != data)
     fmt::print("compression    zstd: tensor data {} bytes stored in {} (ratio {:.2f})\n", data,
                stored, stored ? static_cast<double>(data) / static_cast<double>(stored) : 1.0);

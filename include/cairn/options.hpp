@@ -56,9 +56,16 @@ struct save_options {
   save_plan_cache* plan_cache = nullptr;
   /// Plan by key owners (plan/scalable.hpp): each rank sends each key's owner only its leaves
   /// of that key and receives only its own slots, so that no rank receives every rank's
-  /// description. Rank 0 still receives every rank's index at the commit (the format keeps one
-  /// metadata file). Needs a strategy that `plans_at_scale` (native).
+  /// description. Without `index_files`, rank 0 still receives every rank's index at the commit
+  /// (the format then keeps one metadata file). Needs a strategy that `plans_at_scale` (native).
   bool scalable_planning = false;
+  /// Write format version 4 (native strategy): each key's owner (the same hash of the key as
+  /// `scalable_planning`) receives the chunk records of its keys from their writers and writes
+  /// them to its binary index file (`index.<rank>.<id>.cairn`); `metadata.json` keeps one line
+  /// per tensor (dtype, shape, where its index section is, checksummed), so rank 0 receives
+  /// O(tensors + ranks) at the commit and a loading rank reads only the sections it needs.
+  /// Readers before version 4 cannot read the result.
+  bool index_files = false;
   /// A string map saved with the checkpoint, readable alone with `read_content_metadata`.
   std::map<std::string, std::string> content_metadata;
   /// The CUDA runtime used to copy tensors that live in device memory into pinned host memory

@@ -72,6 +72,41 @@ TEST_CASE("scalable planning: random shardings saved on N load on M, with zstd a
   CHECK(combos == 72);
 }
 
+TEST_CASE("format version 4: random shardings saved on N load on M through index files") {
+  std::mt19937 rng(20261125);
+  int combos = 0;
+  for (int n = 1; n <= 6; ++n) {
+    for (int m = 1; m <= 6; ++m) {
+      for (layout_kind save_kind : {layout_kind::block, layout_kind::flattened}) {
+        property_case c = random_case(rng, 1 + static_cast<int>(rng() % 4), n, m);
+        cairn::memory_storage mem;
+        cairn::save_options so;
+        so.block_size = 16 + rng() % 64;
+        so.index_files = true;
+        so.scalable_planning = combos % 2 == 0;
+        so.zstd_level = combos % 3 == 0 ? 1 : 0;
+        so.overwrite = true;
+        std::vector<cairn::save_plan_cache> caches(static_cast<std::size_t>(n));
+        for (int rep = 0; rep < 2; ++rep) save_on_threads(mem, c, n, save_kind, so, &caches);
+        for (const auto& cache : caches) CHECK(cache.hits() == 1);
+        auto json = cairn::read_metadata_json(mem);
+        REQUIRE(json);
+        CHECK(json->find("\"chunks\":[") == std::string::npos);  // the manifest lists none
+        CHECK(json->find("\"version\":4") != std::string::npos);
+        auto problems = cairn::verify_checkpoint(mem);
+        REQUIRE(problems);
+        CHECK(problems->empty());
+        auto failures = load_failures_on_threads(mem, c, m, layout_kind::block);
+        INFO("N=" << n << " M=" << m << " save " << kind_name(save_kind));
+        CHECK(failures.empty());
+        for (const auto& f : failures) MESSAGE(f);
+        ++combos;
+      }
+    }
+  }
+  CHECK(combos == 72);
+}
+
 TEST_CASE("each rank reads only the checksum blocks it needs") {
   // A 64 x 64 f32 tensor saved in 4 row blocks, loaded in 2 row blocks with 1 KiB checksum
   // blocks: every byte read is needed.

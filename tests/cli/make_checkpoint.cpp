@@ -1,5 +1,6 @@
 // Test helper for the CLI tests: `make_checkpoint DIR` saves a small checkpoint from 2 thread
-// ranks; `make_checkpoint check-json FILE` exits 0 when FILE is one valid JSON object.
+// ranks (`make_checkpoint zstd DIR` compressed, `make_checkpoint index DIR` in format version 4);
+// `make_checkpoint check-json FILE` exits 0 when FILE is one valid JSON object.
 #include <simdjson.h>
 
 #include <cstdio>
@@ -19,15 +20,17 @@ int main(int argc, char** argv) {
     }
     return 0;
   }
-  if (argc != 2 && !(argc == 3 && std::string(argv[1]) == "zstd")) {
+  const std::string mode = argc == 3 ? argv[1] : "";
+  if (argc != 2 && !(argc == 3 && (mode == "zstd" || mode == "index"))) {
     std::fprintf(stderr,
-                 "usage: make_checkpoint DIR | make_checkpoint zstd DIR | make_checkpoint "
+                 "usage: make_checkpoint DIR | make_checkpoint zstd|index DIR | make_checkpoint "
                  "check-json FILE\n");
     return 2;
   }
   cairn::file_storage disk(argv[argc - 1]);
   cairn::save_options opt;
-  if (argc == 3) opt.zstd_level = 3;  // the constant tensors compress well
+  if (mode == "zstd") opt.zstd_level = 3;  // the constant tensors compress well
+  opt.index_files = mode == "index";
   opt.content_metadata = {{"purpose", "cli test"}};
   opt.block_size = 256;
   cairn::run_ranks(2, [&](cairn::thread_communicator& comm) {

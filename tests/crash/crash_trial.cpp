@@ -69,6 +69,7 @@ struct worker_config {
   bool mpi = false;
   int world = 1, size_class = 0, zstd = 0, io_threads = 2;
   bool plan_cache = false;
+  bool index_files = false;  ///< format version 4
   std::int64_t max_steps = 100000;
 };
 
@@ -99,6 +100,7 @@ int worker_rank(cairn::comm_ref comm, const worker_config& c, crash::page* pg, i
   so.zstd_level = c.zstd;
   so.io_threads = c.io_threads;
   so.plan_cache = c.plan_cache ? &cache : nullptr;
+  so.index_files = c.index_files;
   const pid_t parent = ::getppid();  // the checker, or mpirun
   for (std::int64_t step = 1; step <= c.max_steps; ++step) {
     // An MPI rank whose mpirun is gone is an orphan: stop (thread workers die with the
@@ -153,6 +155,8 @@ int worker_main(int argc, char** argv) {
       c.io_threads = std::stoi(next());
     else if (a == "--plan-cache")
       c.plan_cache = std::stoi(next()) != 0;
+    else if (a == "--index")
+      c.index_files = std::stoi(next()) != 0;
     else if (a == "--max-steps")
       c.max_steps = std::stoll(next());
     else
@@ -281,17 +285,19 @@ struct trial_config {
   mode m = mode::threads;
   int world = 2, size_class = 0, zstd = 0, io_threads = 2;
   bool plan_cache = false;
-  int kill_save = 1;     ///< kill during save k (1: before any commit)
-  double kill_frac = 0;  ///< ... at this fraction of the expected save time
-  int kill_phase = -1;   ///< or as soon as rank 0 enters this phase (>= 0)
-  int victim = 0;        ///< mpi-one: the rank killed
+  bool index_files = false;  ///< format version 4 (the save after the kill: the other one)
+  int kill_save = 1;         ///< kill during save k (1: before any commit)
+  double kill_frac = 0;      ///< ... at this fraction of the expected save time
+  int kill_phase = -1;       ///< or as soon as rank 0 enters this phase (>= 0)
+  int victim = 0;            ///< mpi-one: the rank killed
   int load_ranks = 1, post_ranks = 1, post_load_ranks = 1, post_zstd = 0;
 
   std::string str() const {
     std::string s = std::string(mode_name(m)) + " world " + std::to_string(world) + ", size " +
                     std::to_string(size_class) + ", zstd " + std::to_string(zstd) +
-                    ", plan cache " + (plan_cache ? "on" : "off") + ", io threads " +
-                    std::to_string(io_threads) + "; kill in save " + std::to_string(kill_save);
+                    ", plan cache " + (plan_cache ? "on" : "off") + ", format " +
+                    (index_files ? "v4" : "v1-3") + ", io threads " + std::to_string(io_threads) +
+                    "; kill in save " + std::to_string(kill_save);
     if (kill_phase >= 0)
       s += std::string(" at phase '") + crash::phase_name(static_cast<std::uint32_t>(kill_phase)) +
            "'";
@@ -334,6 +340,7 @@ trial_config make_config(std::uint64_t seed, int trial, mode m) {
   c.post_ranks = pick(1, 4);
   c.post_load_ranks = pick(1, 4);
   c.post_zstd = pick(0, 2) == 0 ? 1 : 0;
+  c.index_files = pick(0, 1) == 1;
   return c;
 }
 
@@ -421,7 +428,7 @@ std::vector<std::string> load_and_compare(const fs::path& dir,
 
 /// Saves step `step` on `ranks` thread ranks into `dir` (overwrite).
 std::vector<std::string> save_step(
-    const fs::path& dir, int ranks, int size_class, int zstd, std::int64_t step) {
+    const fs::path& dir, int ranks, int size_class, int zstd, bool index_files, std::int64_t step) {
   std::mutex mu;
   std::vector<std::string> out;
   try {
@@ -433,6 +440,7 @@ std::vector<std::string> save_step(
       cairn::save_options so;
       so.overwrite = true;
       so.zstd_level = zstd;
+      so.index_files = index_files;
       auto r = cairn::try_save(t.sd, disk, comm, so);
       if (!r && comm.rank() == 0) {
         std::lock_guard lk(mu);
@@ -468,7 +476,7 @@ struct leftover {
   std::string str() const {
     static const std::map<std::string, const char*> what = {
         {"temporary", "temporary file of a killed put"},
-        {"unreferenced", "data or common file that metadata.json does not name"},
+        {"unreferenced", "data, common or index file that metadata.json does not name"},
         {"unknown", "unknown file"},
         {"directory", "directory"}};
     return path + " (" + std::to_string(bytes) + " bytes: " + what.at(kind) + ")";
@@ -507,7 +515,8 @@ std::vector<leftover> leftovers(const fs::path& dir, std::string& error) {
     if (wanted.count(rel)) continue;
     auto size = fs::file_size(it->path(), ec2);
     const char* kind = cairn::file_storage::is_temp_name(name) ? "temporary"
-                       : (name.rfind("data.", 0) == 0 || name.rfind("common.", 0) == 0)
+                       : (name.rfind("data.", 0) == 0 || name.rfind("common.", 0) == 0 ||
+                          name.rfind("index.", 0) == 0)
                            ? "unreferenced"
                            : "unknown";
     out.push_back({rel, ec2 ? 0 : size, kind});
@@ -574,8 +583,8 @@ std::vector<std::string> run_trial(trial_env& env,
   args.insert(args.end(),
               {"--dir", ckpt.string(), "--log", log, "--probe", probe_path, "--size",
                std::to_string(c.size_class), "--zstd", std::to_string(c.zstd), "--io-threads",
-               std::to_string(c.io_threads), "--plan-cache", c.plan_cache ? "1" : "0",
-               "--max-steps", std::to_string(c.kill_save + 50)});
+               std::to_string(c.io_threads), "--plan-cache", c.plan_cache ? "1" : "0", "--index",
+               c.index_files ? "1" : "0", "--max-steps", std::to_string(c.kill_save + 50)});
   const std::string est_key = std::string(mpi ? "mpi" : "threads") + std::to_string(c.size_class);
   double est_ms = env.est_ms.count(est_key) ? env.est_ms[est_key] : (mpi ? 40.0 : 20.0);
 
@@ -752,7 +761,7 @@ std::vector<std::string> run_trial(trial_env& env,
   }
   // 2. The next save replaces it and loads exactly; 3. it leaves nothing else behind.
   std::int64_t next = std::max(lg.started, lg.committed) + 1;
-  auto s = save_step(ckpt, c.post_ranks, c.size_class, c.post_zstd, next);
+  auto s = save_step(ckpt, c.post_ranks, c.size_class, c.post_zstd, !c.index_files, next);
   bad.insert(bad.end(), s.begin(), s.end());
   if (s.empty()) {
     std::int64_t got = -1;

@@ -34,7 +34,7 @@ enum phase : std::uint32_t {
   plan,                  ///< in save, before writing: describing, planning, reading what is there
   write_data,            ///< writing its data file
   sync_data,             ///< finishing (fdatasync) its data file
-  put_common,            ///< writing the common state (rank 0)
+  put_common,            ///< writing the common state (rank 0) or an index file (version 4)
   exchange,              ///< its files are written; waiting for the other ranks / the commit
   put_metadata,          ///< writing metadata.json (rank 0): the commit
   committed,             ///< metadata.json is written; removing old files, telling the ranks

@@ -75,9 +75,10 @@ struct rank_state {
   }
 };
 
-cairn::save_options save_opts(bool zstd, bool overwrite) {
+cairn::save_options save_opts(bool zstd, bool overwrite, bool index_files = false) {
   cairn::save_options so;
-  so.block_size = 64;  // chunks larger than a block are tiled: more operations to fail
+  so.index_files = index_files;  // format version 4
+  so.block_size = 64;            // chunks larger than a block are tiled: more operations to fail
   so.zstd_level = zstd ? 3 : 0;
   so.overwrite = overwrite;
   return so;
@@ -157,17 +158,21 @@ void check_no_garbage(cairn::memory_storage& mem) {
 }  // namespace
 
 TEST_CASE("fault matrix: every storage operation of a save fails in every way") {
-  // (zstd, async): plain, compressed, and through async_saver.
-  for (auto flags : {std::pair{false, false}, std::pair{true, false}, std::pair{false, true}}) {
-    const bool zstd = flags.first, async = flags.second;  // INFO captures them: no bindings
+  // (zstd, async, index files): plain, compressed, through async_saver, format version 4.
+  struct variant {
+    bool zstd, async, index;
+  };
+  for (variant flags : {variant{false, false, false}, variant{true, false, false},
+                        variant{false, true, false}, variant{false, false, true}}) {
+    const bool zstd = flags.zstd, async = flags.async, v4 = flags.index;
     for (bool fresh : {true, false}) {
       // Count the operations of an unfaulted save.
       std::uint64_t ops = 0;
       {
         cairn::memory_storage mem;
-        if (!fresh) REQUIRE(!save_gen(mem, 1, save_opts(zstd, false)));
+        if (!fresh) REQUIRE(!save_gen(mem, 1, save_opts(zstd, false, v4)));
         cairn::faulty_storage faulty(mem);
-        REQUIRE(!save_gen(faulty, 2, save_opts(zstd, !fresh), async));
+        REQUIRE(!save_gen(faulty, 2, save_opts(zstd, !fresh, v4), async));
         ops = faulty.ops();
       }
       REQUIRE(ops > 10);
@@ -175,16 +180,16 @@ TEST_CASE("fault matrix: every storage operation of a save fails in every way") 
       for (cairn::fault_mode mode : cairn::all_fault_modes) {
         for (std::uint64_t k = 0;; ++k) {
           cairn::memory_storage mem;
-          if (!fresh) REQUIRE(!save_gen(mem, 1, save_opts(zstd, false)));
+          if (!fresh) REQUIRE(!save_gen(mem, 1, save_opts(zstd, false, v4)));
           cairn::faulty_storage faulty(mem);
           faulty.fail_op(k, mode);
-          auto outcome = save_gen(faulty, 2, save_opts(zstd, !fresh), async);
+          auto outcome = save_gen(faulty, 2, save_opts(zstd, !fresh, v4), async);
           if (!faulty.fault_fired()) {
             CHECK(!outcome);
             CHECK(k >= ops / 2);  // the operation count varies a little with thread timing
             break;
           }
-          INFO("zstd=" << zstd << " async=" << async << " fresh=" << fresh
+          INFO("zstd=" << zstd << " async=" << async << " v4=" << v4 << " fresh=" << fresh
                        << " mode=" << std::string(cairn::fault_mode_name(mode)) << " k=" << k
                        << " fault at: " << faulty.fault_site());
           auto loaded = load_gen(mem);
@@ -207,14 +212,15 @@ TEST_CASE("fault matrix: every storage operation of a save fails in every way") 
             CHECK(mode == cairn::fault_mode::lie_partial);
           }
           // The next save succeeds, loads exactly and leaves no garbage.
-          REQUIRE(!save_gen(mem, 3, save_opts(zstd, true)));
+          REQUIRE(!save_gen(mem, 3, save_opts(zstd, true, v4)));
           auto again = load_gen(mem);
           REQUIRE(again);
           CHECK(*again == 3);
           check_no_garbage(mem);
         }
       }
-      MESSAGE("save matrix zstd=" << zstd << " async=" << async << " fresh=" << fresh << ": " << ops
+      MESSAGE("save matrix zstd=" << zstd << " async=" << async << " v4=" << v4
+                                  << " fresh=" << fresh << ": " << ops
                                   << " operations x 5 modes: " << failed << " failed, " << succeeded
                                   << " committed, " << refused << " committed but refused on load");
     }
@@ -222,9 +228,10 @@ TEST_CASE("fault matrix: every storage operation of a save fails in every way") 
 }
 
 TEST_CASE("fault matrix: every storage operation of a load fails in every way") {
-  for (bool zstd : {false, true}) {
+  for (auto flags : {std::pair{false, false}, std::pair{true, false}, std::pair{false, true}}) {
+    const bool zstd = flags.first, v4 = flags.second;  // INFO captures them: no bindings
     cairn::memory_storage mem;
-    REQUIRE(!save_gen(mem, 1, save_opts(zstd, false)));
+    REQUIRE(!save_gen(mem, 1, save_opts(zstd, false, v4)));
     cairn::faulty_storage faulty(mem);
     auto clean = load_gen(faulty);
     REQUIRE(clean);
@@ -239,7 +246,8 @@ TEST_CASE("fault matrix: every storage operation of a load fails in every way") 
           CHECK(k >= ops / 2);
           break;
         }
-        INFO("zstd=" << zstd << " mode=" << std::string(cairn::fault_mode_name(mode)) << " k=" << k
+        INFO("zstd=" << zstd << " v4=" << v4
+                     << " mode=" << std::string(cairn::fault_mode_name(mode)) << " k=" << k
                      << " fault at: " << faulty.fault_site());
         if (got) {
           ++loaded_ok;
@@ -255,7 +263,7 @@ TEST_CASE("fault matrix: every storage operation of a load fails in every way") 
       }
     }
     faulty.disarm();
-    MESSAGE("load matrix zstd=" << zstd << ": " << ops << " operations x 5 modes: " << loaded_ok
-                                << " loaded exactly, " << refused << " refused");
+    MESSAGE("load matrix zstd=" << zstd << " v4=" << v4 << ": " << ops << " operations x 5 modes: "
+                                << loaded_ok << " loaded exactly, " << refused << " refused");
   }
 }

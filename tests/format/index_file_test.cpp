@@ -1,12 +1,13 @@
-// The binary index file of format version 4 (format/native/index_file.hpp): round trips, and
-// every flipped byte, truncation and lying count refused as corrupt, naming the file and an
-// offset.
+// The binary index file of format version 4 (format/native/index_file.hpp): directories and
+// pages round-trip, and every flipped byte, truncation and lying count is refused as corrupt,
+// naming the file and an offset.
 #include "cairn/format/native/index_file.hpp"
 
 #include <doctest/doctest.h>
 
 #include <cstdint>
 #include <string>
+#include <tuple>
 #include <vector>
 
 namespace {
@@ -21,10 +22,11 @@ constexpr std::uint64_t block = 64;
 /// A few tensors covering what a section holds: untiled, tiled, compressed, scalar, empty.
 std::vector<std::pair<std::string, tensor_record>> sample_tensors() {
   std::vector<std::pair<std::string, tensor_record>> out;
-  {  // [8, 6] f32 in two row blocks, untiled: 96 bytes each, two checksums each
+  {  // [8, 6] f32 in three row blocks, untiled: 96, 48, 48 bytes
     tensor_record t{cairn::dtype::f32, {8, 6}, {}};
     t.chunks.push_back(chunk_record{box{{0, 0}, {4, 6}}, extent{0, 0, 96, {11, 12}}, {}});
-    t.chunks.push_back(chunk_record{box{{4, 0}, {4, 6}}, extent{1, 0, 96, {13, 14}}, {}});
+    t.chunks.push_back(chunk_record{box{{4, 0}, {2, 6}}, extent{1, 0, 48, {13}}, {}});
+    t.chunks.push_back(chunk_record{box{{6, 0}, {2, 6}}, extent{1, 48, 48, {14}}, {}});
     out.emplace_back("layers.0.weight", std::move(t));
   }
   {  // [4, 16] bf16, one chunk tiled 2 x 2, compressed
@@ -61,41 +63,85 @@ bool same(const tensor_record& a, const tensor_record& b) {
 
 struct built {
   cairn::bytes file;
-  std::vector<cairn::index_section> sections;
+  std::vector<cairn::index_section> sections;  ///< the directories
 };
 
+/// The sample tensors in an index file with pages of 2 chunks (the first tensor gets 2 pages
+/// after a third chunk is added), so that pages, not just directories, are exercised.
 built build() {
   built b;
   cairn::index_file_builder builder;
-  for (const auto& [k, t] : sample_tensors()) b.sections.push_back(builder.add(k, t));
-  b.file = builder.finish();
+  auto tensors = sample_tensors();
+  for (const auto& [k, t] : tensors) builder.add(k, t);
+  std::tie(b.file, b.sections) = builder.finish(2);
   return b;
 }
 
-std::span<const std::byte> bytes_of(const built& b, const cairn::index_section& s) {
-  return std::span(b.file).subspan(s.offset, s.length);
+std::span<const std::byte> bytes_of(const built& b, std::uint64_t offset, std::uint64_t length) {
+  return std::span(b.file).subspan(offset, length);
 }
 
 const std::string where = "ckpt/index.0.abc.cairn";
 
 }  // namespace
 
-TEST_CASE("index file: sections round-trip and the file checks") {
+/// Every chunk of directory `s`, read page by page.
+cairn::result<std::vector<chunk_record>> read_all(std::span<const std::byte> file,
+                                                  const cairn::index_section& s) {
+  CAIRN_TRY_ASSIGN(
+      auto d, cairn::read_index_directory(file.subspan(s.offset, s.length), s, where, file.size()));
+  std::vector<chunk_record> out;
+  for (const auto& p : d.pages) {
+    CAIRN_TRY_ASSIGN(
+        auto got, cairn::read_index_page(file.subspan(p.offset, p.length), d, p, where, block, 2));
+    out.insert(out.end(), got.begin(), got.end());
+  }
+  return out;
+}
+
+TEST_CASE("index file: directories and pages round-trip and the file checks") {
   built b = build();
   REQUIRE(cairn::check_index_file(b.file, where));
   auto tensors = sample_tensors();
   REQUIRE(b.sections.size() == tensors.size());
   for (std::size_t i = 0; i < tensors.size(); ++i) {
-    auto got =
-        cairn::read_index_section(bytes_of(b, b.sections[i]), b.sections[i], where, block, 2);
-    REQUIRE(got);
-    CHECK(got->first == tensors[i].first);
-    CHECK(same(got->second, tensors[i].second));
+    auto d = cairn::read_index_directory(bytes_of(b, b.sections[i].offset, b.sections[i].length),
+                                         b.sections[i], where, b.file.size());
+    REQUIRE(d);
+    CHECK(d->key == tensors[i].first);
+    CHECK(d->chunks == tensors[i].second.chunks.size());
+    CHECK(d->pages.size() == (tensors[i].second.chunks.size() + 1) / 2);
+    for (const auto& p : d->pages)  // each page's box holds exactly its chunks' boxes
+      CHECK(p.bounds.size.size() == tensors[i].second.global_shape.size());
+    auto chunks = read_all(b.file, b.sections[i]);
+    REQUIRE(chunks);
+    tensor_record got{d->type, d->global_shape, *chunks};
+    CHECK(same(got, tensors[i].second));
   }
+  // The first tensor's pages: rows [0:6] and [6:8].
+  auto d = cairn::read_index_directory(bytes_of(b, b.sections[0].offset, b.sections[0].length),
+                                       b.sections[0], where, b.file.size());
+  REQUIRE(d);
+  REQUIRE(d->pages.size() == 2);
+  CHECK(d->pages[0].bounds == box{{0, 0}, {6, 6}});
+  CHECK(d->pages[1].bounds == box{{6, 0}, {2, 6}});
+  // A page whose box does not hold its chunks is refused (readers pick pages by that box).
+  auto p = d->pages[1];
+  p.bounds = box{{7, 0}, {1, 6}};
+  auto r = cairn::read_index_page(bytes_of(b, p.offset, p.length), *d, p, where, block, 2);
+  REQUIRE(!r);
+  CHECK(r.err().message.find("outside its page's box") != std::string::npos);
 }
 
-TEST_CASE("index file: every flipped byte fails the file check and the section read") {
+TEST_CASE("index file: every flipped byte fails the file check and the directory or page read") {
   built b = build();
+  // Where each page lies, from the unchanged directories.
+  std::vector<std::pair<cairn::index_directory, cairn::index_page>> pages;
+  for (const auto& s : b.sections) {
+    auto d = cairn::read_index_directory(bytes_of(b, s.offset, s.length), s, where, b.file.size());
+    REQUIRE(d);
+    for (const auto& p : d->pages) pages.emplace_back(*d, p);
+  }
   for (std::size_t at = 0; at < b.file.size(); ++at) {
     for (std::byte mask : {std::byte{0x01}, std::byte{0x80}}) {
       cairn::bytes f = b.file;
@@ -108,8 +154,17 @@ TEST_CASE("index file: every flipped byte fails the file check and the section r
              whole.err().code == cairn::errc::unsupported_version));
       for (const auto& s : b.sections) {
         if (at < s.offset || at >= s.offset + s.length) continue;
+        auto r = cairn::read_index_directory(std::span(f).subspan(s.offset, s.length), s, where,
+                                             f.size());
+        REQUIRE(!r);
+        CHECK(r.err().code == cairn::errc::corrupt);
+        CHECK(r.err().file == where);
+        CHECK(r.err().offset.has_value());
+      }
+      for (const auto& [d, p] : pages) {
+        if (at < p.offset || at >= p.offset + p.length) continue;
         auto r =
-            cairn::read_index_section(std::span(f).subspan(s.offset, s.length), s, where, block, 2);
+            cairn::read_index_page(std::span(f).subspan(p.offset, p.length), d, p, where, block, 2);
         REQUIRE(!r);
         CHECK(r.err().code == cairn::errc::corrupt);
         CHECK(r.err().file == where);
@@ -120,13 +175,59 @@ TEST_CASE("index file: every flipped byte fails the file check and the section r
 }
 
 TEST_CASE(
-    "index file: a rewritten section with a matching checksum is still checked field by "
-    "field") {
+    "index file: a rewritten directory or page with a matching checksum is still checked field "
+    "by field") {
   // Whoever can rewrite the file can rewrite the checksum the manifest holds: parsing must then
   // refuse what does not fit (or accept something consistent), never crash or over-allocate.
   built b = build();
   int refused = 0, accepted = 0;
   for (const auto& s0 : b.sections) {
+    for (std::size_t at = s0.offset; at < s0.offset + s0.length; ++at) {
+      for (std::uint8_t v : {0x00, 0x01, 0x7f, 0x80, 0xff}) {
+        cairn::bytes f = b.file;
+        f[at] = std::byte{v};
+        cairn::index_section s = s0;
+        auto sec = std::span<const std::byte>(f).subspan(s.offset, s.length);
+        s.checksum = cairn::checksum(sec);
+        auto r = cairn::read_index_directory(sec, s, where, f.size());
+        if (!r) {
+          ++refused;
+          CHECK(r.err().code == cairn::errc::corrupt);
+          CHECK(r.err().file == where);
+          REQUIRE(r.err().offset.has_value());
+          CHECK(*r.err().offset >= s.offset);
+          CHECK(*r.err().offset <= s.offset + s.length);
+          continue;
+        }
+        ++accepted;
+        std::uint64_t chunks = 0;
+        for (const auto& p : r->pages) {  // what is accepted is consistent
+          chunks += p.chunks;
+          CHECK(p.offset >= cairn::index_header_bytes);
+          CHECK(p.offset + p.length <= f.size() - cairn::index_trailer_bytes);
+          for (std::size_t a = 0; a < p.bounds.size.size(); ++a)
+            CHECK(p.bounds.offset[a] + p.bounds.size[a] <= r->global_shape[a]);
+        }
+        CHECK(chunks == r->chunks);
+      }
+    }
+  }
+  CHECK(refused > 0);
+  CHECK(accepted > 0);  // e.g. a changed page checksum or box parses
+}
+
+TEST_CASE("index file: a rewritten page with a matching checksum is still checked field by field") {
+  // Whoever can rewrite the file can rewrite the checksum the manifest holds: parsing must then
+  // refuse what does not fit (or accept something consistent), never crash or over-allocate.
+  built b = build();
+  std::vector<cairn::index_section> pages;
+  for (const auto& s : b.sections) {
+    auto d = cairn::read_index_directory(bytes_of(b, s.offset, s.length), s, where, b.file.size());
+    REQUIRE(d);
+    for (const auto& p : d->pages) pages.push_back({s.key, p.offset, p.length, p.checksum});
+  }
+  int refused = 0, accepted = 0;
+  for (const auto& s0 : pages) {
     for (std::size_t at = s0.offset; at < s0.offset + s0.length; ++at) {
       for (std::uint8_t v : {0x00, 0x01, 0x7f, 0x80, 0xff}) {
         cairn::bytes f = b.file;
@@ -164,21 +265,31 @@ TEST_CASE("index file: truncations and lying counts are refused") {
   for (std::size_t n = 0; n < b.file.size(); ++n)
     CHECK(!cairn::check_index_file(std::span(b.file).first(n), where));
   const auto& s = b.sections[0];
+  auto d = cairn::read_index_directory(bytes_of(b, s.offset, s.length), s, where, b.file.size());
+  REQUIRE(d);
+  const auto& p = d->pages[0];
   for (std::size_t n = 0; n < s.length; ++n) {
     auto sec = std::span(b.file).subspan(s.offset, n);
     cairn::index_section t = s;
     t.length = n;
     t.checksum = cairn::checksum(sec);
+    CHECK(!cairn::read_index_directory(sec, t, where, b.file.size()));
+  }
+  for (std::size_t n = 0; n < p.length; ++n) {
+    auto sec = std::span(b.file).subspan(p.offset, n);
+    cairn::index_section t{s.key, p.offset, n, cairn::checksum(sec)};
     CHECK(!cairn::read_index_section(sec, t, where, block, 2));
   }
+  // A directory whose pages lie past the end of the file: refused.
+  CHECK(!cairn::read_index_directory(bytes_of(b, s.offset, s.length), s, where, p.offset));
   // A section claiming 2^60 chunks in a few bytes: refused before allocating anything.
   cairn::bytes sec;
   cairn::tensor_record t{cairn::dtype::f32, {4}, {}};
   cairn::append_index_section(sec, "w", t);
   std::uint64_t lie = std::uint64_t{1} << 60;
   std::memcpy(sec.data() + sec.size() - 8, &lie, 8);
-  cairn::index_section d{"w", 0, sec.size(), cairn::checksum(sec)};
-  auto r = cairn::read_index_section(sec, d, where, block, 1);
+  cairn::index_section lying{"w", 0, sec.size(), cairn::checksum(sec)};
+  auto r = cairn::read_index_section(sec, lying, where, block, 1);
   REQUIRE(!r);
   CHECK(r.err().message.find("chunk count") != std::string::npos);
   // The manifest names another key than the section: refused.

@@ -122,6 +122,38 @@ TEST_CASE("scalable planning: random shardings on N processes load on M") {
   CHECK(combos == world * world * 2);
 }
 
+TEST_CASE("format version 4: random shardings on N processes load on M through index files") {
+  int world = 0, me = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  MPI_Comm_rank(MPI_COMM_WORLD, &me);
+  cairn::mpi_communicator all(MPI_COMM_WORLD);
+  const std::string root = shared_temp_dir(all);
+  std::mt19937 rng(1125);  // same sequence on every process
+  int failures = 0, combos = 0;
+  for (int n = 1; n <= world; ++n) {
+    for (int m = 1; m <= world; ++m) {
+      for (layout_kind save_kind : {layout_kind::block, layout_kind::flattened}) {
+        property_case c = random_case(rng, 1 + static_cast<int>(rng() % 3), n, m);
+        cairn::save_options so;
+        so.block_size = 32 + rng() % 64;
+        so.index_files = true;
+        so.scalable_planning = combos % 2 == 0;
+        so.zstd_level = (combos / 2) % 2;
+        for (const auto& f : save_and_load(root + "/v4_" + std::to_string(combos), c, n, m,
+                                           save_kind, layout_kind::block, so)) {
+          ++failures;
+          MESSAGE("N=" << n << " M=" << m << " " << f);
+        }
+        ++combos;
+      }
+    }
+  }
+  CHECK(failures == 0);
+  CHECK(combos == world * world * 2);
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (me == 0) std::filesystem::remove_all(root);
+}
+
 TEST_CASE("every save strategy on N processes loads on M processes") {
   int world = 0, me = 0;
   MPI_Comm_size(MPI_COMM_WORLD, &world);

@@ -117,8 +117,7 @@ inline result<format_reader> reader_of(storage_ref st, const std::string& format
 inline result<checkpoint_metadata> read_any_metadata(storage_ref st) {
   return detail::catch_all("reading the metadata", [&]() -> result<checkpoint_metadata> {
     CAIRN_TRY_ASSIGN(detail::sniffed_format found, detail::sniff_format(st, true));
-    if (found.native_json)
-      return metadata_from_json(*found.native_json, st.describe(metadata_name));
+    if (found.native_json) return native_metadata(st, *found.native_json);
     if (found.format.empty()) return read_metadata(st);  // its error
     CAIRN_TRY_ASSIGN(format_reader reader, detail::reader_of(st, found.format));
     return reader(st);

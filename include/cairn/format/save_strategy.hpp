@@ -121,6 +121,30 @@ class save_strategy {
     (void)plan, (void)reports, (void)st, (void)opt, (void)out;
     return ok();
   }
+  /// Whether step 2' runs (strategies that do not assemble): reports go to the ranks that own
+  /// keys rather than to every rank (format version 4 writes its index files that way).
+  virtual bool routes(const save_options& opt) const noexcept {
+    (void)opt;
+    return false;
+  }
+  /// Step 2' (every rank, after every write succeeded): what this rank sends each rank, by rank
+  /// (`plan.index.world_size` buffers).
+  virtual std::vector<bytes> route(const planned_save& plan,
+                                   const written_save& w,
+                                   const save_options& opt) const {
+    (void)w, (void)opt;
+    return std::vector<bytes>(static_cast<std::size_t>(plan.index.world_size));
+  }
+  /// Step 2'' with what every rank routed to this one (by rank): a local pass that may write
+  /// files and sets `out.report`, which then goes to rank 0's `commit`.
+  virtual result<void> receive_routed(planned_save& plan,
+                                      const std::vector<bytes>& routed,
+                                      storage_ref st,
+                                      const save_options& opt,
+                                      written_save& out) const {
+    (void)plan, (void)routed, (void)st, (void)opt, (void)out;
+    return ok();
+  }
   /// Step 3 on rank 0: writes the metadata, last, from every rank's reports.
   virtual result<void> commit(planned_save& plan,
                               written_save& w,

@@ -162,6 +162,10 @@ inline result<const tensor_record*> matching_record(const tensor_leaf& t,
   if (it == m.tensors.end())
     return make_error(errc::not_found, "tensor is not in the checkpoint").with_key(L.key);
   const tensor_record& rec = it->second;
+  if (m.index_refs.count(L.key))  // a reader's bug, never the file's: refuse to load nothing
+    return make_error(errc::invalid_argument,
+                      "the tensor's index section was not read (read_index_sections)")
+        .with_key(L.key);
   if (rec.type != L.type)
     return make_error(errc::mismatch, "checkpoint holds " + std::string(dtype_name(rec.type)) +
                                           ", the target is " + std::string(dtype_name(L.type)) +
@@ -393,7 +397,7 @@ inline result<void> agree_on_load(comm_ref comm, const std::optional<error>& fai
 /// stage device tensors, read this rank's pieces, broadcast the pieces read once, run the
 /// after-load merges; every rank learns every rank's outcome.
 inline result<void> load_leaves_from(const leaf_list& tree_leaves,
-                                     const checkpoint_metadata& m,
+                                     checkpoint_metadata& m,
                                      storage_ref st,
                                      comm_ref comm,
                                      const load_options& opt,
@@ -411,6 +415,17 @@ inline result<void> load_leaves_from(const leaf_list& tree_leaves,
   std::set<piece_ref> skip;
   for (const auto& sp : shared)
     if (sp.reader != comm.rank()) skip.insert(sp.local);
+  if (!failure && !opt.common_only && !m.index_refs.empty()) {
+    // Format version 4: only the index pages that meet this rank's pieces are read.
+    index_wants wants;
+    for (const auto& t : leaves.tensors) {
+      auto& boxes = wants[t.sharding.key];
+      for (const auto& p : pieces_of(t.sharding)) boxes.push_back(p.region);
+      if (boxes.empty()) boxes.push_back(box{shape(t.sharding.global_shape.size(), 0), {}});
+    }
+    auto r = catch_all("reading the index", [&] { return read_index_sections(st, m, wants); });
+    if (!r) failure = std::move(r).err().with_rank(comm.rank());
+  }
   if (!failure) {
     auto r =
         catch_all("loading", [&] { return load_leaves_local(leaves, st, m, opt, stats, skip); });

@@ -407,6 +407,37 @@ inline commit_outcome commit_on_root(planned_save& plan,
   return {std::move(e), true};
 }
 
+/// Commit step 2' for a strategy that routes its reports (collective): once rank 0 knows every
+/// write succeeded, each rank sends each rank what the strategy routes to it (`all_to_all`) and
+/// the strategy takes what it received. Failures land in `w.failure` (this rank's files are then
+/// removed), for `commit_at_root` to share; a failed write anywhere skips the exchange.
+inline void route_step(
+    planned_save& plan, written_save& w, storage_ref st, comm_ref comm, const save_options& opt) {
+  const save_strategy& strategy = strategy_of(opt);
+  auto [failure, payload] = agree_at_root(comm, 0, w.failure, {}, [](const std::vector<bytes>&) {
+    return std::pair{std::optional<error>{}, bytes{}};
+  });
+  if (failure) return;  // commit_at_root shares it
+  std::vector<bytes> to(static_cast<std::size_t>(comm.size()));
+  auto r = catch_all("routing the write reports", [&]() -> result<void> {
+    to = strategy.route(plan, w, opt);
+    if (to.size() != static_cast<std::size_t>(comm.size()))
+      return make_error(errc::invalid_argument, "the strategy routed to the wrong number of ranks");
+    return ok();
+  });
+  if (!r) {
+    w.failure = std::move(r).err().with_rank(plan.rank);
+    to.assign(static_cast<std::size_t>(comm.size()), bytes{});
+  }
+  std::vector<bytes> routed = comm.all_to_all(to);
+  if (!w.failure) {
+    auto a = catch_all("taking the routed reports",
+                       [&] { return strategy.receive_routed(plan, routed, st, opt, w); });
+    if (!a) w.failure = std::move(a).err().with_rank(plan.rank);
+  }
+  if (w.failure) strategy.abandon(plan, w, st);
+}
+
 /// Phase 3 of a save for a strategy that does not assemble (collective, each rank's report goes
 /// to rank 0 only): statuses and reports meet at rank 0, which commits when every rank succeeded
 /// and tells everyone how that went.
@@ -434,6 +465,7 @@ inline result<save_stats> commit_phase(
     planned_save& plan, written_save& w, storage_ref st, comm_ref comm, const save_options& opt) {
   const save_strategy& strategy = strategy_of(opt);
   if (!strategy.assembles()) {
+    if (strategy.routes(opt)) route_step(plan, w, st, comm, opt);
     CAIRN_TRY(commit_at_root(plan, w, st, comm, opt));
   } else {
     rank_statuses written = agree(comm, w.failure, w.report);

@@ -21,6 +21,12 @@ struct box {
   friend bool operator==(const box&, const box&) = default;
   /// Number of elements.
   std::int64_t volume() const noexcept { return numel(size); }
+  /// Whether `b` (of the same rank, both inside one tensor) lies inside this box.
+  bool contains(const box& b) const noexcept {
+    for (std::size_t a = 0; a < size.size(); ++a)
+      if (b.offset[a] < offset[a] || b.offset[a] + b.size[a] > offset[a] + size[a]) return false;
+    return true;
+  }
   /// "[0:4, 8:16]". Also for a box read from a file and not yet checked: an end that does not
   /// fit 64 bits prints as "offset:+size", and missing axes as "?".
   std::string str() const {

@@ -1,27 +1,38 @@
-// cairn/format/native/index_file.hpp: the binary, checksummed index file of format version 4
-// (in progress, issue 13): per tensor one section with every chunk's box, tiles, place and
-// checksums, so that metadata.json can keep only tensor-level entries and a loading rank reads
-// only the sections of the tensors it needs.
+// cairn/format/native/index_file.hpp: the binary, checksummed index file of format version 4:
+// per tensor a directory and pages of chunk records (box, tiles, place, checksums), so that
+// metadata.json keeps only tensor-level entries and a loading rank reads only the directories
+// of the tensors it needs and the pages that hold the boxes it loads.
 //
 // Layout, little-endian:
 //
 //     "CAIRNIDX"  u32 version (4)  u32 0                      header, 16 bytes
-//     section*                                                 back to back
+//     directory*                                               one per tensor, back to back
+//     page*                                                    back to back
 //     u64 XXH3-64 of every byte before it   "CAIRNEND"         trailer, 16 bytes
 //
-//     section = u32 key_len, key bytes (UTF-8), u8 dtype (its position in `all_dtypes`: bool 0,
-//               u8 1, ..., f8_e5m2 14), u8 ndim, i64 shape[ndim],
-//               u64 chunk_count, chunk*
-//     chunk   = i64 offset[ndim], i64 size[ndim], u8 tiled, [i64 tiles[ndim]],
-//               u32 file, u64 byte_offset, u64 nbytes, u8 compressed,
-//               u64 checksums[blocks], [u64 block_offsets[blocks], u64 block_stored[blocks]]
+//     directory = u32 key_len, key bytes (UTF-8), u8 dtype (its position in `all_dtypes`:
+//                 bool 0, u8 1, ..., f8_e5m2 14), u8 ndim, i64 shape[ndim],
+//                 u64 chunk_count, u64 page_count, page_ref*
+//     page_ref  = i64 offset[ndim], i64 size[ndim]             a box holding every chunk of the
+//                                                              page
+//                 u64 chunk_count, u64 offset, u64 length,     where the page lies in the file
+//                 u64 XXH3-64 of the page's bytes
+//     page      = a section: u32 key_len, key, u8 dtype, u8 ndim, i64 shape[ndim],
+//                 u64 chunk_count, chunk*
+//     chunk     = i64 offset[ndim], i64 size[ndim], u8 tiled, [i64 tiles[ndim]],
+//                 u32 rank, u64 byte_offset, u64 nbytes, u8 compressed,
+//                 u64 checksums[blocks], [u64 block_offsets[blocks], u64 block_stored[blocks]]
 //
-// `blocks` is the chunk's tile count when tiled, else ceil(nbytes / block_size). A section is
-// found through its (offset, length, XXH3-64) in the manifest, so a reader checks the bytes it
-// reads before it parses them; parsing still checks every count and box against what it has
-// read, and every error names the file and the offset of the field it could not accept.
+// `blocks` is the chunk's tile count when tiled, else ceil(nbytes / block_size); `rank` is the
+// rank whose data file holds the chunk. A writer sorts a tensor's chunks by box offset and cuts
+// them into pages of `index_page_chunks`, so that a page's box stays small and a rank that loads
+// one box reads few pages. A directory is found through its (offset, length, XXH3-64) in the
+// manifest, a page through its directory, so a reader checks the bytes it reads before it parses
+// them; parsing still checks every count and box against what it has read, and every error
+// names the file and the offset of the field it could not accept.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <span>
@@ -47,12 +58,32 @@ inline constexpr std::string_view index_file_end = "CAIRNEND";
 inline constexpr std::size_t index_header_bytes = 16, index_trailer_bytes = 16;
 /// The most axes a tensor in an index may have.
 inline constexpr std::size_t index_max_axes = 64;
+/// Chunks per page of an index file (the last page of a tensor may hold fewer).
+inline constexpr std::size_t index_page_chunks = 64;
 
-/// Where one tensor's section lies in an index file, and its checksum (what the manifest keeps).
+/// Where one tensor's directory (or a page) lies in an index file, and its checksum (what the
+/// manifest keeps of a directory).
 struct index_section {
   std::string key;
   std::uint64_t offset = 0, length = 0;
   std::uint64_t checksum = 0;  ///< XXH3-64 of the section's bytes
+};
+
+/// A page of a tensor's chunks, as its directory describes it.
+struct index_page {
+  box bounds;  ///< holds every chunk of the page
+  std::uint64_t chunks = 0;
+  std::uint64_t offset = 0, length = 0;
+  std::uint64_t checksum = 0;  ///< XXH3-64 of the page's bytes
+};
+
+/// A tensor's directory: dtype, shape, and its pages.
+struct index_directory {
+  std::string key;
+  dtype type = dtype::f32;
+  shape global_shape;
+  std::uint64_t chunks = 0;  ///< over all pages
+  std::vector<index_page> pages;
 };
 
 namespace detail {
@@ -105,119 +136,116 @@ inline void append_index_section(bytes& out, std::string_view key, const tensor_
   }
 }
 
-/// Builds an index file: `add` tensors (each becomes a section), then `finish`.
+/// Builds an index file: `add` tensors, then `finish`.
 class index_file_builder {
  public:
-  index_file_builder() {
-    bytes_.insert(bytes_.end(), reinterpret_cast<const std::byte*>(index_file_magic.data()),
-                  reinterpret_cast<const std::byte*>(index_file_magic.data()) + 8);
-    detail::put_u32(bytes_, 4);
-    detail::put_u32(bytes_, 0);
+  /// Adds tensor `key` (its chunks in the order they should be paged: by box offset).
+  void add(std::string key, tensor_record t) {
+    tensors_.emplace_back(std::move(key), std::move(t));
   }
-  /// Adds tensor `key`'s section; returns where it lies.
-  index_section add(std::string_view key, const tensor_record& t) {
-    index_section s{std::string(key), bytes_.size(), 0, 0};
-    append_index_section(bytes_, key, t);
-    s.length = bytes_.size() - s.offset;
-    s.checksum = checksum(std::span(bytes_).subspan(s.offset, s.length));
-    return s;
-  }
-  /// The whole file, with its trailer. The builder is empty afterwards.
-  bytes finish() {
-    detail::put_u64(bytes_, checksum(bytes_));
-    bytes_.insert(bytes_.end(), reinterpret_cast<const std::byte*>(index_file_end.data()),
-                  reinterpret_cast<const std::byte*>(index_file_end.data()) + 8);
-    return std::move(bytes_);
+  /// The whole file, and where each tensor's directory lies (in the order added).
+  std::pair<bytes, std::vector<index_section>> finish(std::size_t page_chunks = index_page_chunks) {
+    page_chunks = std::max<std::size_t>(page_chunks, 1);
+    // Pages first, into their own buffer (offsets relative to its start).
+    std::vector<std::vector<index_page>> pages(tensors_.size());
+    bytes body;
+    for (std::size_t i = 0; i < tensors_.size(); ++i) {
+      const auto& [key, t] = tensors_[i];
+      for (std::size_t c = 0; c < t.chunks.size() || (c == 0 && t.chunks.empty());
+           c += page_chunks) {
+        tensor_record part{t.type, t.global_shape, {}};
+        const std::size_t end = std::min(t.chunks.size(), c + page_chunks);
+        part.chunks.assign(t.chunks.begin() + static_cast<std::ptrdiff_t>(c),
+                           t.chunks.begin() + static_cast<std::ptrdiff_t>(end));
+        index_page p;
+        p.bounds = bounds_of(part);
+        p.chunks = part.chunks.size();
+        p.offset = body.size();
+        append_index_section(body, key, part);
+        p.length = body.size() - p.offset;
+        p.checksum = checksum(std::span(body).subspan(p.offset, p.length));
+        pages[i].push_back(std::move(p));
+        if (t.chunks.empty()) break;
+      }
+    }
+    // Directories (their size does not depend on the offsets in them).
+    std::uint64_t dirs = 0;
+    for (std::size_t i = 0; i < tensors_.size(); ++i)
+      dirs += directory_bytes(tensors_[i].first, tensors_[i].second, pages[i].size());
+    const std::uint64_t first_page = index_header_bytes + dirs;
+    bytes out;
+    out.insert(out.end(), reinterpret_cast<const std::byte*>(index_file_magic.data()),
+               reinterpret_cast<const std::byte*>(index_file_magic.data()) + 8);
+    detail::put_u32(out, 4);
+    detail::put_u32(out, 0);
+    std::vector<index_section> sections;
+    for (std::size_t i = 0; i < tensors_.size(); ++i) {
+      const auto& [key, t] = tensors_[i];
+      index_section s{key, out.size(), 0, 0};
+      detail::put_u32(out, static_cast<std::uint32_t>(key.size()));
+      const auto* k = reinterpret_cast<const std::byte*>(key.data());
+      out.insert(out.end(), k, k + key.size());
+      out.push_back(static_cast<std::byte>(t.type));
+      out.push_back(static_cast<std::byte>(t.global_shape.size()));
+      detail::put_ints(out, t.global_shape);
+      detail::put_u64(out, t.chunks.size());
+      detail::put_u64(out, pages[i].size());
+      for (const index_page& p : pages[i]) {
+        detail::put_ints(out, p.bounds.offset);
+        detail::put_ints(out, p.bounds.size);
+        detail::put_u64(out, p.chunks);
+        detail::put_u64(out, first_page + p.offset);
+        detail::put_u64(out, p.length);
+        detail::put_u64(out, p.checksum);
+      }
+      s.length = out.size() - s.offset;
+      s.checksum = checksum(std::span(out).subspan(s.offset, s.length));
+      sections.push_back(std::move(s));
+    }
+    out.insert(out.end(), body.begin(), body.end());
+    detail::put_u64(out, checksum(out));
+    out.insert(out.end(), reinterpret_cast<const std::byte*>(index_file_end.data()),
+               reinterpret_cast<const std::byte*>(index_file_end.data()) + 8);
+    tensors_.clear();
+    return {std::move(out), std::move(sections)};
   }
 
  private:
-  bytes bytes_;
+  /// The smallest box holding every chunk of `t` (an empty box at the origin when none).
+  static box bounds_of(const tensor_record& t) {
+    const std::size_t n = t.global_shape.size();
+    box b{shape(n, 0), shape(n, 0)};
+    if (t.chunks.empty()) return b;
+    shape lo = t.chunks[0].region.offset, hi = lo;
+    for (const auto& c : t.chunks)
+      for (std::size_t a = 0; a < n; ++a) {
+        lo[a] = std::min(lo[a], c.region.offset[a]);
+        hi[a] = std::max(hi[a], c.region.offset[a] + c.region.size[a]);
+      }
+    for (std::size_t a = 0; a < n; ++a) b.size[a] = hi[a] - lo[a];
+    b.offset = std::move(lo);
+    return b;
+  }
+  static std::uint64_t directory_bytes(const std::string& key,
+                                       const tensor_record& t,
+                                       std::size_t npages) {
+    const std::uint64_t n = t.global_shape.size();
+    return 4 + key.size() + 2 + 8 * n + 16 + npages * (16 * n + 32);
+  }
+
+  std::vector<std::pair<std::string, tensor_record>> tensors_;
 };
 
 namespace detail {
 
-/// Reads one section, checking each field against the bytes left; errors name `where` and the
-/// absolute offset (`base` + position) of the field.
-class index_section_reader {
+/// Reads little-endian fields of an index file's bytes, each checked against the bytes left;
+/// errors name `where` and the absolute offset (`base` + position) of the field.
+class index_bytes_reader {
  public:
-  index_section_reader(std::span<const std::byte> b,
-                       const std::string& where,
-                       std::uint64_t base,
-                       std::uint64_t block_size,
-                       std::size_t nfiles)
-      : b_(b), where_(where), base_(base), block_size_(block_size), nfiles_(nfiles) {}
+  index_bytes_reader(std::span<const std::byte> b, const std::string& where, std::uint64_t base)
+      : b_(b), where_(where), base_(base) {}
 
-  result<std::pair<std::string, tensor_record>> read() {
-    CAIRN_TRY_ASSIGN(std::uint64_t klen, u32());
-    if (klen > b_.size() - pos_) return corrupt("key length runs past the section");
-    std::string key(reinterpret_cast<const char*>(b_.data() + pos_), klen);
-    pos_ += klen;
-    tensor_record t;
-    CAIRN_TRY_ASSIGN(std::uint8_t type, u8());
-    if (type >= all_dtypes.size())
-      return corrupt("unknown dtype code " + std::to_string(type), key);
-    t.type = static_cast<dtype>(type);
-    CAIRN_TRY_ASSIGN(std::uint8_t ndim, u8());
-    if (ndim > index_max_axes) return corrupt("too many axes", key);
-    CAIRN_TRY_ASSIGN(t.global_shape, ints(ndim));
-    if (!checked_numel(t.global_shape, dtype_size(t.type)))
-      return corrupt("a negative extent or more than 2^62 bytes", key);
-    CAIRN_TRY_ASSIGN(std::uint64_t nchunks, u64());
-    // Each chunk takes at least 16 * ndim + 22 bytes: a count larger than the bytes left can
-    // hold is a lie, refused before anything is allocated for it.
-    if (nchunks > (b_.size() - pos_) / (16 * ndim + 22)) return corrupt("chunk count", key);
-    for (std::uint64_t i = 0; i < nchunks; ++i) {
-      CAIRN_TRY_ASSIGN(chunk_record c, chunk(key, t));
-      t.chunks.push_back(std::move(c));
-    }
-    if (pos_ != b_.size()) return corrupt("bytes after the last chunk", key);
-    return std::pair{std::move(key), std::move(t)};
-  }
-
- private:
-  result<chunk_record> chunk(const std::string& key, const tensor_record& t) {
-    const std::size_t n = t.global_shape.size();
-    chunk_record c;
-    const std::uint64_t at = pos_;
-    CAIRN_TRY_ASSIGN(c.region.offset, ints(n));
-    CAIRN_TRY_ASSIGN(c.region.size, ints(n));
-    for (std::size_t a = 0; a < n; ++a)
-      if (c.region.offset[a] < 0 || c.region.size[a] < 0 || c.region.size[a] > t.global_shape[a] ||
-          c.region.offset[a] > t.global_shape[a] - c.region.size[a])
-        return corrupt_at(at, "chunk " + c.region.str() + " lies outside the tensor", key);
-    CAIRN_TRY_ASSIGN(std::uint8_t tiled, u8());
-    if (tiled > 1 || (tiled && n == 0)) return corrupt("bad tiled flag", key);
-    if (tiled) {
-      CAIRN_TRY_ASSIGN(c.tiles, ints(n));
-      for (std::size_t a = 0; a < n; ++a)
-        if (c.tiles[a] < 1 || (c.region.size[a] > 0 && c.tiles[a] > c.region.size[a]) ||
-            (c.region.size[a] == 0 && c.tiles[a] != 1))
-          return corrupt_at(at, "bad tile counts for chunk " + c.region.str(), key);
-    }
-    CAIRN_TRY_ASSIGN(std::uint32_t file, u32());
-    if (file >= nfiles_) return corrupt("file index " + std::to_string(file), key);
-    c.where.file = file;
-    CAIRN_TRY_ASSIGN(c.where.byte_offset, u64());
-    const std::uint64_t nbytes_at = pos_;
-    CAIRN_TRY_ASSIGN(c.where.nbytes, u64());
-    if (c.where.nbytes != static_cast<std::uint64_t>(c.region.volume()) * dtype_size(t.type))
-      return corrupt_at(
-          nbytes_at,
-          "chunk " + c.region.str() + " claims " + std::to_string(c.where.nbytes) + " bytes", key);
-    CAIRN_TRY_ASSIGN(std::uint8_t compressed, u8());
-    if (compressed > 1) return corrupt("bad compressed flag", key);
-    const std::uint64_t blocks = chunk_blocks(c, block_size_);
-    if (blocks > (b_.size() - pos_) / (compressed ? 24 : 8))
-      return corrupt("checksum count of chunk " + c.region.str(), key);
-    CAIRN_TRY_ASSIGN(c.where.checksums, u64s(blocks));
-    if (compressed) {
-      CAIRN_TRY_ASSIGN(c.where.block_offsets, u64s(blocks));
-      CAIRN_TRY_ASSIGN(c.where.block_stored, u64s(blocks));
-      if (blocks == 0) return corrupt("a compressed chunk without blocks", key);
-    }
-    return c;
-  }
-
+ protected:
   error corrupt_at(std::uint64_t at, const std::string& msg, const std::string& key = {}) const {
     error e = make_error(errc::corrupt, "malformed index: " + msg).with_file(where_);
     e.offset = base_ + at;
@@ -254,12 +282,160 @@ class index_section_reader {
     return shape(v.begin(), v.end());
   }
 
+  /// The key, dtype and shape that open a directory and a page.
+  result<void> key_and_tensor(std::string& key, tensor_record& t) {
+    CAIRN_TRY_ASSIGN(std::uint64_t klen, u32());
+    if (klen > b_.size() - pos_) return corrupt("key length runs past the section");
+    key.assign(reinterpret_cast<const char*>(b_.data() + pos_), klen);
+    pos_ += klen;
+    CAIRN_TRY_ASSIGN(std::uint8_t type, u8());
+    if (type >= all_dtypes.size())
+      return corrupt("unknown dtype code " + std::to_string(type), key);
+    t.type = static_cast<dtype>(type);
+    CAIRN_TRY_ASSIGN(std::uint8_t ndim, u8());
+    if (ndim > index_max_axes) return corrupt("too many axes", key);
+    CAIRN_TRY_ASSIGN(t.global_shape, ints(ndim));
+    if (!checked_numel(t.global_shape, dtype_size(t.type)))
+      return corrupt("a negative extent or more than 2^62 bytes", key);
+    return ok();
+  }
+  /// Whether box `b` lies inside `global`.
+  static bool inside(const box& b, const shape& global) {
+    for (std::size_t a = 0; a < global.size(); ++a)
+      if (b.offset[a] < 0 || b.size[a] < 0 || b.size[a] > global[a] ||
+          b.offset[a] > global[a] - b.size[a])
+        return false;
+    return true;
+  }
+
   std::span<const std::byte> b_;
   const std::string& where_;
   std::uint64_t base_;
+  std::uint64_t pos_ = 0;
+};
+
+/// Reads one section (a page of chunks).
+class index_section_reader : index_bytes_reader {
+ public:
+  index_section_reader(std::span<const std::byte> b,
+                       const std::string& where,
+                       std::uint64_t base,
+                       std::uint64_t block_size,
+                       std::size_t nfiles)
+      : index_bytes_reader(b, where, base), block_size_(block_size), nfiles_(nfiles) {}
+
+  result<std::pair<std::string, tensor_record>> read() {
+    std::string key;
+    tensor_record t;
+    CAIRN_TRY(key_and_tensor(key, t));
+    const std::size_t ndim = t.global_shape.size();
+    CAIRN_TRY_ASSIGN(std::uint64_t nchunks, u64());
+    // Each chunk takes at least 16 * ndim + 22 bytes: a count larger than the bytes left can
+    // hold is a lie, refused before anything is allocated for it.
+    if (nchunks > (b_.size() - pos_) / (16 * ndim + 22)) return corrupt("chunk count", key);
+    for (std::uint64_t i = 0; i < nchunks; ++i) {
+      CAIRN_TRY_ASSIGN(chunk_record c, chunk(key, t));
+      t.chunks.push_back(std::move(c));
+    }
+    if (pos_ != b_.size()) return corrupt("bytes after the last chunk", key);
+    return std::pair{std::move(key), std::move(t)};
+  }
+
+ private:
+  result<chunk_record> chunk(const std::string& key, const tensor_record& t) {
+    const std::size_t n = t.global_shape.size();
+    chunk_record c;
+    const std::uint64_t at = pos_;
+    CAIRN_TRY_ASSIGN(c.region.offset, ints(n));
+    CAIRN_TRY_ASSIGN(c.region.size, ints(n));
+    if (!inside(c.region, t.global_shape))
+      return corrupt_at(at, "chunk " + c.region.str() + " lies outside the tensor", key);
+    CAIRN_TRY_ASSIGN(std::uint8_t tiled, u8());
+    if (tiled > 1 || (tiled && n == 0)) return corrupt("bad tiled flag", key);
+    if (tiled) {
+      CAIRN_TRY_ASSIGN(c.tiles, ints(n));
+      for (std::size_t a = 0; a < n; ++a)
+        if (c.tiles[a] < 1 || (c.region.size[a] > 0 && c.tiles[a] > c.region.size[a]) ||
+            (c.region.size[a] == 0 && c.tiles[a] != 1))
+          return corrupt_at(at, "bad tile counts for chunk " + c.region.str(), key);
+    }
+    CAIRN_TRY_ASSIGN(std::uint32_t file, u32());
+    if (file >= nfiles_) return corrupt("file index " + std::to_string(file), key);
+    c.where.file = file;
+    CAIRN_TRY_ASSIGN(c.where.byte_offset, u64());
+    const std::uint64_t nbytes_at = pos_;
+    CAIRN_TRY_ASSIGN(c.where.nbytes, u64());
+    if (c.where.nbytes != static_cast<std::uint64_t>(c.region.volume()) * dtype_size(t.type))
+      return corrupt_at(
+          nbytes_at,
+          "chunk " + c.region.str() + " claims " + std::to_string(c.where.nbytes) + " bytes", key);
+    CAIRN_TRY_ASSIGN(std::uint8_t compressed, u8());
+    if (compressed > 1) return corrupt("bad compressed flag", key);
+    const std::uint64_t blocks = chunk_blocks(c, block_size_);
+    if (blocks > (b_.size() - pos_) / (compressed ? 24 : 8))
+      return corrupt("checksum count of chunk " + c.region.str(), key);
+    CAIRN_TRY_ASSIGN(c.where.checksums, u64s(blocks));
+    if (compressed) {
+      CAIRN_TRY_ASSIGN(c.where.block_offsets, u64s(blocks));
+      CAIRN_TRY_ASSIGN(c.where.block_stored, u64s(blocks));
+      if (blocks == 0) return corrupt("a compressed chunk without blocks", key);
+    }
+    return c;
+  }
+
   std::uint64_t block_size_;
   std::size_t nfiles_;
-  std::uint64_t pos_ = 0;
+};
+
+/// Reads one directory; pages must lie inside a file of `file_size` bytes, between its header
+/// and trailer.
+class index_directory_reader : index_bytes_reader {
+ public:
+  index_directory_reader(std::span<const std::byte> b,
+                         const std::string& where,
+                         std::uint64_t base,
+                         std::uint64_t file_size)
+      : index_bytes_reader(b, where, base), file_size_(file_size) {}
+
+  result<index_directory> read() {
+    index_directory d;
+    tensor_record t;
+    CAIRN_TRY(key_and_tensor(d.key, t));
+    d.type = t.type;
+    d.global_shape = std::move(t.global_shape);
+    const std::size_t n = d.global_shape.size();
+    CAIRN_TRY_ASSIGN(d.chunks, u64());
+    CAIRN_TRY_ASSIGN(std::uint64_t npages, u64());
+    if (npages > (b_.size() - pos_) / (16 * n + 32)) return corrupt("page count", d.key);
+    std::uint64_t chunks = 0;
+    for (std::uint64_t i = 0; i < npages; ++i) {
+      index_page p;
+      const std::uint64_t at = pos_;
+      CAIRN_TRY_ASSIGN(p.bounds.offset, ints(n));
+      CAIRN_TRY_ASSIGN(p.bounds.size, ints(n));
+      if (!inside(p.bounds, d.global_shape))
+        return corrupt_at(at, "page box " + p.bounds.str() + " lies outside the tensor", d.key);
+      CAIRN_TRY_ASSIGN(p.chunks, u64());
+      if (p.chunks > d.chunks - chunks) return corrupt("page chunk count", d.key);
+      chunks += p.chunks;
+      const std::uint64_t place = pos_;
+      CAIRN_TRY_ASSIGN(p.offset, u64());
+      CAIRN_TRY_ASSIGN(p.length, u64());
+      CAIRN_TRY_ASSIGN(p.checksum, u64());
+      if (file_size_ < index_header_bytes + index_trailer_bytes || p.offset < index_header_bytes ||
+          p.offset > file_size_ - index_trailer_bytes || p.length == 0 ||
+          p.length > file_size_ - index_trailer_bytes - p.offset)
+        return corrupt_at(place, "page lies outside the file's body", d.key);
+      d.pages.push_back(std::move(p));
+    }
+    if (chunks != d.chunks)
+      return corrupt("pages hold fewer chunks than the directory says", d.key);
+    if (pos_ != b_.size()) return corrupt("bytes after the last page", d.key);
+    return d;
+  }
+
+ private:
+  std::uint64_t file_size_;
 };
 
 }  // namespace detail
@@ -289,6 +465,59 @@ inline result<std::pair<std::string, tensor_record>> read_index_section(
     return fail("malformed index: the section names '" + kt.first + "', the manifest '" + s.key +
                 "'");
   return kt;
+}
+
+/// Parses tensor `s.key`'s directory (the bytes at `s.offset` of index file `where`, which has
+/// `file_size` bytes), after checking its checksum. Errors are errc::corrupt naming the file and
+/// an offset.
+inline result<index_directory> read_index_directory(std::span<const std::byte> bytes,
+                                                    const index_section& s,
+                                                    const std::string& where,
+                                                    std::uint64_t file_size) {
+  auto fail = [&](const std::string& msg) {
+    error e = make_error(errc::corrupt, msg).with_file(where).with_key(s.key);
+    e.offset = s.offset;
+    return e;
+  };
+  if (bytes.size() != s.length) return fail("malformed index: directory is truncated");
+  if (checksum(bytes) != s.checksum)
+    return fail("index checksum mismatch: the directory of '" + s.key +
+                "' was changed or damaged after it was written");
+  CAIRN_TRY_ASSIGN(index_directory d,
+                   detail::index_directory_reader(bytes, where, s.offset, file_size).read());
+  if (d.key != s.key)
+    return fail("malformed index: the directory names '" + d.key + "', the manifest '" + s.key +
+                "'");
+  return d;
+}
+
+/// Parses page `p` of directory `d` (the page's bytes, read from index file `where`) of a
+/// checkpoint with `block_size` and `nranks` ranks: its checksum, then its chunks, which must be
+/// as many as the directory says, of the directory's tensor, and inside the page's box (readers
+/// pick pages by that box).
+inline result<std::vector<chunk_record>> read_index_page(std::span<const std::byte> bytes,
+                                                         const index_directory& d,
+                                                         const index_page& p,
+                                                         const std::string& where,
+                                                         std::uint64_t block_size,
+                                                         std::size_t nranks) {
+  CAIRN_TRY_ASSIGN(auto kt,
+                   read_index_section(bytes, index_section{d.key, p.offset, p.length, p.checksum},
+                                      where, block_size, nranks));
+  auto fail = [&](const std::string& msg) {
+    error e = make_error(errc::corrupt, "malformed index: " + msg).with_file(where).with_key(d.key);
+    e.offset = p.offset;
+    return e;
+  };
+  if (kt.second.type != d.type || kt.second.global_shape != d.global_shape)
+    return fail("a page's dtype or shape differs from its directory's");
+  if (kt.second.chunks.size() != p.chunks)
+    return fail("a page holds " + std::to_string(kt.second.chunks.size()) +
+                " chunks, its directory says " + std::to_string(p.chunks));
+  for (const chunk_record& c : kt.second.chunks)
+    if (!p.bounds.contains(c.region))
+      return fail("chunk " + c.region.str() + " lies outside its page's box " + p.bounds.str());
+  return std::move(kt.second.chunks);
 }
 
 /// Checks a whole index file: magic, version and trailer checksum (what `cairn verify` does

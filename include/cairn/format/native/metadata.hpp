@@ -22,10 +22,11 @@
 
 namespace cairn {
 
-/// The newest native format version this build writes and reads (3: zstd-compressed blocks;
-/// 2: tiled chunks; 1: neither). A save writes the lowest version that holds what it wrote; a
+/// The newest native format version this build writes and reads (4: a manifest with one entry
+/// per tensor and binary index files with the chunks; 3: zstd-compressed blocks; 2: tiled
+/// chunks; 1: none of these). A save writes the lowest version that holds what it wrote; a
 /// reader rejects anything newer.
-inline constexpr int format_version = 3;
+inline constexpr int format_version = 4;
 /// Name of the committed metadata object; a checkpoint without it is incomplete.
 inline constexpr std::string_view metadata_name = "metadata.json";
 
@@ -37,12 +38,34 @@ inline std::string data_file_name(int rank, const std::string& save_id) {
 inline std::string common_file_name(const std::string& save_id) {
   return "common." + save_id + ".cairn";
 }
+/// Index file name (format version 4) of the rank that owns some tensors' index sections.
+inline std::string index_file_name(int rank, const std::string& save_id) {
+  return "index." + std::to_string(rank) + "." + save_id + ".cairn";
+}
 
-/// A data or common-state file of the checkpoint.
+/// What a file of a checkpoint holds.
+enum class file_role : std::uint8_t {
+  data,    ///< chunks and objects a rank wrote
+  common,  ///< the common state (rank 0)
+  index,   ///< index sections of the tensors a rank owns (format version 4)
+};
+
+/// A data, common-state or index file of the checkpoint.
 struct file_record {
   std::string name;  ///< object name relative to the checkpoint root
   int rank = 0;      ///< the rank that wrote it
   std::uint64_t nbytes = 0;
+  file_role role = file_role::data;
+  std::uint64_t checksum = 0;  ///< index files: XXH3-64 of the file (its trailer holds the same)
+};
+
+/// Where a tensor's chunks are when the manifest does not list them (format version 4): a
+/// section of an index file, checked by its XXH3-64 before it is parsed.
+struct index_ref {
+  std::uint32_t file = 0;  ///< index into `checkpoint_metadata::files` (an index file)
+  std::uint64_t offset = 0, length = 0;
+  std::uint64_t checksum = 0;
+  std::uint64_t chunks = 0;  ///< chunks the section holds (before tiles are flattened)
 };
 
 /// A saved common value: its type and its byte range inside the common-state extent.
@@ -61,7 +84,11 @@ struct checkpoint_metadata {
   std::uint64_t block_size = default_block_size;
   std::vector<file_record> files;
   std::map<std::string, std::string> content_metadata;  ///< the user's string map
+  /// Every tensor: dtype and shape, and its chunks once they are known (see `index_refs`).
   std::map<std::string, tensor_record> tensors;
+  /// Format version 4: tensors whose chunks are still in an index file, by key. Readers call
+  /// `read_index_sections` for the keys they need; `read_metadata` reads them all.
+  std::map<std::string, index_ref> index_refs;
   std::map<std::string, object_record> objects;  ///< by unique key
   std::optional<extent> common;                  ///< the common-state bytes, if any
   std::map<std::string, common_record> commons;  ///< by tree path
@@ -75,9 +102,11 @@ struct checkpoint_metadata {
   std::map<std::string, common_value> inline_commons;
 };
 
-/// The lowest format version that holds `m`: 3 when an extent is compressed, 2 when a chunk is
-/// tiled, else 1. Writers set `version` from it, so older readers read what they can.
+/// The lowest format version that holds `m`: 4 with index files, 3 when an extent is
+/// compressed, 2 when a chunk is tiled, else 1. Writers set `version` from it, so older readers
+/// read what they can.
 inline int required_version(const checkpoint_metadata& m) {
+  if (!m.index_refs.empty()) return 4;
   int v = 1;
   for (const auto& [k, t] : m.tensors)
     for (const auto& c : t.chunks) {
@@ -199,14 +228,21 @@ inline void json_inline_commons(fmt::memory_buffer& out,
   fmt::format_to(o, "}},\n");
 }
 
-/// `"files"`: one line per data or common-state file.
-inline void json_files(fmt::memory_buffer& out, const std::vector<file_record>& files) {
+/// `"files"`: one line per data, common-state or index file (roles since format version 4).
+inline void json_files(fmt::memory_buffer& out,
+                       const std::vector<file_record>& files,
+                       int version) {
   auto o = std::back_inserter(out);
   fmt::format_to(o, "\"files\":[");
   for (std::size_t i = 0; i < files.size(); ++i) {
     fmt::format_to(o, "{}\n{{\"name\":", i ? "," : "");
     json_string(out, files[i].name);
-    fmt::format_to(o, ",\"rank\":{},\"bytes\":{}}}", files[i].rank, files[i].nbytes);
+    fmt::format_to(o, ",\"rank\":{},\"bytes\":{}", files[i].rank, files[i].nbytes);
+    if (version >= 4 && files[i].role == file_role::common)
+      fmt::format_to(o, ",\"role\":\"common\"");
+    if (version >= 4 && files[i].role == file_role::index)
+      fmt::format_to(o, ",\"role\":\"index\",\"checksum\":\"{:016x}\"", files[i].checksum);
+    out.push_back('}');
   }
   fmt::format_to(o, "],\n");
 }
@@ -243,9 +279,11 @@ inline void json_chunk(fmt::memory_buffer& out, const chunk_record& c) {
   out.push_back('}');
 }
 
-/// `"tensors"`: one line per tensor, with its dtype, global shape and chunks.
+/// `"tensors"`: one line per tensor, with its dtype, global shape and chunks, or where its
+/// chunks are (`"index"`, format version 4).
 inline void json_tensors(fmt::memory_buffer& out,
-                         const std::map<std::string, tensor_record>& tensors) {
+                         const std::map<std::string, tensor_record>& tensors,
+                         const std::map<std::string, index_ref>& refs) {
   auto o = std::back_inserter(out);
   fmt::format_to(o, "\"tensors\":{{");
   bool first = true;
@@ -255,6 +293,14 @@ inline void json_tensors(fmt::memory_buffer& out,
     json_string(out, key);
     fmt::format_to(o, ":{{\"dtype\":\"{}\",\"shape\":", dtype_name(t.type));
     json_ints(out, t.global_shape);
+    if (auto r = refs.find(key); r != refs.end()) {
+      fmt::format_to(o,
+                     ",\"index\":{{\"file\":{},\"offset\":{},\"length\":{},\"checksum\":"
+                     "\"{:016x}\",\"chunks\":{}}}}}",
+                     r->second.file, r->second.offset, r->second.length, r->second.checksum,
+                     r->second.chunks);
+      continue;
+    }
     fmt::format_to(o, ",\"chunks\":[");
     for (std::size_t i = 0; i < t.chunks.size(); ++i) {
       if (i) out.push_back(',');
@@ -322,9 +368,9 @@ inline std::string to_json(const checkpoint_metadata& m) {
   fmt::format_to(std::back_inserter(out), "{{\n");
   detail::json_identity(out, m);
   detail::json_inline_commons(out, m.inline_commons);
-  detail::json_files(out, m.files);
+  detail::json_files(out, m.files, m.version);
   detail::json_content_metadata(out, m.content_metadata);
-  detail::json_tensors(out, m.tensors);
+  detail::json_tensors(out, m.tensors, m.index_refs);
   detail::json_objects(out, m.objects);
   detail::json_common(out, m.common, m.commons);
   // The document's own checksum, last: XXH3-64 of every byte before its member.
@@ -358,6 +404,83 @@ inline result<checkpoint_metadata> metadata_from_json(std::string_view json,
                                                       bool allow_unverified = false);
 
 namespace detail {
+
+/// Whether extent `e` lies inside its file (each stored block, when compressed).
+inline bool extent_inside_file(const checkpoint_metadata& m, const extent& e) {
+  if (e.file >= m.files.size()) return false;
+  const std::uint64_t size = m.files[e.file].nbytes;
+  if (!e.compressed()) return e.byte_offset <= size && e.nbytes <= size - e.byte_offset;
+  for (std::size_t b = 0; b < e.block_stored.size(); ++b) {
+    if (e.block_stored[b] > m.block_size || e.block_offsets[b] > size ||
+        e.block_stored[b] > size - e.block_offsets[b])
+      return false;
+  }
+  return true;
+}
+
+/// Every chunk of tensor `k` lies inside its file and holds exactly the bytes its box does: a
+/// reader copies chunks into user memory on these numbers. `where` names the file in errors.
+inline result<void> check_tensor_chunks(const checkpoint_metadata& m,
+                                        const std::string& k,
+                                        const tensor_record& t,
+                                        const std::string& where) {
+  auto corrupt = [&](const std::string& msg) {
+    return make_error(errc::corrupt, "malformed metadata: " + msg).with_file(where).with_key(k);
+  };
+  for (const auto& c : t.chunks) {
+    if (!extent_inside_file(m, c.where))
+      return corrupt("a chunk of '" + k + "' lies outside its file");
+    if (c.where.nbytes != static_cast<std::uint64_t>(c.region.volume()) * dtype_size(t.type))
+      return corrupt(
+          "chunk " + c.region.str() + " of '" + k + "' has " + std::to_string(c.where.nbytes) +
+          " bytes, its box holds " +
+          std::to_string(c.region.volume() * static_cast<std::int64_t>(dtype_size(t.type))));
+  }
+  return ok();
+}
+
+/// Replaces tensor `k`'s tiled chunks by their tiles, each a chunk of its own with its one
+/// checksum (what readers see). `where` names the file in errors.
+inline result<void> flatten_tensor_tiles(const checkpoint_metadata& m,
+                                         const std::string& k,
+                                         tensor_record& t,
+                                         const std::string& where) {
+  if (std::none_of(t.chunks.begin(), t.chunks.end(),
+                   [](const chunk_record& c) { return !c.tiles.empty(); }))
+    return ok();
+  std::vector<chunk_record> flat;
+  for (auto& c : t.chunks) {
+    if (c.tiles.empty()) {
+      flat.push_back(std::move(c));
+      continue;
+    }
+    std::uint64_t off = c.where.byte_offset;
+    std::size_t i = 0;
+    bool too_big = false;
+    const std::size_t es = dtype_size(t.type);  // not `t` in the lambda: clang < 16
+    const std::uint64_t block_size = m.block_size;
+    for_each_tile(c.region, c.tiles, [&](const box& tile) {
+      std::uint64_t n = static_cast<std::uint64_t>(tile.volume()) * es;
+      too_big = too_big || n > block_size;
+      extent te{c.where.file, off, n, {c.where.checksums[i]}, {}, {}};
+      if (c.where.compressed()) {
+        te.byte_offset = c.where.block_offsets[i];
+        te.block_offsets = {c.where.block_offsets[i]};
+        te.block_stored = {c.where.block_stored[i]};
+      }
+      ++i;
+      flat.push_back(chunk_record{tile, std::move(te), {}});
+      off += n;
+    });
+    if (too_big)
+      return make_error(errc::corrupt, "malformed metadata: a tile of chunk " + c.region.str() +
+                                           " of '" + k + "' is larger than block_size")
+          .with_file(where)
+          .with_key(k);
+  }
+  t.chunks = std::move(flat);
+  return ok();
+}
 
 /// The pieces of `metadata_from_json`, one per record of the document. simdjson reports a
 /// member of the wrong type by throwing `simdjson_error`; `metadata_from_json` catches it.
@@ -515,6 +638,20 @@ class metadata_json_reader {
       if (rank < 0 || rank > (std::int64_t{1} << 30)) return corrupt("bad file rank");
       r.rank = static_cast<int>(rank);
       r.nbytes = std::uint64_t(f["bytes"]);
+      std::string_view role;
+      if (f["role"].get(role) == simdjson::SUCCESS) {
+        if (m_.version < 4) return corrupt("file roles before format version 4");
+        if (role == "common") {
+          r.role = file_role::common;
+        } else if (role == "index") {
+          r.role = file_role::index;
+          auto sum = parse_checksum_hex(std::string_view(f["checksum"]));
+          if (!sum) return corrupt("bad checksum of index file '" + r.name + "'");
+          r.checksum = *sum;
+        } else if (role != "data") {
+          return corrupt("unknown file role '" + std::string(role) + "'");
+        }
+      }
       m_.files.push_back(std::move(r));
     }
     for (auto [k, v] : simdjson::dom::object(doc["content_metadata"]))
@@ -562,11 +699,40 @@ class metadata_json_reader {
     if (!checked_numel(t.global_shape, dtype_size(t.type)))
       return corrupt("tensor '" + std::string(k) +
                      "' has a negative extent or more than 2^62 bytes");
-    for (simdjson::dom::object c : simdjson::dom::array(v["chunks"])) {
-      CAIRN_TRY_ASSIGN(chunk_record cr, chunk(k, t, c));
-      t.chunks.push_back(std::move(cr));
+    simdjson::dom::object index;
+    if (v["index"].get(index) == simdjson::SUCCESS) {
+      if (m_.version < 4) return corrupt("an index section before format version 4");
+      CAIRN_TRY(index_section_ref(k, index));
+    } else {
+      for (simdjson::dom::object c : simdjson::dom::array(v["chunks"])) {
+        CAIRN_TRY_ASSIGN(chunk_record cr, chunk(k, t, c));
+        t.chunks.push_back(std::move(cr));
+      }
     }
     m_.tensors.emplace(std::string(k), std::move(t));
+    return ok();
+  }
+
+  /// Where tensor `k`'s chunks are: a section of an index file, inside that file's body.
+  result<void> index_section_ref(std::string_view k, simdjson::dom::object v) {
+    index_ref r;
+    std::uint64_t file = v["file"];
+    r.offset = std::uint64_t(v["offset"]);
+    r.length = std::uint64_t(v["length"]);
+    r.chunks = std::uint64_t(v["chunks"]);
+    auto sum = parse_checksum_hex(std::string_view(v["checksum"]));
+    const std::string what = "the index section of '" + std::string(k) + "'";
+    if (!sum) return corrupt("bad checksum of " + what);
+    r.checksum = *sum;
+    if (file >= m_.files.size() || m_.files[file].role != file_role::index)
+      return corrupt(what + " names file " + std::to_string(file) + ", not an index file");
+    r.file = static_cast<std::uint32_t>(file);
+    const std::uint64_t size = m_.files[file].nbytes;
+    // Header (16 bytes) and trailer (16 bytes) surround the sections.
+    if (size < 32 || r.offset < 16 || r.offset > size - 16 || r.length > size - 16 - r.offset ||
+        r.length == 0)
+      return corrupt(what + " lies outside the body of its file");
+    m_.index_refs.emplace(std::string(k), r);
     return ok();
   }
 
@@ -597,64 +763,23 @@ class metadata_json_reader {
   /// bytes its box holds: a reader copies chunks into user memory on these numbers.
   result<void> check_bounds() const {
     if (!bad_.empty()) return corrupt(bad_);
-    for (const auto& [k, t] : m_.tensors) {
-      for (const auto& c : t.chunks) {
-        if (!inside_file(c.where)) return corrupt("a chunk of '" + k + "' lies outside its file");
-        if (c.where.nbytes != static_cast<std::uint64_t>(c.region.volume()) * dtype_size(t.type))
-          return corrupt(
-              "chunk " + c.region.str() + " of '" + k + "' has " + std::to_string(c.where.nbytes) +
-              " bytes, its box holds " +
-              std::to_string(c.region.volume() * static_cast<std::int64_t>(dtype_size(t.type))));
-      }
-    }
+    for (const auto& [k, t] : m_.tensors) CAIRN_TRY(check_tensor_chunks(m_, k, t, where_));
     return ok();
   }
 
   /// Readers see every tile as a chunk of its own, with its one checksum.
   result<void> flatten_tiles() {
-    for (auto& [k, t] : m_.tensors) {
-      if (std::none_of(t.chunks.begin(), t.chunks.end(),
-                       [](const chunk_record& c) { return !c.tiles.empty(); }))
-        continue;
-      std::vector<chunk_record> flat;
-      for (auto& c : t.chunks) {
-        if (c.tiles.empty()) {
-          flat.push_back(std::move(c));
-          continue;
-        }
-        std::uint64_t off = c.where.byte_offset;
-        std::size_t i = 0;
-        bool too_big = false;
-        const std::size_t es = dtype_size(t.type);  // not `t` in the lambda: clang < 16
-        const std::uint64_t block_size = m_.block_size;
-        for_each_tile(c.region, c.tiles, [&](const box& tile) {
-          std::uint64_t n = static_cast<std::uint64_t>(tile.volume()) * es;
-          too_big = too_big || n > block_size;
-          extent te{c.where.file, off, n, {c.where.checksums[i]}, {}, {}};
-          if (c.where.compressed()) {
-            te.byte_offset = c.where.block_offsets[i];
-            te.block_offsets = {c.where.block_offsets[i]};
-            te.block_stored = {c.where.block_stored[i]};
-          }
-          ++i;
-          flat.push_back(chunk_record{tile, std::move(te), {}});
-          off += n;
-        });
-        if (too_big)
-          return corrupt("a tile of chunk " + c.region.str() + " of '" + k +
-                         "' is larger than block_size");
-      }
-      t.chunks = std::move(flat);
-    }
+    for (auto& [k, t] : m_.tensors) CAIRN_TRY(flatten_tensor_tiles(m_, k, t, where_));
     return ok();
   }
 
   /// Objects and the common state inside their files; common values inside the common state.
   result<void> check_objects_and_common() const {
     for (const auto& [k, o] : m_.objects)
-      if (!inside_file(o.where)) return corrupt("object '" + k + "' lies outside its file");
+      if (!extent_inside_file(m_, o.where))
+        return corrupt("object '" + k + "' lies outside its file");
     if (!m_.common) return ok();
-    if (!inside_file(*m_.common)) return corrupt("common state lies outside its file");
+    if (!extent_inside_file(m_, *m_.common)) return corrupt("common state lies outside its file");
     for (const auto& [k, c] : m_.commons)
       if (c.offset > m_.common->nbytes || c.nbytes > m_.common->nbytes - c.offset)
         return corrupt("common value '" + k + "' lies outside the common state");
@@ -667,18 +792,6 @@ class metadata_json_reader {
     for (simdjson::dom::element v : simdjson::dom::array(e)) s.push_back(std::int64_t(v));
     return s;
   }
-  bool inside_file(const extent& e) const {
-    if (e.file >= m_.files.size()) return false;
-    const std::uint64_t size = m_.files[e.file].nbytes;
-    if (!e.compressed()) return e.byte_offset <= size && e.nbytes <= size - e.byte_offset;
-    for (std::size_t b = 0; b < e.block_stored.size(); ++b) {
-      if (e.block_stored[b] > m_.block_size || e.block_offsets[b] > size ||
-          e.block_stored[b] > size - e.block_offsets[b])
-        return false;
-    }
-    return true;
-  }
-
   const std::string& where_;
   checkpoint_metadata& m_;
   std::string bad_;
@@ -697,6 +810,8 @@ inline result<checkpoint_metadata> metadata_from_json(std::string_view json,
     simdjson::padded_string padded(json);
     simdjson::dom::element doc = parser.parse(padded);
     CAIRN_TRY(r.header(doc, allow_unverified));
+    if (m.version >= 4 && json.rfind(metadata_checksum_member) == std::string_view::npos)
+      return r.corrupt("format version 4 without its metadata_checksum");
     CAIRN_TRY(r.files(doc));
     for (auto [k, v] : simdjson::dom::object(doc["tensors"])) CAIRN_TRY(r.tensor(k, v));
     CAIRN_TRY(r.objects_and_common(doc));

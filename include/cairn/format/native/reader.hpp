@@ -5,6 +5,7 @@
 #include <zstd.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <cstring>
 #include <map>
@@ -14,6 +15,7 @@
 #include "cairn/core/checksum.hpp"
 #include "cairn/core/error.hpp"
 #include "cairn/detail/parallel.hpp"
+#include "cairn/format/native/index_file.hpp"
 #include "cairn/format/native/metadata.hpp"
 #include "cairn/plan/cover.hpp"
 #include "cairn/storage/storage.hpp"
@@ -38,20 +40,6 @@ inline result<std::string> read_metadata_json(storage_ref st) {
   std::string json(n, '\0');
   CAIRN_TRY(st.read(metadata_name, 0, std::as_writable_bytes(std::span(json))));
   return json;
-}
-
-/// Reads and decodes the committed metadata (see `read_metadata_json`).
-inline result<checkpoint_metadata> read_metadata(storage_ref st) {
-  return detail::catch_all("reading the metadata", [&]() -> result<checkpoint_metadata> {
-    CAIRN_TRY_ASSIGN(std::string json, read_metadata_json(st));
-    return metadata_from_json(json, st.describe(metadata_name));
-  });
-}
-
-/// The user's content metadata of a checkpoint, read without touching any data file.
-inline result<std::map<std::string, std::string>> read_content_metadata(storage_ref st) {
-  CAIRN_TRY_ASSIGN(auto m, read_metadata(st));
-  return std::move(m.content_metadata);
 }
 
 namespace detail {
@@ -177,6 +165,275 @@ inline result<void> check_file_holds(storage_ref st,
                                          ": it is truncated")
         .with_file(st.describe(r.name));
   return ok();
+}
+
+namespace detail {
+
+/// Checks an index file's header and trailer (16 bytes each, read by the caller) against what
+/// the manifest says of the file: magic, version, end marker and the file's checksum.
+inline result<void> check_index_ends(std::span<const std::byte> head,
+                                     std::span<const std::byte> tail,
+                                     const file_record& f,
+                                     const std::string& where) {
+  auto fail = [&](std::uint64_t at, const std::string& msg) {
+    error e = make_error(errc::corrupt, "malformed index: " + msg).with_file(where);
+    e.offset = at;
+    return e;
+  };
+  if (std::memcmp(head.data(), index_file_magic.data(), 8) != 0) return fail(0, "bad magic");
+  std::uint32_t version, zero;
+  std::memcpy(&version, head.data() + 8, 4);
+  std::memcpy(&zero, head.data() + 12, 4);
+  if (version != 4 || zero != 0) return fail(8, "bad version " + std::to_string(version));
+  if (std::memcmp(tail.data() + 8, index_file_end.data(), 8) != 0)
+    return fail(f.nbytes - 8, "bad end marker (truncated?)");
+  std::uint64_t sum;
+  std::memcpy(&sum, tail.data(), 8);
+  if (sum != f.checksum)
+    return fail(f.nbytes - 16,
+                "index checksum mismatch: the file's trailer and the manifest disagree (one was "
+                "changed or damaged after it was written)");
+  return ok();
+}
+
+/// Puts tensor `key`'s chunks, read from its index pages, into `m.tensors[key]`: chunks mapped
+/// from writing ranks to data files, inside their files, tiles flattened.
+inline result<void> take_index_chunks(storage_ref st,
+                                      checkpoint_metadata& m,
+                                      const std::string& key,
+                                      std::vector<chunk_record> chunks,
+                                      const std::vector<int>& data_file_of_rank) {
+  const index_ref ref = m.index_refs.at(key);
+  const std::string where = st.describe(m.files.at(ref.file).name);
+  tensor_record t{m.tensors.at(key).type, m.tensors.at(key).global_shape, std::move(chunks)};
+  for (chunk_record& c : t.chunks) {
+    const int f = data_file_of_rank.at(c.where.file);
+    if (f < 0)
+      return make_error(errc::corrupt, "malformed index: a chunk was written by rank " +
+                                           std::to_string(c.where.file) +
+                                           ", which has no data file")
+          .with_file(where)
+          .with_key(key);
+    c.where.file = static_cast<std::uint32_t>(f);
+  }
+  CAIRN_TRY(check_tensor_chunks(m, key, t, where));
+  CAIRN_TRY(flatten_tensor_tiles(m, key, t, where));
+  m.tensors.at(key).chunks = std::move(t.chunks);
+  m.index_refs.erase(key);
+  return ok();
+}
+
+/// Checks tensor `key`'s directory against the manifest's dtype, shape and chunk count.
+inline result<void> check_directory(const checkpoint_metadata& m,
+                                    const index_directory& d,
+                                    const std::string& where) {
+  const index_ref& ref = m.index_refs.at(d.key);
+  const tensor_record& t = m.tensors.at(d.key);
+  std::string problem;
+  if (d.type != t.type || d.global_shape != t.global_shape)
+    problem = "the directory's dtype or shape differs from the manifest's";
+  else if (d.chunks != ref.chunks)
+    problem = "the directory holds " + std::to_string(d.chunks) + " chunks, the manifest says " +
+              std::to_string(ref.chunks);
+  if (problem.empty()) return ok();
+  error e =
+      make_error(errc::corrupt, "malformed index: " + problem).with_file(where).with_key(d.key);
+  e.offset = ref.offset;
+  return e;
+}
+
+/// Data file of each rank (-1: none), by rank.
+inline std::vector<int> data_files_by_rank(const checkpoint_metadata& m) {
+  std::vector<int> of(static_cast<std::size_t>(std::max(m.world_size, 0)), -1);
+  for (std::size_t i = 0; i < m.files.size(); ++i)
+    if (m.files[i].role == file_role::data && m.files[i].rank >= 0 &&
+        static_cast<std::size_t>(m.files[i].rank) < of.size())
+      of[static_cast<std::size_t>(m.files[i].rank)] = static_cast<int>(i);
+  return of;
+}
+
+/// Reads byte ranges of object `name` (sorted by offset), those stored back to back at once (up
+/// to max_io_bytes), and hands each range's bytes to `take(i, bytes)`.
+template <class Take>
+result<void> read_ranges(storage_ref st,
+                         const std::string& name,
+                         const std::vector<std::pair<std::uint64_t, std::uint64_t>>& ranges,
+                         const std::string& key,
+                         const char* what,
+                         Take&& take) {
+  std::vector<std::byte> buf;
+  for (std::size_t i = 0, j = 0; i < ranges.size(); i = j) {
+    const std::uint64_t from = ranges[i].first;
+    std::uint64_t to = from + ranges[i].second;
+    for (j = i + 1;
+         j < ranges.size() && ranges[j].first == to && to + ranges[j].second - from <= max_io_bytes;
+         ++j)
+      to += ranges[j].second;
+    buf.resize(static_cast<std::size_t>(to - from));
+    if (auto r = st.read(name, from, buf); !r)
+      return read_failed(std::move(r).err(), st, name, key, what);
+    for (std::size_t k = i; k < j; ++k)
+      CAIRN_TRY(take(
+          k, std::span<const std::byte>(buf).subspan(ranges[k].first - from, ranges[k].second)));
+  }
+  return ok();
+}
+
+}  // namespace detail
+
+/// What a reader needs of tensors whose chunks are in index files: per key, the boxes it will
+/// read (empty: the whole tensor).
+using index_wants = std::map<std::string, std::vector<box>>;
+
+/// Format version 4: reads, for each tensor `wants` names whose chunks are not known yet, its
+/// directory and the pages holding chunks that meet the boxes it wants, and puts those chunks
+/// into `m.tensors` (a box that asks for part of a tensor gets the chunks of the pages it
+/// meets, a superset of what covers it). Directories and pages that lie back to back are read
+/// at once; each is checked against its checksum (a directory's is in the manifest, a page's in
+/// its directory), and the header and trailer of every index file touched against the
+/// manifest's record of it, before anything in it is used. Errors are errc::corrupt naming the
+/// index file.
+inline result<void> read_index_sections(storage_ref st,
+                                        checkpoint_metadata& m,
+                                        const index_wants& wants) {
+  std::vector<std::pair<std::string, index_ref>> want;
+  for (const auto& [k, boxes] : wants)
+    if (auto it = m.index_refs.find(k); it != m.index_refs.end()) want.emplace_back(k, it->second);
+  if (want.empty()) return ok();
+  std::sort(want.begin(), want.end(), [](const auto& a, const auto& b) {
+    return std::pair(a.second.file, a.second.offset) < std::pair(b.second.file, b.second.offset);
+  });
+  const std::vector<int> data_file_of_rank = detail::data_files_by_rank(m);
+  for (std::size_t i = 0, j = 0; i < want.size(); i = j) {
+    const std::uint32_t fi = want[i].second.file;
+    for (j = i; j < want.size() && want[j].second.file == fi;) ++j;
+    const file_record& f = m.files.at(fi);
+    const std::string where = st.describe(f.name);
+    std::array<std::byte, 16> head, tail;
+    if (auto r = st.read(f.name, 0, head); !r)
+      return detail::read_failed(std::move(r).err(), st, f.name, want[i].first, "index file");
+    if (auto r = st.read(f.name, f.nbytes - 16, tail); !r)
+      return detail::read_failed(std::move(r).err(), st, f.name, want[i].first, "index file");
+    CAIRN_TRY(detail::check_index_ends(head, tail, f, where));
+    // The directories, then the pages they point to that hold a wanted box.
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> ranges;
+    for (std::size_t k = i; k < j; ++k)
+      ranges.emplace_back(want[k].second.offset, want[k].second.length);
+    std::vector<index_directory> dirs(j - i);
+    CAIRN_TRY(detail::read_ranges(
+        st, f.name, ranges, want[i].first, "index directory",
+        [&](std::size_t k, std::span<const std::byte> b) -> result<void> {
+          const auto& [key, ref] = want[i + k];
+          CAIRN_TRY_ASSIGN(dirs[k], read_index_directory(
+                                        b, index_section{key, ref.offset, ref.length, ref.checksum},
+                                        where, f.nbytes));
+          return detail::check_directory(m, dirs[k], where);
+        }));
+    struct page_at {
+      std::size_t dir;
+      const index_page* page;
+    };
+    std::vector<page_at> pages;
+    for (std::size_t k = 0; k < dirs.size(); ++k) {
+      const std::vector<box>& boxes = wants.at(dirs[k].key);
+      for (const index_page& p : dirs[k].pages)
+        if (boxes.empty() || std::any_of(boxes.begin(), boxes.end(), [&](const box& b) {
+              return b.size.size() == p.bounds.size.size() && intersect(b, p.bounds);
+            }))
+          pages.push_back({k, &p});
+    }
+    std::sort(pages.begin(), pages.end(),
+              [](const page_at& a, const page_at& b) { return a.page->offset < b.page->offset; });
+    ranges.clear();
+    for (const auto& p : pages) ranges.emplace_back(p.page->offset, p.page->length);
+    std::vector<std::vector<chunk_record>> chunks(dirs.size());
+    CAIRN_TRY(detail::read_ranges(
+        st, f.name, ranges, want[i].first, "index page",
+        [&](std::size_t k, std::span<const std::byte> b) -> result<void> {
+          const index_directory& d = dirs[pages[k].dir];
+          CAIRN_TRY_ASSIGN(auto got, read_index_page(b, d, *pages[k].page, where, m.block_size,
+                                                     data_file_of_rank.size()));
+          auto& to = chunks[pages[k].dir];
+          to.insert(to.end(), std::make_move_iterator(got.begin()),
+                    std::make_move_iterator(got.end()));
+          return ok();
+        }));
+    for (std::size_t k = 0; k < dirs.size(); ++k)
+      CAIRN_TRY(
+          detail::take_index_chunks(st, m, dirs[k].key, std::move(chunks[k]), data_file_of_rank));
+  }
+  return ok();
+}
+
+/// Format version 4: reads every index file whole (checked from magic to trailer, as `cairn
+/// verify` does) and puts every tensor's chunks into `m.tensors`.
+inline result<void> read_all_index_sections(storage_ref st, checkpoint_metadata& m) {
+  if (m.index_refs.empty()) return ok();
+  const std::vector<int> data_file_of_rank = detail::data_files_by_rank(m);
+  for (std::uint32_t fi = 0; fi < m.files.size(); ++fi) {
+    const file_record& f = m.files[fi];
+    if (f.role != file_role::index) continue;
+    CAIRN_TRY(check_file_holds(st, m, fi));
+    std::vector<std::byte> whole(static_cast<std::size_t>(f.nbytes));
+    if (auto r = st.read(f.name, 0, whole); !r)
+      return detail::read_failed(std::move(r).err(), st, f.name, "", "index file");
+    const std::string where = st.describe(f.name);
+    CAIRN_TRY(check_index_file(whole, where));
+    CAIRN_TRY(
+        detail::check_index_ends(std::span(whole).first(16), std::span(whole).last(16), f, where));
+    std::vector<std::string> in_file;
+    for (const auto& [k, ref] : m.index_refs)
+      if (ref.file == fi) in_file.push_back(k);
+    const std::span<const std::byte> all(whole);
+    for (const auto& k : in_file) {
+      const index_ref& ref = m.index_refs.at(k);
+      CAIRN_TRY_ASSIGN(index_directory d,
+                       read_index_directory(all.subspan(ref.offset, ref.length),
+                                            index_section{k, ref.offset, ref.length, ref.checksum},
+                                            where, f.nbytes));
+      CAIRN_TRY(detail::check_directory(m, d, where));
+      std::vector<chunk_record> chunks;
+      for (const index_page& p : d.pages) {
+        CAIRN_TRY_ASSIGN(auto got, read_index_page(all.subspan(p.offset, p.length), d, p, where,
+                                                   m.block_size, data_file_of_rank.size()));
+        chunks.insert(chunks.end(), std::make_move_iterator(got.begin()),
+                      std::make_move_iterator(got.end()));
+      }
+      CAIRN_TRY(detail::take_index_chunks(st, m, k, std::move(chunks), data_file_of_rank));
+    }
+  }
+  return ok();
+}
+
+/// Decodes a committed `metadata.json` and, for format version 4, reads every index section:
+/// the whole checkpoint's metadata.
+inline result<checkpoint_metadata> native_metadata(storage_ref st, std::string_view json) {
+  CAIRN_TRY_ASSIGN(checkpoint_metadata m, metadata_from_json(json, st.describe(metadata_name)));
+  CAIRN_TRY(read_all_index_sections(st, m));
+  return m;
+}
+
+/// Reads and decodes the committed metadata (see `read_metadata_json`), index sections and all.
+inline result<checkpoint_metadata> read_metadata(storage_ref st) {
+  return detail::catch_all("reading the metadata", [&]() -> result<checkpoint_metadata> {
+    CAIRN_TRY_ASSIGN(std::string json, read_metadata_json(st));
+    return native_metadata(st, json);
+  });
+}
+
+/// Reads and decodes `metadata.json` alone: for format version 4, tensors' chunks stay in
+/// their index files (`m.index_refs`; see `read_index_sections`).
+inline result<checkpoint_metadata> read_manifest(storage_ref st) {
+  return detail::catch_all("reading the metadata", [&]() -> result<checkpoint_metadata> {
+    CAIRN_TRY_ASSIGN(std::string json, read_metadata_json(st));
+    return metadata_from_json(json, st.describe(metadata_name));
+  });
+}
+
+/// The user's content metadata of a checkpoint, read without touching any data file.
+inline result<std::map<std::string, std::string>> read_content_metadata(storage_ref st) {
+  CAIRN_TRY_ASSIGN(auto m, read_manifest(st));
+  return std::move(m.content_metadata);
 }
 
 /// Reads a whole extent and verifies it. The buffer grows as verified blocks arrive (up to

@@ -1,9 +1,13 @@
 // cairn/format/native/strategy.hpp: the native format's save strategy, the default one.
 #pragma once
 
+#include <algorithm>
 #include <any>
 #include <cstdint>
+#include <cstring>
+#include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -14,6 +18,7 @@
 #include "cairn/format/native/writer.hpp"
 #include "cairn/format/save_strategy.hpp"
 #include "cairn/format/writers.hpp"
+#include "cairn/plan/scalable.hpp"
 
 namespace cairn {
 
@@ -39,6 +44,14 @@ class native_strategy final : public save_strategy {
       for (const auto& it : plan.items) plan.stats.bytes_written += it.nbytes;
       plan.stats.chunks_written = plan.items.size();
     }
+    written_state state;
+    state.file_size = file_size;
+    if (rank == 0 && !plan.commons.empty()) {
+      CAIRN_TRY_ASSIGN(state.common, write_common_state(st, common_file_name(plan.save_id),
+                                                        plan.commons, opt.block_size));
+    }
+    out.local = std::move(state);
+    if (opt.index_files) return ok();  // the report is made by receive_routed
     detail::binary_writer sums;
     sums.blob(index.partial ? encode_part(index, rank) : bytes{});
     sums.u8(opt.zstd_level > 0);
@@ -52,11 +65,133 @@ class native_strategy final : public save_strategy {
       }
     }
     out.report = std::move(sums.data());
-    if (rank == 0 && !plan.commons.empty()) {
-      CAIRN_TRY_ASSIGN(common_state cs, write_common_state(st, common_file_name(plan.save_id),
-                                                           plan.commons, opt.block_size));
-      out.local = std::move(cs);
+    return ok();
+  }
+  bool routes(const save_options& opt) const noexcept override { return opt.index_files; }
+  /// Format version 4: each of this rank's chunk records (box, tiles, place, checksums) goes
+  /// to its key's owner.
+  std::vector<bytes> route(const planned_save& plan,
+                           const written_save&,
+                           const save_options& opt) const override {
+    const int world = plan.index.world_size;
+    std::vector<detail::binary_writer> to(static_cast<std::size_t>(world));
+    const auto& slots = plan.index.slots.at(static_cast<std::size_t>(plan.rank));
+    const bool compressed = opt.zstd_level > 0;
+    for (std::size_t i = 0; i < slots.size(); ++i) {
+      const write_slot& s = slots[i];
+      if (s.is_object) continue;
+      const write_item& it = plan.items.at(i);
+      const tensor_record& t = plan.index.tensors.at(s.key);
+      const chunk_record& c = t.chunks.at(s.chunk);
+      detail::binary_writer& o = to[static_cast<std::size_t>(owner_of(s.key, world))];
+      o.str(s.key);
+      o.u8(static_cast<std::uint8_t>(t.type));
+      o.ints(t.global_shape);
+      o.ints(c.region.offset);
+      o.ints(c.region.size);
+      o.ints(c.tiles);
+      o.u64(compressed ? it.file_offset : c.where.byte_offset);
+      o.u64(c.where.nbytes);
+      o.u64s(it.checksums);
+      o.u8(compressed);
+      if (compressed) {
+        o.u64s(it.block_offsets);
+        o.u64s(it.block_stored);
+      }
     }
+    std::vector<bytes> out;
+    for (auto& w : to) out.push_back(std::move(w.data()));
+    return out;
+  }
+  /// Format version 4: writes this rank's index file from the chunk records of the keys it
+  /// owns (chunks in box order), and reports to rank 0 its data file, its objects and where
+  /// each owned tensor's section is.
+  result<void> receive_routed(planned_save& plan,
+                              const std::vector<bytes>& routed,
+                              storage_ref st,
+                              const save_options& opt,
+                              written_save& out) const override {
+    std::map<std::string, tensor_record> owned;
+    for (std::size_t r = 0; r < routed.size(); ++r) {
+      detail::binary_reader rd(routed[r]);
+      while (!rd.done()) {
+        std::string key = rd.str();
+        tensor_record t;
+        t.type = static_cast<dtype>(rd.u8());
+        t.global_shape = rd.ints();
+        chunk_record c;
+        c.region.offset = rd.ints();
+        c.region.size = rd.ints();
+        c.tiles = rd.ints();
+        c.where.file = static_cast<std::uint32_t>(r);
+        c.where.byte_offset = rd.u64();
+        c.where.nbytes = rd.u64();
+        c.where.checksums = rd.u64s();
+        if (rd.u8()) {
+          c.where.block_offsets = rd.u64s();
+          c.where.block_stored = rd.u64s();
+        }
+        auto [at, fresh] = owned.try_emplace(std::move(key), t);
+        if (!fresh && (at->second.type != t.type || at->second.global_shape != t.global_shape))
+          return make_error(errc::mismatch, "ranks disagree on the dtype or shape of a tensor")
+              .with_key(at->first);
+        at->second.chunks.push_back(std::move(c));
+      }
+    }
+    auto& state = std::any_cast<written_state&>(out.local);
+    detail::binary_writer rep;
+    const int rank = plan.rank;
+    rep.u8(plan.index.writes(rank));
+    rep.u64(opt.zstd_level > 0 ? state.file_size : plan.index.bytes_of_rank.at(rank));
+    // This rank's objects, with their checksums.
+    const auto& slots = plan.index.slots.at(static_cast<std::size_t>(rank));
+    std::uint64_t nobjects = 0;
+    for (const auto& s : slots) nobjects += s.is_object;
+    rep.u64(nobjects);
+    for (std::size_t i = 0; i < slots.size(); ++i) {
+      if (!slots[i].is_object) continue;
+      const write_item& it = plan.items.at(i);
+      const object_record& o = plan.index.objects.at(slots[i].key);
+      rep.str(slots[i].key);
+      rep.str(o.key);
+      rep.ints(o.global_shape);
+      rep.ints(o.global_offset);
+      rep.u64(opt.zstd_level > 0 ? it.file_offset : o.where.byte_offset);
+      rep.u64(o.where.nbytes);
+      rep.u64s(it.checksums);
+      rep.u64s(it.block_offsets);
+      rep.u64s(it.block_stored);
+    }
+    rep.u8(!owned.empty());
+    if (!owned.empty()) {
+      index_file_builder b;
+      for (auto& [key, t] : owned) {
+        std::sort(t.chunks.begin(), t.chunks.end(),
+                  [](const chunk_record& x, const chunk_record& y) {
+                    return x.region.offset < y.region.offset;
+                  });
+        b.add(key, t);
+      }
+      auto [file, sections] = b.finish();
+      std::uint64_t sum;
+      std::memcpy(&sum, file.data() + file.size() - index_trailer_bytes, 8);
+      CAIRN_TRY(put_checked(st, index_file_name(rank, plan.save_id), file));
+      state.index_written = true;
+      rep.u64(file.size());
+      rep.u64(sum);
+      rep.u64(sections.size());
+      for (const auto& s : sections) {
+        const tensor_record& t = owned.at(s.key);
+        rep.str(s.key);
+        rep.u8(static_cast<std::uint8_t>(t.type));
+        rep.ints(t.global_shape);
+        rep.u64(s.offset);
+        rep.u64(s.length);
+        rep.u64(s.checksum);
+        rep.u64(t.chunks.size());
+      }
+    }
+    out.report = std::move(rep.data());
     return ok();
   }
   result<void> commit(planned_save& plan,
@@ -65,10 +200,11 @@ class native_strategy final : public save_strategy {
                       const std::vector<bytes>&,
                       storage_ref st,
                       const save_options& opt) const override {
-    checkpoint_metadata m = metadata_of(plan.index, plan.save_id, reports);
+    checkpoint_metadata m = opt.index_files ? manifest_of(plan.index, plan.save_id, reports)
+                                            : metadata_of(plan.index, plan.save_id, reports);
     m.content_metadata = opt.content_metadata;
-    if (const auto* cs = std::any_cast<common_state>(&w.local))
-      add_common_state(m, *cs);  // a copy: abandon still needs its name
+    if (const auto* state = std::any_cast<written_state>(&w.local); state && state->common)
+      add_common_state(m, *state->common);  // a copy: abandon still needs its name
     CAIRN_TRY(put_metadata(st, m));
     detail::remove_unreferenced(st, m);
     return ok();
@@ -93,6 +229,60 @@ class native_strategy final : public save_strategy {
       merge_part(rd.blob(), static_cast<int>(r), whole);
     }
     return metadata_of_whole(whole, save_id, reports);
+  }
+  /// The format version 4 manifest of a save, from every rank's report (`receive_routed`):
+  /// data files in rank order, objects, then for each rank that owns tensors its index file
+  /// and where each tensor's section lies. No common state and no content metadata yet.
+  static checkpoint_metadata manifest_of(const save_index& index,
+                                         const std::string& save_id,
+                                         const std::vector<bytes>& reports) {
+    checkpoint_metadata m;
+    m.world_size = index.world_size;
+    m.save_id = save_id;
+    m.block_size = index.block_size;
+    for (std::size_t r = 0; r < reports.size(); ++r) {
+      detail::binary_reader rd(reports[r]);
+      const int rank = static_cast<int>(r);
+      const bool writes = rd.u8();
+      const std::uint64_t size = rd.u64();
+      const auto data_file = static_cast<std::uint32_t>(m.files.size());
+      if (writes) m.files.push_back(file_record{data_file_name(rank, save_id), rank, size});
+      for (std::uint64_t n = rd.u64(); n > 0; --n) {
+        std::string unique = rd.str();
+        object_record o;
+        o.key = rd.str();
+        o.global_shape = rd.ints();
+        o.global_offset = rd.ints();
+        o.where.file = data_file;
+        o.where.byte_offset = rd.u64();
+        o.where.nbytes = rd.u64();
+        o.where.checksums = rd.u64s();
+        o.where.block_offsets = rd.u64s();
+        o.where.block_stored = rd.u64s();
+        m.objects.emplace(std::move(unique), std::move(o));
+      }
+      if (!rd.u8()) continue;  // owns no tensor
+      const auto index_file = static_cast<std::uint32_t>(m.files.size());
+      file_record f{index_file_name(rank, save_id), rank, rd.u64(), file_role::index};
+      f.checksum = rd.u64();
+      m.files.push_back(std::move(f));
+      for (std::uint64_t n = rd.u64(); n > 0; --n) {
+        std::string key = rd.str();
+        tensor_record t;
+        t.type = static_cast<dtype>(rd.u8());
+        t.global_shape = rd.ints();
+        index_ref ref;
+        ref.file = index_file;
+        ref.offset = rd.u64();
+        ref.length = rd.u64();
+        ref.checksum = rd.u64();
+        ref.chunks = rd.u64();
+        m.tensors.emplace(key, std::move(t));
+        m.index_refs.emplace(std::move(key), ref);
+      }
+    }
+    m.version = required_version(m);
+    return m;
   }
   /// Rank `rank`'s part of a partial index, as its report carries it to rank 0.
   static bytes encode_part(const save_index& index, int rank) {
@@ -214,11 +404,12 @@ class native_strategy final : public save_strategy {
  public:
   void abandon(const planned_save& plan, const written_save& w, storage_ref st) const override {
     if (plan.index.writes(plan.rank)) (void)st.remove(data_file_name(plan.rank, plan.save_id));
-    // Rank 0's common state, also when its put failed after all (a lost acknowledgement).
-    if (const auto* cs = std::any_cast<common_state>(&w.local))
-      (void)st.remove(cs->name);
-    else if (plan.rank == 0 && !plan.commons.empty())
-      (void)st.remove(common_file_name(plan.save_id));
+    // Rank 0's common state and this rank's index file, also when a put failed after all (a
+    // lost acknowledgement).
+    if (plan.rank == 0 && !plan.commons.empty()) (void)st.remove(common_file_name(plan.save_id));
+    const auto* state = std::any_cast<written_state>(&w.local);
+    if (!state || state->index_written || w.failure)
+      (void)st.remove(index_file_name(plan.rank, plan.save_id));
   }
   /// Committed when `metadata.json` is there and names this save's id.
   result<bool> committed(const planned_save& plan,
@@ -226,9 +417,17 @@ class native_strategy final : public save_strategy {
                          storage_ref st) const override {
     CAIRN_TRY_ASSIGN(bool present, st.exists(metadata_name));
     if (!present) return false;
-    CAIRN_TRY_ASSIGN(checkpoint_metadata m, read_metadata(st));
+    CAIRN_TRY_ASSIGN(checkpoint_metadata m, read_manifest(st));
     return m.save_id == plan.save_id;
   }
+
+ private:
+  /// What `write` leaves on this rank for the later steps.
+  struct written_state {
+    std::uint64_t file_size = 0;         ///< this rank's data file (compressed saves)
+    std::optional<common_state> common;  ///< rank 0: the common state it wrote
+    bool index_written = false;          ///< this rank's index file was put
+  };
 };
 
 namespace detail {

@@ -342,7 +342,7 @@ result<common_state> write_common_state(storage_ref st,
 /// Records a written common state in `m`, its file last.
 inline void add_common_state(checkpoint_metadata& m, common_state cs) {
   cs.where.file = static_cast<std::uint32_t>(m.files.size());
-  m.files.push_back(file_record{cs.name, 0, cs.where.nbytes});
+  m.files.push_back(file_record{cs.name, 0, cs.where.nbytes, file_role::common});
   m.common = std::move(cs.where);
   m.commons = std::move(cs.records);
 }
@@ -365,9 +365,10 @@ inline void remove_unreferenced(storage_ref st, const checkpoint_metadata& m) {
   auto names = st.list("");
   if (!names) return;
   for (const auto& n : *names) {
-    bool ours = n.find('/') == std::string::npos &&
-                (n.rfind("data.", 0) == 0 || n.rfind("common.", 0) == 0) && n.size() > 6 &&
-                n.substr(n.size() - 6) == ".cairn";
+    bool ours =
+        n.find('/') == std::string::npos &&
+        (n.rfind("data.", 0) == 0 || n.rfind("common.", 0) == 0 || n.rfind("index.", 0) == 0) &&
+        n.size() > 6 && n.substr(n.size() - 6) == ".cairn";
     if (!ours) continue;
     bool referenced = std::any_of(m.files.begin(), m.files.end(),
                                   [&](const file_record& f) { return f.name == n; });

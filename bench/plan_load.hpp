@@ -1,0 +1,135 @@
+// bench/plan_load.hpp: `cairn-bench --plan --load`: what format version 4 (index files,
+// `save_options::index_files`) costs at scale, simulated in one process with metadata only, on
+// plan_sweep.hpp's TP × PP × DP grid:
+// - the manifest (metadata.json): its bytes and the time to decode it, for every tensor of the
+//   job and one data and one index file per rank;
+// - the index files: bytes, estimated from the keys sampled below;
+// - load planning of rank 0 (loading the same structure): `read_index_sections` for its tensors
+//   (directory, then the pages that meet its pieces) from an in-memory index file built from
+//   the owners' plans of `sample` of its keys, with the time and bytes scaled up to all of them.
+#pragma once
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "cairn/format/native/reader.hpp"
+#include "cairn/storage/fault_injection.hpp"
+#include "cairn/storage/memory.hpp"
+#include "plan_roles.hpp"
+
+namespace cairn_bench {
+
+/// Format version 4 at `ranks` × `tensors` with `pp` stages (0: the default), as JSON.
+inline std::string simulate_load(int ranks, int tensors, int pp, int sample) {
+  using clock = std::chrono::steady_clock;
+  auto ms_since = [](clock::time_point t0) {
+    return std::chrono::duration<double, std::milli>(clock::now() - t0).count();
+  };
+  grid g = make_grid(ranks, tensors, pp);
+  const cairn::rank_desc me = g.leaves_of(0);
+  // Sampled keys of rank 0, each planned by its owner as a save would, then paged.
+  cairn::index_file_builder builder;
+  std::vector<const cairn::tensor_desc*> picked;
+  std::uint64_t chunks = 0;
+  const std::size_t step =
+      std::max<std::size_t>(1, me.tensors.size() / static_cast<std::size_t>(std::max(sample, 1)));
+  for (std::size_t i = 0; i < me.tensors.size(); i += step) {
+    const std::string& key = me.tensors[i].key;
+    int t = std::stoi(key.substr(key.find("layers.") + 7));
+    int kind = key.ends_with(".exp_avg") ? 1 : key.ends_with(".exp_avg_sq") ? 2 : 0;
+    auto plan = cairn::plan_owned(claims_for_owner(g, {{t, kind}}), false,
+                                  cairn::default_block_size, std::uint64_t{64} << 10, true);
+    if (!plan) throw std::runtime_error("plan_owned: " + plan.err().describe());
+    cairn::tensor_record rec = plan->index.tensors.at(key);
+    for (auto& c : rec.chunks)  // one checksum per tile or block, as a save fills them
+      c.where.checksums.assign(cairn::detail::chunk_blocks(c, cairn::default_block_size), 0x5eed);
+    std::sort(rec.chunks.begin(), rec.chunks.end(),
+              [](const auto& a, const auto& b) { return a.region.offset < b.region.offset; });
+    chunks += rec.chunks.size();
+    builder.add(key, std::move(rec));
+    picked.push_back(&me.tensors[i]);
+  }
+  auto [file, sections] = builder.finish();
+  cairn::memory_storage mem;
+  if (!mem.put(cairn::index_file_name(0, "000000000000"), file)) throw std::runtime_error("put");
+  // The manifest of the whole job: every tensor, a data and an index file per rank.
+  cairn::checkpoint_metadata whole;
+  whole.version = 4;
+  whole.world_size = ranks;
+  whole.save_id = "000000000000";
+  for (int r = 0; r < ranks; ++r)
+    whole.files.push_back({cairn::data_file_name(r, whole.save_id), r, std::uint64_t{1} << 40});
+  for (int r = 0; r < ranks; ++r) {
+    cairn::file_record f{cairn::index_file_name(r, whole.save_id), r, file.size(),
+                         cairn::file_role::index};
+    std::memcpy(&f.checksum, file.data() + file.size() - 16, 8);
+    whole.files.push_back(f);
+  }
+  for (int t = 0; t < tensors; ++t)
+    for (int kind = 0; kind < 3; ++kind) {
+      const cairn::tensor_desc d = g.leaf(0, t, kind);
+      whole.tensors[d.key] = cairn::tensor_record{d.type, d.global_shape, {}};
+      const auto& s = sections[static_cast<std::size_t>(t + kind) % sections.size()];
+      whole.index_refs[d.key] =
+          cairn::index_ref{static_cast<std::uint32_t>(ranks + cairn::owner_of(d.key, ranks)),
+                           s.offset, s.length, s.checksum, 1};
+    }
+  const std::string json = cairn::to_json(whole);
+  auto t0 = clock::now();
+  auto decoded = cairn::metadata_from_json(json, "metadata.json");
+  const double manifest_ms = ms_since(t0);
+  if (!decoded) throw std::runtime_error("manifest: " + decoded.err().describe());
+  // Rank 0's load planning over the sampled keys, all in one index file here.
+  cairn::checkpoint_metadata m;
+  m.version = 4;
+  m.world_size = ranks;
+  m.save_id = whole.save_id;
+  m.files.assign(whole.files.begin(), whole.files.begin() + ranks);
+  m.files.push_back(whole.files[static_cast<std::size_t>(ranks)]);
+  cairn::index_wants wants;
+  std::uint64_t section_chunks = 0;
+  for (std::size_t i = 0; i < picked.size(); ++i) {
+    const auto& d = *picked[i];
+    m.tensors[d.key] = cairn::tensor_record{d.type, d.global_shape, {}};
+    std::uint64_t n = 0;
+    auto dir =
+        cairn::read_index_directory(std::span(file).subspan(sections[i].offset, sections[i].length),
+                                    sections[i], "bench", file.size());
+    if (!dir) throw std::runtime_error("directory: " + dir.err().describe());
+    n = dir->chunks;
+    section_chunks += n;
+    m.index_refs[d.key] = cairn::index_ref{static_cast<std::uint32_t>(ranks), sections[i].offset,
+                                           sections[i].length, sections[i].checksum, n};
+    wants[d.key] = d.pieces;
+  }
+  cairn::faulty_storage counted(mem);
+  t0 = clock::now();
+  auto r = cairn::read_index_sections(counted, m, wants);
+  const double load_ms = ms_since(t0);
+  if (!r) throw std::runtime_error("read_index_sections: " + r.err().describe());
+  std::uint64_t loaded_chunks = 0;
+  for (const auto& [k, t] : m.tensors) loaded_chunks += t.chunks.size();
+  const double scale = static_cast<double>(me.tensors.size()) / static_cast<double>(picked.size());
+  const double keys_total = 3.0 * tensors;
+  return fmt::format(
+      "{{\"ranks\":{},\"tensors\":{},\"tp\":{},\"pp\":{},\"dp\":{},\"leaves_per_rank\":{},"
+      "\"keys_sampled\":{},\"manifest_bytes\":{},\"manifest_decode_ms\":{:.1f},"
+      "\"index_bytes_estimate\":{:.0f},\"chunks_estimate\":{:.0f},"
+      "\"load_planning_rank0\":{{\"ms_estimate\":{:.1f},\"index_bytes_read_estimate\":{:.0f},"
+      "\"chunks_parsed_estimate\":{:.0f},\"chunks_in_its_tensors_estimate\":{:.0f}}},"
+      "\"peak_rss_mb\":{:.1f}}}",
+      ranks, tensors, g.tp, g.pp, g.dp, me.tensors.size(), picked.size(), json.size(), manifest_ms,
+      static_cast<double>(file.size()) * keys_total / static_cast<double>(picked.size()),
+      static_cast<double>(chunks) * keys_total / static_cast<double>(picked.size()),
+      load_ms * scale, static_cast<double>(counted.bytes_read()) * scale,
+      static_cast<double>(loaded_chunks) * scale, static_cast<double>(section_chunks) * scale,
+      peak_rss_mb());
+}
+
+}  // namespace cairn_bench
