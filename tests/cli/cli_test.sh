@@ -52,7 +52,7 @@ check "verify of a compressed checkpoint exits 0" test $rc -eq 0
 check "inspect of a version 4 checkpoint exits 0" test $rc -eq 0
 check "inspect shows format version 4" contains "$dir/out" "format version 4"
 check "inspect shows the index files" contains "$dir/out" "index  *[0-9]* index files"
-check "inspect lists the tensors of version 4" contains "$dir/out" "model.w  *F32  *\[64, 8\]"
+check "inspect lists the tensors of version 4" contains "$dir/out" "model.w  *F32  *\[128, 8\]"
 "$cairn" verify "$dir/v4" >"$dir/out" 2>&1; rc=$?
 check "verify of a version 4 checkpoint exits 0" test $rc -eq 0
 idx=$(ls "$dir/v4" | grep '^index\.' | head -1)
