@@ -97,7 +97,7 @@ options:
                      manifest's bytes and decode time, the index bytes, and rank 0's load
                      planning (directories and pages of its tensors), from 300 sampled keys
   --block-size B     checksum block (and tile) size for --reshard (default 1 MiB)
-  --index            --reshard saves in format version 4 (index files)
+  --index            save in format version 4 (index files): the I/O bench and --reshard
   --reshard          instead of I/O: save tensor-parallel weights (and data-parallel
                      replicas) in memory, load them on 1..8 ranks along both axes, and report
                      bytes read / bytes needed per load and max/mean bytes written per rank
@@ -135,7 +135,7 @@ struct options {
   int owners = 4;         ///< --owners: owners sampled by --plan --scalable
   bool load = false;      ///< --plan --load: format version 4 and load planning at scale
   std::uint64_t block_size = cairn::default_block_size;  ///< --block-size (--reshard)
-  bool index_files = false;  ///< --index: save in format version 4 (--reshard)
+  bool index_files = false;  ///< --index: save in format version 4 (I/O bench, --reshard)
 };
 
 struct usage_error : std::runtime_error {
@@ -647,6 +647,7 @@ int run(const options& o) {
       so.io_threads = o.io_threads;
       so.tile = o.tile;
       so.zstd_level = o.zstd;
+      so.index_files = o.index_files;
       so.strategy = strategy;
       ss[static_cast<std::size_t>(r)] = cairn::save(sd, disk, comm, so);
     });

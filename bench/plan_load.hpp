@@ -43,8 +43,9 @@ inline std::string simulate_load(int ranks, int tensors, int pp, int sample) {
     const std::string& key = me.tensors[i].key;
     int t = std::stoi(key.substr(key.find("layers.") + 7));
     int kind = key.ends_with(".exp_avg") ? 1 : key.ends_with(".exp_avg_sq") ? 2 : 0;
-    auto plan = cairn::plan_owned(claims_for_owner(g, {{t, kind}}), false,
-                                  cairn::default_block_size, std::uint64_t{64} << 10, true);
+    auto plan =
+        cairn::plan_owned(claims_for_owner(g, {{t, kind}}), false, cairn::default_block_size,
+                          std::uint64_t{64} << 10, cairn::index_slabs);
     if (!plan) throw std::runtime_error("plan_owned: " + plan.err().describe());
     cairn::tensor_record rec = plan->index.tensors.at(key);
     for (auto& c : rec.chunks)  // one checksum per tile or block, as a save fills them
@@ -122,7 +123,7 @@ inline std::string simulate_load(int ranks, int tensors, int pp, int sample) {
       "\"keys_sampled\":{},\"manifest_bytes\":{},\"manifest_decode_ms\":{:.1f},"
       "\"index_bytes_estimate\":{:.0f},\"chunks_estimate\":{:.0f},"
       "\"load_planning_rank0\":{{\"ms_estimate\":{:.1f},\"index_bytes_read_estimate\":{:.0f},"
-      "\"chunks_parsed_estimate\":{:.0f},\"chunks_in_its_tensors_estimate\":{:.0f}}},"
+      "\"chunks_kept_estimate\":{:.0f},\"chunk_records_in_its_tensors_estimate\":{:.0f}}},"
       "\"peak_rss_mb\":{:.1f}}}",
       ranks, tensors, g.tp, g.pp, g.dp, me.tensors.size(), picked.size(), json.size(), manifest_ms,
       static_cast<double>(file.size()) * keys_total / static_cast<double>(picked.size()),

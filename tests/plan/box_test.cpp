@@ -67,3 +67,35 @@ TEST_CASE("for_each_run merges trailing axes that are whole in both boxes") {
                       [&](auto, auto, auto n) { scalar += n; });
   CHECK(scalar == 1);
 }
+
+TEST_CASE("choose_tiles: block tiles, and slabs along sharded axes for format version 4") {
+  using cairn::box;
+  // A [512, 2048] bf16 part of a [2048, 2048] tensor (split along axis 0): 2 MiB.
+  const box rows{{512, 0}, {512, 2048}};
+  const cairn::shape global{2048, 2048};
+  // Block tiles: halved until a tile fits 1 MiB, the sharded axis first.
+  auto k = cairn::choose_tiles(rows, 2, std::uint64_t{1} << 20, global);
+  CHECK(k == cairn::shape{2, 1});
+  // Slabs: 64 along the sharded axis (8 rows, 32 KiB each), none along the whole axis.
+  k = cairn::choose_tiles(rows, 2, std::uint64_t{1} << 20, global, cairn::index_slabs);
+  CHECK(k == cairn::shape{64, 1});
+  // A small part: slabs stop at min_slab_bytes; a part that fits a block is still cut.
+  const box small{{0, 0}, {128, 256}};  // 64 KiB of bf16: 2 slabs of 32 KiB, axes in order
+  CHECK(cairn::choose_tiles(small, 2, std::uint64_t{1} << 20, global).empty());
+  CHECK(cairn::choose_tiles(small, 2, std::uint64_t{1} << 20, global, cairn::index_slabs) ==
+        cairn::shape{2, 1});
+  // The whole tensor (nothing sharded): slabs change nothing.
+  const box whole{{0, 0}, {2048, 2048}};
+  CHECK(cairn::choose_tiles(whole, 2, std::uint64_t{1} << 20, global, cairn::index_slabs) ==
+        cairn::choose_tiles(whole, 2, std::uint64_t{1} << 20, global));
+  // Every slab tiling covers the box exactly with tiles of at most a block.
+  for (const auto& b : {rows, small, box{{3, 5}, {7, 1000}}}) {
+    auto t = cairn::choose_tiles(b, 4, 4096, global, cairn::index_slabs);
+    std::int64_t volume = 0;
+    cairn::for_each_tile(b, t, [&](const box& tile) {
+      CHECK(static_cast<std::uint64_t>(tile.volume()) * 4 <= 4096);
+      volume += tile.volume();
+    });
+    CHECK(volume == b.volume());
+  }
+}

@@ -92,6 +92,10 @@ class save_strategy {
     (void)opt;
     return false;
   }
+  /// How planning cuts chunks into tiles (`tiling`): by default block tiles when `tiles`.
+  virtual tiling tiling_for(const save_options& opt) const noexcept {
+    return tiles(opt) ? block_tiles : no_tiles;
+  }
   /// Whether the strategy works with a partial index (`save_options::scalable_planning`):
   /// each rank's `planned_save::index` then holds only its own chunks and objects.
   virtual bool plans_at_scale() const noexcept { return false; }

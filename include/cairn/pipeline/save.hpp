@@ -210,7 +210,7 @@ inline result<save_index> plan_everywhere(const rank_desc& me,
   else
     CAIRN_TRY(check_unique_objects(all));
   save_index index =
-      plan_save(all, opt.block_size, opt.balance_min_bytes, strategy_of(opt).tiles(opt));
+      plan_save(all, opt.block_size, opt.balance_min_bytes, strategy_of(opt).tiling_for(opt));
   if (opt.plan_cache) {
     std::vector<std::uint64_t> per_rank;
     for (const auto& d : all) per_rank.push_back(structure_hash(d));
@@ -231,7 +231,7 @@ inline result<save_index> plan_at_scale(const rank_desc& me,
   CAIRN_TRY_ASSIGN(
       scalable_agreement a,
       scalable_plan(me, failure, comm, opt.validate_access_integrity, opt.block_size,
-                    opt.balance_min_bytes, strategy_of(opt).tiles(opt), structure_hash(me)));
+                    opt.balance_min_bytes, strategy_of(opt).tiling_for(opt), structure_hash(me)));
   CAIRN_TRY(check_overwrite(a.exists_at_root, st, opt));
   stats.save_id = a.save_id;
   if (opt.plan_cache)

@@ -65,7 +65,7 @@ inline result<scalable_agreement> scalable_plan(const rank_desc& me,
                                                 bool validate,
                                                 std::uint64_t block_size,
                                                 std::uint64_t split_min_bytes,
-                                                bool tile,
+                                                tiling tile,
                                                 std::uint64_t structure = 0) {
   const int world = comm.size(), rank = comm.rank();
   // 1. Statuses (and structure hashes) meet at rank 0, which sends back its save id, whether a

@@ -149,6 +149,19 @@ inline std::vector<piece> pieces_of(const tensor_sharding& t) {
 /// not cut. Empty: the chunk is not tiled.
 using tile_counts = shape;
 
+/// How planning cuts chunks into tiles: `no_tiles`; `block_tiles`, only chunks larger than a
+/// checksum block (`choose_tiles`); or n > 1, also into at least n slabs along each axis along
+/// which the chunk is part of its tensor (format version 4, `index_slabs`).
+using tiling = std::int64_t;
+inline constexpr tiling no_tiles = 0, block_tiles = 1;
+/// The slabs format version 4 cuts a chunk into along each sharded axis: a reshard that cuts
+/// a chunk anywhere reads at most one slab more than it needs at each cut (1/64 of the chunk's
+/// extent), where block tiles may read half the chunk more.
+inline constexpr tiling index_slabs = 64;
+/// The smallest slab that slab cutting makes (bytes): checksums stay under 0.025% of the data,
+/// and small parts (distributed-optimizer slices) stay few tiles for loads to plan.
+inline constexpr std::uint64_t min_slab_bytes = std::uint64_t{32} << 10;
+
 /// The tile extent along one axis of extent `n` cut into `k` tiles.
 inline std::int64_t tile_extent(std::int64_t n, std::int64_t k) noexcept {
   return k <= 1 ? n : (n + k - 1) / k;
@@ -160,12 +173,14 @@ inline std::int64_t tile_extent(std::int64_t n, std::int64_t k) noexcept {
 /// is a part of the tensor (`global`, when given) are where the tensor is sharded, and where a
 /// reshard most likely cuts again (tensor parallelism 4 -> 8): they count their cuts at half
 /// weight, so they are cut first and about twice as often. Ties go to the axis with the larger
-/// tile extent, then the lower axis. Returns {} when `b` fits in `max_bytes` (or cannot be
-/// tiled).
+/// tile extent, then the lower axis. With `slabs` > 1, every sharded axis is first cut into
+/// up to `slabs` slabs (doubling, while a tile stays at least `min_slab_bytes`). Returns {} when
+/// `b` is not cut (it fits in `max_bytes` and gets no slabs, or cannot be tiled).
 inline tile_counts choose_tiles(const box& b,
                                 std::size_t elem_size,
                                 std::uint64_t max_bytes,
-                                const shape& global = {}) {
+                                const shape& global = {},
+                                tiling slabs = block_tiles) {
   const std::size_t n = b.size.size();
   auto bytes_of = [&](const shape& k) {
     std::uint64_t v = elem_size;
@@ -174,9 +189,19 @@ inline tile_counts choose_tiles(const box& b,
     return v;
   };
   shape k(n, 1);
-  if (n == 0 || max_bytes < elem_size || bytes_of(k) <= max_bytes) return {};
+  if (n == 0 || max_bytes < elem_size) return {};
+  const bool by_global = global.size() == n;
+  if (slabs > 1 && by_global)
+    for (std::size_t a = 0; a < n; ++a)
+      while (b.size[a] < global[a] && k[a] * 2 <= slabs && k[a] * 2 <= b.size[a] &&
+             bytes_of(k) / 2 >= min_slab_bytes)
+        k[a] *= 2;
+  if (bytes_of(k) <= max_bytes) {
+    if (std::all_of(k.begin(), k.end(), [](std::int64_t c) { return c == 1; })) return {};
+    return k;
+  }
   auto weight = [&](std::size_t a) {
-    bool sharded = global.size() == n && b.size[a] < global[a];
+    bool sharded = by_global && b.size[a] < global[a];
     return k[a] * (sharded ? 1 : 2);
   };
   while (bytes_of(k) > max_bytes) {

@@ -37,6 +37,7 @@ class save_plan_cache {
   std::uint64_t block_size_ = 0, balance_min_bytes_ = 0;
   bool tile_ = true;
   bool scalable_ = false;
+  bool index_files_ = false;
   const void* strategy_ = nullptr;
   bool validated_ = false;
   std::vector<std::uint64_t> structure_;  // per rank (on rank 0; the vote is decided there)
@@ -62,7 +63,8 @@ struct plan_cache_access {
     return c.valid_ && c.world_ == world && c.block_size_ == o.block_size &&
            c.balance_min_bytes_ == o.balance_min_bytes && c.tile_ == o.tile &&
            c.strategy_ == static_cast<const void*>(o.strategy) &&
-           c.scalable_ == o.scalable_planning && (c.validated_ || !o.validate_access_integrity);
+           c.scalable_ == o.scalable_planning && c.index_files_ == o.index_files &&
+           (c.validated_ || !o.validate_access_integrity);
   }
   static const std::vector<std::uint64_t>& structure(const save_plan_cache& c) {
     return c.structure_;
@@ -83,6 +85,7 @@ struct plan_cache_access {
     c.balance_min_bytes_ = o.balance_min_bytes;
     c.tile_ = o.tile;
     c.scalable_ = o.scalable_planning;
+    c.index_files_ = o.index_files;
     c.strategy_ = o.strategy;
     c.validated_ = o.validate_access_integrity;
     c.structure_ = std::move(structure);

@@ -521,7 +521,7 @@ inline std::vector<write_part> balance_parts(const std::vector<box_group>& group
 inline void place_chunks(std::vector<write_part>& parts,
                          const std::vector<box_group>& groups,
                          std::uint64_t block_size,
-                         bool tile,
+                         tiling tile,
                          std::vector<std::uint64_t>& offset,
                          save_index& L) {
   std::stable_sort(parts.begin(), parts.end(), [&](const write_part& a, const write_part& b) {
@@ -536,9 +536,9 @@ inline void place_chunks(std::vector<write_part>& parts,
     auto& rec = L.tensors.at(*g.key);
     int r = pt.who.rank;
     std::uint64_t n = static_cast<std::uint64_t>(pt.sub.region.volume()) * g.elem_size;
-    tile_counts tiles = tile
-                            ? choose_tiles(pt.sub.region, g.elem_size, block_size, rec.global_shape)
-                            : tile_counts{};
+    tile_counts tiles =
+        tile ? choose_tiles(pt.sub.region, g.elem_size, block_size, rec.global_shape, tile)
+             : tile_counts{};
     rec.chunks.push_back(chunk_record{
         pt.sub.region, extent{static_cast<std::uint32_t>(r), offset[r], n, {}}, std::move(tiles)});
     L.slots[r].push_back(write_slot{false, *g.key, rec.chunks.size() - 1, pt.who.leaf, pt.who.piece,
@@ -575,7 +575,8 @@ inline void place_objects(const std::vector<rank_desc>& ranks,
 /// the holder that has written least so far, so every rank writes about the same amount. Every rank
 /// computes the same index from the same descriptions. With `tile` on, every written box larger
 /// than a checksum block is cut into tiles of at most one block (`choose_tiles`), so that a
-/// reader that needs only some columns reads only the tiles holding them.
+/// reader that needs only some columns reads only the tiles holding them; with `tile` > 1
+/// (`index_slabs`) also into that many slabs along its sharded axes.
 ///
 /// With `rotate`, ties between equally loaded holders start at a holder picked by a hash of
 /// the key, so that planners that each see only some keys (plan/scalable.hpp) still spread the
@@ -583,7 +584,7 @@ inline void place_objects(const std::vector<rank_desc>& ranks,
 inline save_index plan_save(const std::vector<rank_desc>& ranks,
                             std::uint64_t block_size,
                             std::uint64_t split_min_bytes = std::uint64_t{64} << 10,
-                            bool tile = true,
+                            tiling tile = block_tiles,
                             bool rotate = false) {
   save_index L;
   L.world_size = static_cast<int>(ranks.size());

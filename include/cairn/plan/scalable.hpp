@@ -170,7 +170,7 @@ inline void check_slot(bool ok) {
 inline void add_slot(binary_reader& rd,
                      const rank_desc& me,
                      int rank,
-                     bool tile,
+                     tiling tile,
                      std::uint64_t& offset,
                      save_index& L) {
   write_slot s;
@@ -200,8 +200,9 @@ inline void add_slot(binary_reader& rd,
     tensor_record& rec = L.tensors[t.key];
     rec.type = t.type;
     rec.global_shape = t.global_shape;
-    tile_counts tiles =
-        tile ? choose_tiles(region[0].region, es, L.block_size, t.global_shape) : tile_counts{};
+    tile_counts tiles = tile
+                            ? choose_tiles(region[0].region, es, L.block_size, t.global_shape, tile)
+                            : tile_counts{};
     rec.chunks.push_back(chunk_record{region[0].region, extent{file, offset, n, {}}, tiles});
     s.chunk = rec.chunks.size() - 1;
     offset += n;
@@ -219,7 +220,7 @@ inline result<owner_plan> plan_owned(const std::vector<bytes>& received,
                                      bool validate,
                                      std::uint64_t block_size,
                                      std::uint64_t split_min_bytes,
-                                     bool tile) {
+                                     tiling tile) {
   detail::received_claims c = detail::decode_claims(received);
   if (validate)
     CAIRN_TRY(validate_integrity(c.ranks));
@@ -244,7 +245,7 @@ inline save_index writer_index(const std::vector<bytes>& from_owners,
                                int rank,
                                int world,
                                std::uint64_t block_size,
-                               bool tile) {
+                               tiling tile) {
   save_index L;
   L.world_size = world;
   L.block_size = block_size;

@@ -286,9 +286,9 @@ result<void> read_ranges(storage_ref st,
 using index_wants = std::map<std::string, std::vector<box>>;
 
 /// Format version 4: reads, for each tensor `wants` names whose chunks are not known yet, its
-/// directory and the pages holding chunks that meet the boxes it wants, and puts those chunks
-/// into `m.tensors` (a box that asks for part of a tensor gets the chunks of the pages it
-/// meets, a superset of what covers it). Directories and pages that lie back to back are read
+/// directory and the pages holding chunks that meet the boxes it wants, and puts the chunks of
+/// those pages that meet a wanted box into `m.tensors` (a load then checks that they cover its
+/// boxes exactly, as it does for any index). Directories and pages that lie back to back are read
 /// at once; each is checked against its checksum (a directory's is in the manifest, a page's in
 /// its directory), and the header and trailer of every index file touched against the
 /// manifest's record of it, before anything in it is used. Errors are errc::corrupt naming the
@@ -353,9 +353,15 @@ inline result<void> read_index_sections(storage_ref st,
           const index_directory& d = dirs[pages[k].dir];
           CAIRN_TRY_ASSIGN(auto got, read_index_page(b, d, *pages[k].page, where, m.block_size,
                                                      data_file_of_rank.size()));
+          // Only the chunks that meet a wanted box go on (to be checked and have their tiles
+          // flattened): a page also holds the other ranks' neighbours.
+          const std::vector<box>& boxes = wants.at(d.key);
           auto& to = chunks[pages[k].dir];
-          to.insert(to.end(), std::make_move_iterator(got.begin()),
-                    std::make_move_iterator(got.end()));
+          for (auto& c : got)
+            if (boxes.empty() || std::any_of(boxes.begin(), boxes.end(), [&](const box& w) {
+                  return w.size.size() == c.region.size.size() && intersect(w, c.region);
+                }))
+              to.push_back(std::move(c));
           return ok();
         }));
     for (std::size_t k = 0; k < dirs.size(); ++k)

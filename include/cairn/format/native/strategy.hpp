@@ -28,6 +28,10 @@ class native_strategy final : public save_strategy {
  public:
   std::string_view name() const noexcept override { return "native"; }
   bool tiles(const save_options& opt) const noexcept override { return opt.tile; }
+  /// Chunks larger than a block are tiled; version 4 also cuts slabs along sharded axes.
+  tiling tiling_for(const save_options& opt) const noexcept override {
+    return !opt.tile ? no_tiles : opt.index_files ? index_slabs : block_tiles;
+  }
   bool plans_at_scale() const noexcept override { return true; }
   result<void> write(planned_save& plan,
                      storage_ref st,
