@@ -177,6 +177,20 @@ def index_sections(corpus):
                                                       ([200, 230, 260, 290], [30, 30, 30, 32]))]))
     corpus.add("index", section("step", i64, [], [([], [], None, 1, 96, 8, [9], None)]))
 
+    def directory(key, dtype, shape, pages):
+        """A tensor's directory: pages of (box offset, box size, chunks, offset, length, sum)."""
+        b = struct.pack("<I", len(key)) + key.encode() + struct.pack("<BB", dtype, len(shape))
+        b += struct.pack(f"<{len(shape)}q", *shape)
+        b += struct.pack("<QQ", sum(p[2] for p in pages), len(pages))
+        for off, size, n, at, length, xxh in pages:
+            b += struct.pack(f"<{len(off)}q", *off) + struct.pack(f"<{len(size)}q", *size)
+            b += struct.pack("<QQQQ", n, at, length, xxh)
+        return b
+
+    corpus.add("index", directory("w", f32, [8, 6], [([0, 0], [6, 6], 2, 400, 120, 7),
+                                                      ([6, 0], [2, 6], 1, 520, 80, 9)]))
+    corpus.add("index", directory("step", i64, [], [([], [], 1, 16, 60, 3)]))
+
 
 def gen_dcp2x(corpus):
     """torch 2.x and Megatron .metadata layouts, built without torch by the format tests."""
