@@ -98,12 +98,15 @@ const cairn::safetensors_strategy chunks(cairn::convert::output_format::chunks, 
 std::vector<golden_format> formats() {
   std::vector<golden_format> out;
   cairn::save_options plain;
+  plain.index_files = false;  // versions 1-3 stay pinned: their layouts must not change
   plain.tile = false;
   out.push_back({"native_plain", plain});
   cairn::save_options tiled;
+  tiled.index_files = false;
   tiled.block_size = 64;  // version 2: chunks cut into tiles
   out.push_back({"native_tiled", tiled});
   cairn::save_options zstd;
+  zstd.index_files = false;
   zstd.block_size = 64;
   zstd.zstd_level = 3;  // version 3
   zstd.io_threads = 1;  // compressed blocks are appended as they finish: one thread, one order

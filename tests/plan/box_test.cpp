@@ -84,6 +84,12 @@ TEST_CASE("choose_tiles: block tiles, and slabs along sharded axes for format ve
   CHECK(cairn::choose_tiles(small, 2, std::uint64_t{1} << 20, global).empty());
   CHECK(cairn::choose_tiles(small, 2, std::uint64_t{1} << 20, global, cairn::index_slabs) ==
         cairn::shape{2, 1});
+  // Slabs come on top of the block tiles, never instead: a [512, 2048] f32 row block with
+  // 64 KiB blocks keeps its 8 x 8 block tiles (loads on 2, 4, 8 ranks along either axis stay
+  // exact) and gets twice the cuts along its sharded axis (tiles of 32 KiB).
+  CHECK(cairn::choose_tiles(rows, 4, std::uint64_t{64} << 10, global) == cairn::shape{8, 8});
+  CHECK(cairn::choose_tiles(rows, 4, std::uint64_t{64} << 10, global, cairn::index_slabs) ==
+        cairn::shape{16, 8});
   // The whole tensor (nothing sharded): slabs change nothing.
   const box whole{{0, 0}, {2048, 2048}};
   CHECK(cairn::choose_tiles(whole, 2, std::uint64_t{1} << 20, global, cairn::index_slabs) ==

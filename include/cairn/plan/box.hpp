@@ -173,8 +173,8 @@ inline std::int64_t tile_extent(std::int64_t n, std::int64_t k) noexcept {
 /// is a part of the tensor (`global`, when given) are where the tensor is sharded, and where a
 /// reshard most likely cuts again (tensor parallelism 4 -> 8): they count their cuts at half
 /// weight, so they are cut first and about twice as often. Ties go to the axis with the larger
-/// tile extent, then the lower axis. With `slabs` > 1, every sharded axis is first cut into
-/// up to `slabs` slabs (doubling, while a tile stays at least `min_slab_bytes`). Returns {} when
+/// tile extent, then the lower axis. With `slabs` > 1, every sharded axis is then cut further,
+/// up to `slabs` cuts (doubling, while a tile stays at least `min_slab_bytes`). Returns {} when
 /// `b` is not cut (it fits in `max_bytes` and gets no slabs, or cannot be tiled).
 inline tile_counts choose_tiles(const box& b,
                                 std::size_t elem_size,
@@ -191,15 +191,6 @@ inline tile_counts choose_tiles(const box& b,
   shape k(n, 1);
   if (n == 0 || max_bytes < elem_size) return {};
   const bool by_global = global.size() == n;
-  if (slabs > 1 && by_global)
-    for (std::size_t a = 0; a < n; ++a)
-      while (b.size[a] < global[a] && k[a] * 2 <= slabs && k[a] * 2 <= b.size[a] &&
-             bytes_of(k) / 2 >= min_slab_bytes)
-        k[a] *= 2;
-  if (bytes_of(k) <= max_bytes) {
-    if (std::all_of(k.begin(), k.end(), [](std::int64_t c) { return c == 1; })) return {};
-    return k;
-  }
   auto weight = [&](std::size_t a) {
     bool sharded = by_global && b.size[a] < global[a];
     return k[a] * (sharded ? 1 : 2);
@@ -217,6 +208,13 @@ inline tile_counts choose_tiles(const box& b,
     // Double the cuts, but never past one element per tile.
     k[best] = std::min<std::int64_t>(k[best] * 2, b.size[best]);
   }
+  // Slabs on top of the block tiles (which keep power-of-two loads along every axis exact).
+  if (slabs > 1 && by_global)
+    for (std::size_t a = 0; a < n; ++a)
+      while (b.size[a] < global[a] && k[a] * 2 <= slabs && k[a] * 2 <= b.size[a] &&
+             bytes_of(k) / 2 >= min_slab_bytes)
+        k[a] *= 2;
+  if (std::all_of(k.begin(), k.end(), [](std::int64_t c) { return c == 1; })) return {};
   return k;
 }
 
