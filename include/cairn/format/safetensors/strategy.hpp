@@ -74,7 +74,11 @@ class safetensors_strategy final : public save_strategy {
                      const save_options& opt,
                      buffer_pool* buffers,
                      written_save& out) const override {
-    return native_.write(plan, st, opt, buffers, out);  // the shard this rank holds
+    // The shard this rank holds, with the native report that `assemble` reads (never the
+    // native format's own index files: this strategy writes its own index).
+    save_options shard = opt;
+    shard.index_files = false;
+    return native_.write(plan, st, shard, buffers, out);
   }
 
   bool assembles() const noexcept override { return true; }
