@@ -102,10 +102,7 @@ inline std::string simulate_roles(int ranks, int tensors, int pp, int owners) {
   const std::size_t step = std::max<std::size_t>(1, me.tensors.size() / 300);
   std::size_t sampled = 0;
   for (std::size_t i = 0; i < me.tensors.size(); i += step, ++sampled) {
-    const std::string& key = me.tensors[i].key;
-    int t = std::stoi(key.substr(key.find("layers.") + 7));
-    int kind = key.ends_with(".exp_avg") ? 1 : key.ends_with(".exp_avg_sq") ? 2 : 0;
-    owner_role(claims_for_owner(g, {{t, kind}}), &to);
+    owner_role(claims_for_owner(g, {grid::parse_key(me.tensors[i].key)}), &to);
   }
   role_cost writer;
   writer.received = to[0] * me.tensors.size() / std::max<std::size_t>(sampled, 1);

@@ -52,6 +52,12 @@ struct grid {
     std::string w = "layers." + std::to_string(t) + ".weight";
     return kind == 0 ? w : "optim." + w + (kind == 1 ? ".exp_avg" : ".exp_avg_sq");
   }
+  /// The weight and kind a `key` names (the inverse of `key(t, kind)`).
+  static std::pair<int, int> parse_key(const std::string& key) {
+    int t = std::stoi(key.substr(key.find("layers.") + 7));
+    int kind = key.ends_with(".exp_avg") ? 1 : key.ends_with(".exp_avg_sq") ? 2 : 0;
+    return {t, kind};
+  }
   int stage(int t) const { return t % pp; }
   /// The ranks of stage `s` (every rank holding its tensors).
   std::vector<int> ranks_of_stage(int s) const {
@@ -120,11 +126,7 @@ inline plan_point simulate_plan(int ranks, int tensors) {
   cairn::checkpoint_metadata m = cairn::native_strategy::metadata_of(index, "bench", {});
   for (auto& [k, t] : m.tensors)
     for (auto& c : t.chunks)
-      c.where.checksums.assign(
-          c.tiles.empty()
-              ? (c.where.nbytes + cairn::default_block_size - 1) / cairn::default_block_size
-              : static_cast<std::uint64_t>(cairn::tile_count(c.region, c.tiles)),
-          0);
+      c.where.checksums.assign(cairn::detail::chunk_blocks(c, cairn::default_block_size), 0);
   p.metadata_bytes = cairn::to_json(m).size();
   p.plan_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();

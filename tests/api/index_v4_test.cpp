@@ -5,7 +5,6 @@
 // way: tests/faults/fault_matrix_test.cpp.)
 #include <doctest/doctest.h>
 
-#include <cstring>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -253,7 +252,7 @@ TEST_CASE("version 4: a rank reads a tensor's directory and only the pages that 
                                            {}});
   cairn::index_file_builder builder;
   builder.add("w", t);
-  auto [file, sections] = builder.finish(2);
+  auto [file, sections, file_checksum] = builder.finish(2);
   cairn::memory_storage mem;
   REQUIRE(mem.put("index.0.x.cairn", file));
   cairn::checkpoint_metadata m;
@@ -262,9 +261,7 @@ TEST_CASE("version 4: a rank reads a tensor's directory and only the pages that 
   m.save_id = "x";
   m.block_size = 64;
   m.files = {{"data.0.x.cairn", 0, 96}, {"data.1.x.cairn", 1, 96}};
-  cairn::file_record index{"index.0.x.cairn", 0, file.size(), cairn::file_role::index};
-  std::memcpy(&index.checksum, file.data() + file.size() - 16, 8);
-  m.files.push_back(index);
+  m.files.push_back({"index.0.x.cairn", 0, file.size(), cairn::file_role::index, file_checksum});
   m.tensors["w"] = cairn::tensor_record{cairn::dtype::f32, {8, 6}, {}};
   m.index_refs["w"] =
       cairn::index_ref{2, sections[0].offset, sections[0].length, sections[0].checksum, 4};

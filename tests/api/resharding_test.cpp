@@ -44,8 +44,15 @@ TEST_CASE(
   CHECK(combos == 320);
 }
 
-TEST_CASE("scalable planning: random shardings saved on N load on M, with zstd and a plan cache") {
-  std::mt19937 rng(20261124);
+namespace {
+
+/// Random shardings saved on N and loaded on M thread ranks, N, M in 1..6, saved in blocks and
+/// in flattened slices, each twice with one plan cache per rank (the second save reuses the
+/// plan). `configure(so, combo)` sets the save options, `check(mem)` looks at the checkpoint
+/// before it loads. Returns the number of combinations run.
+template <class Configure, class Check>
+int n_to_m_saved_twice(std::uint32_t seed, Configure configure, Check check) {
+  std::mt19937 rng(seed);
   int combos = 0;
   for (int n = 1; n <= 6; ++n) {
     for (int m = 1; m <= 6; ++m) {
@@ -54,13 +61,13 @@ TEST_CASE("scalable planning: random shardings saved on N load on M, with zstd a
         cairn::memory_storage mem;
         cairn::save_options so;
         so.block_size = 16 + rng() % 64;
-        so.scalable_planning = true;
         so.zstd_level = combos % 3 == 0 ? 1 : 0;
         so.overwrite = true;
-        // Twice with one cache per rank: the second save reuses the partial plans.
+        configure(so, combos);
         std::vector<cairn::save_plan_cache> caches(static_cast<std::size_t>(n));
         for (int rep = 0; rep < 2; ++rep) save_on_threads(mem, c, n, save_kind, so, &caches);
         for (const auto& cache : caches) CHECK(cache.hits() == 1);
+        check(mem);
         auto failures = load_failures_on_threads(mem, c, m, layout_kind::block);
         INFO("N=" << n << " M=" << m << " save " << kind_name(save_kind));
         CHECK(failures.empty());
@@ -69,26 +76,26 @@ TEST_CASE("scalable planning: random shardings saved on N load on M, with zstd a
       }
     }
   }
+  return combos;
+}
+
+}  // namespace
+
+TEST_CASE("scalable planning: random shardings saved on N load on M, with zstd and a plan cache") {
+  int combos = n_to_m_saved_twice(
+      20261124, [](cairn::save_options& so, int) { so.scalable_planning = true; },
+      [](cairn::memory_storage&) {});
   CHECK(combos == 72);
 }
 
 TEST_CASE("format version 4: random shardings saved on N load on M through index files") {
-  std::mt19937 rng(20261125);
-  int combos = 0;
-  for (int n = 1; n <= 6; ++n) {
-    for (int m = 1; m <= 6; ++m) {
-      for (layout_kind save_kind : {layout_kind::block, layout_kind::flattened}) {
-        property_case c = random_case(rng, 1 + static_cast<int>(rng() % 4), n, m);
-        cairn::memory_storage mem;
-        cairn::save_options so;
-        so.block_size = 16 + rng() % 64;
+  int combos = n_to_m_saved_twice(
+      20261125,
+      [](cairn::save_options& so, int combo) {
         so.index_files = true;
-        so.scalable_planning = combos % 2 == 0;
-        so.zstd_level = combos % 3 == 0 ? 1 : 0;
-        so.overwrite = true;
-        std::vector<cairn::save_plan_cache> caches(static_cast<std::size_t>(n));
-        for (int rep = 0; rep < 2; ++rep) save_on_threads(mem, c, n, save_kind, so, &caches);
-        for (const auto& cache : caches) CHECK(cache.hits() == 1);
+        so.scalable_planning = combo % 2 == 0;
+      },
+      [](cairn::memory_storage& mem) {
         auto json = cairn::read_metadata_json(mem);
         REQUIRE(json);
         CHECK(json->find("\"chunks\":[") == std::string::npos);  // the manifest lists none
@@ -96,14 +103,7 @@ TEST_CASE("format version 4: random shardings saved on N load on M through index
         auto problems = cairn::verify_checkpoint(mem);
         REQUIRE(problems);
         CHECK(problems->empty());
-        auto failures = load_failures_on_threads(mem, c, m, layout_kind::block);
-        INFO("N=" << n << " M=" << m << " save " << kind_name(save_kind));
-        CHECK(failures.empty());
-        for (const auto& f : failures) MESSAGE(f);
-        ++combos;
-      }
-    }
-  }
+      });
   CHECK(combos == 72);
 }
 

@@ -7,7 +7,6 @@
 
 #include <cstdint>
 #include <string>
-#include <tuple>
 #include <vector>
 
 namespace {
@@ -61,20 +60,14 @@ bool same(const tensor_record& a, const tensor_record& b) {
   return true;
 }
 
-struct built {
-  cairn::bytes file;
-  std::vector<cairn::index_section> sections;  ///< the directories
-};
+using built = cairn::built_index_file;
 
 /// The sample tensors in an index file with pages of 2 chunks (the first tensor gets 2 pages
 /// after a third chunk is added), so that pages, not just directories, are exercised.
 built build() {
-  built b;
   cairn::index_file_builder builder;
-  auto tensors = sample_tensors();
-  for (const auto& [k, t] : tensors) builder.add(k, t);
-  std::tie(b.file, b.sections) = builder.finish(2);
-  return b;
+  for (const auto& [k, t] : sample_tensors()) builder.add(k, t);
+  return builder.finish(2);
 }
 
 std::span<const std::byte> bytes_of(const built& b, std::uint64_t offset, std::uint64_t length) {
@@ -103,24 +96,26 @@ TEST_CASE("index file: directories and pages round-trip and the file checks") {
   built b = build();
   REQUIRE(cairn::check_index_file(b.file, where));
   auto tensors = sample_tensors();
-  REQUIRE(b.sections.size() == tensors.size());
+  REQUIRE(b.directories.size() == tensors.size());
   for (std::size_t i = 0; i < tensors.size(); ++i) {
-    auto d = cairn::read_index_directory(bytes_of(b, b.sections[i].offset, b.sections[i].length),
-                                         b.sections[i], where, b.file.size());
+    auto d =
+        cairn::read_index_directory(bytes_of(b, b.directories[i].offset, b.directories[i].length),
+                                    b.directories[i], where, b.file.size());
     REQUIRE(d);
     CHECK(d->key == tensors[i].first);
     CHECK(d->chunks == tensors[i].second.chunks.size());
     CHECK(d->pages.size() == (tensors[i].second.chunks.size() + 1) / 2);
     for (const auto& p : d->pages)  // each page's box holds exactly its chunks' boxes
       CHECK(p.bounds.size.size() == tensors[i].second.global_shape.size());
-    auto chunks = read_all(b.file, b.sections[i]);
+    auto chunks = read_all(b.file, b.directories[i]);
     REQUIRE(chunks);
     tensor_record got{d->type, d->global_shape, *chunks};
     CHECK(same(got, tensors[i].second));
   }
   // The first tensor's pages: rows [0:6] and [6:8].
-  auto d = cairn::read_index_directory(bytes_of(b, b.sections[0].offset, b.sections[0].length),
-                                       b.sections[0], where, b.file.size());
+  auto d =
+      cairn::read_index_directory(bytes_of(b, b.directories[0].offset, b.directories[0].length),
+                                  b.directories[0], where, b.file.size());
   REQUIRE(d);
   REQUIRE(d->pages.size() == 2);
   CHECK(d->pages[0].bounds == box{{0, 0}, {6, 6}});
@@ -137,7 +132,7 @@ TEST_CASE("index file: every flipped byte fails the file check and the directory
   built b = build();
   // Where each page lies, from the unchanged directories.
   std::vector<std::pair<cairn::index_directory, cairn::index_page>> pages;
-  for (const auto& s : b.sections) {
+  for (const auto& s : b.directories) {
     auto d = cairn::read_index_directory(bytes_of(b, s.offset, s.length), s, where, b.file.size());
     REQUIRE(d);
     for (const auto& p : d->pages) pages.emplace_back(*d, p);
@@ -152,7 +147,7 @@ TEST_CASE("index file: every flipped byte fails the file check and the directory
       CHECK(whole.err().file == where);
       CHECK((whole.err().code == cairn::errc::corrupt ||
              whole.err().code == cairn::errc::unsupported_version));
-      for (const auto& s : b.sections) {
+      for (const auto& s : b.directories) {
         if (at < s.offset || at >= s.offset + s.length) continue;
         auto r = cairn::read_index_directory(std::span(f).subspan(s.offset, s.length), s, where,
                                              f.size());
@@ -174,14 +169,18 @@ TEST_CASE("index file: every flipped byte fails the file check and the directory
   }
 }
 
-TEST_CASE(
-    "index file: a rewritten directory or page with a matching checksum is still checked field "
-    "by field") {
-  // Whoever can rewrite the file can rewrite the checksum the manifest holds: parsing must then
-  // refuse what does not fit (or accept something consistent), never crash or over-allocate.
-  built b = build();
-  int refused = 0, accepted = 0;
-  for (const auto& s0 : b.sections) {
+/// Sets every byte of each of `sections` of `b` to a few values in turn, recomputing the
+/// section's checksum (whoever can rewrite the file can rewrite the checksums that point at
+/// it), and parses it with `read(bytes, section, file)`: a refusal must be errc::corrupt naming
+/// the file and an offset inside the section; `accepted(value, file)` checks what parses.
+/// Returns how many were refused and how many accepted.
+template <class Read, class Accepted>
+std::pair<int, int> rewrite_each_byte(const built& b,
+                                      const std::vector<cairn::index_section>& sections,
+                                      Read read,
+                                      Accepted accepted) {
+  int refused = 0, took = 0;
+  for (const auto& s0 : sections) {
     for (std::size_t at = s0.offset; at < s0.offset + s0.length; ++at) {
       for (std::uint8_t v : {0x00, 0x01, 0x7f, 0x80, 0xff}) {
         cairn::bytes f = b.file;
@@ -189,7 +188,7 @@ TEST_CASE(
         cairn::index_section s = s0;
         auto sec = std::span<const std::byte>(f).subspan(s.offset, s.length);
         s.checksum = cairn::checksum(sec);
-        auto r = cairn::read_index_directory(sec, s, where, f.size());
+        auto r = read(sec, s, f);
         if (!r) {
           ++refused;
           CHECK(r.err().code == cairn::errc::corrupt);
@@ -199,63 +198,62 @@ TEST_CASE(
           CHECK(*r.err().offset <= s.offset + s.length);
           continue;
         }
-        ++accepted;
+        ++took;
+        accepted(*r, f);
+      }
+    }
+  }
+  return {refused, took};
+}
+
+TEST_CASE(
+    "index file: a rewritten directory or page with a matching checksum is still checked field "
+    "by field") {
+  // Parsing must refuse what does not fit (or accept something consistent), never crash or
+  // over-allocate.
+  built b = build();
+  auto [refused, accepted] = rewrite_each_byte(
+      b, b.directories,
+      [](auto sec, const cairn::index_section& s, const cairn::bytes& f) {
+        return cairn::read_index_directory(sec, s, where, f.size());
+      },
+      [](const cairn::index_directory& d, const cairn::bytes& f) {
         std::uint64_t chunks = 0;
-        for (const auto& p : r->pages) {  // what is accepted is consistent
+        for (const auto& p : d.pages) {  // what is accepted is consistent
           chunks += p.chunks;
           CHECK(p.offset >= cairn::index_header_bytes);
           CHECK(p.offset + p.length <= f.size() - cairn::index_trailer_bytes);
           for (std::size_t a = 0; a < p.bounds.size.size(); ++a)
-            CHECK(p.bounds.offset[a] + p.bounds.size[a] <= r->global_shape[a]);
+            CHECK(p.bounds.offset[a] + p.bounds.size[a] <= d.global_shape[a]);
         }
-        CHECK(chunks == r->chunks);
-      }
-    }
-  }
+        CHECK(chunks == d.chunks);
+      });
   CHECK(refused > 0);
   CHECK(accepted > 0);  // e.g. a changed page checksum or box parses
 }
 
 TEST_CASE("index file: a rewritten page with a matching checksum is still checked field by field") {
-  // Whoever can rewrite the file can rewrite the checksum the manifest holds: parsing must then
-  // refuse what does not fit (or accept something consistent), never crash or over-allocate.
   built b = build();
   std::vector<cairn::index_section> pages;
-  for (const auto& s : b.sections) {
+  for (const auto& s : b.directories) {
     auto d = cairn::read_index_directory(bytes_of(b, s.offset, s.length), s, where, b.file.size());
     REQUIRE(d);
     for (const auto& p : d->pages) pages.push_back({s.key, p.offset, p.length, p.checksum});
   }
-  int refused = 0, accepted = 0;
-  for (const auto& s0 : pages) {
-    for (std::size_t at = s0.offset; at < s0.offset + s0.length; ++at) {
-      for (std::uint8_t v : {0x00, 0x01, 0x7f, 0x80, 0xff}) {
-        cairn::bytes f = b.file;
-        f[at] = std::byte{v};
-        cairn::index_section s = s0;
-        auto sec = std::span<const std::byte>(f).subspan(s.offset, s.length);
-        s.checksum = cairn::checksum(sec);
-        auto r = cairn::read_index_section(sec, s, where, block, 2);
-        if (!r) {
-          ++refused;
-          CHECK(r.err().code == cairn::errc::corrupt);
-          CHECK(r.err().file == where);
-          REQUIRE(r.err().offset.has_value());
-          CHECK(*r.err().offset >= s.offset);
-          CHECK(*r.err().offset <= s.offset + s.length);
-          continue;
-        }
-        ++accepted;
-        for (const auto& c : r->second.chunks) {  // what is accepted is consistent
+  auto [refused, accepted] = rewrite_each_byte(
+      b, pages,
+      [](auto sec, const cairn::index_section& s, const cairn::bytes&) {
+        return cairn::read_index_section(sec, s, where, block, 2);
+      },
+      [](const std::pair<std::string, cairn::tensor_record>& kt, const cairn::bytes&) {
+        for (const auto& c : kt.second.chunks) {  // what is accepted is consistent
           CHECK(c.where.file < 2);
           CHECK(c.where.nbytes ==
-                static_cast<std::uint64_t>(c.region.volume()) * cairn::dtype_size(r->second.type));
+                static_cast<std::uint64_t>(c.region.volume()) * cairn::dtype_size(kt.second.type));
           for (std::size_t a = 0; a < c.region.size.size(); ++a)
-            CHECK(c.region.offset[a] + c.region.size[a] <= r->second.global_shape[a]);
+            CHECK(c.region.offset[a] + c.region.size[a] <= kt.second.global_shape[a]);
         }
-      }
-    }
-  }
+      });
   CHECK(refused > 0);
   CHECK(accepted > 0);  // e.g. a changed checksum value or byte offset parses
 }
@@ -264,7 +262,7 @@ TEST_CASE("index file: truncations and lying counts are refused") {
   built b = build();
   for (std::size_t n = 0; n < b.file.size(); ++n)
     CHECK(!cairn::check_index_file(std::span(b.file).first(n), where));
-  const auto& s = b.sections[0];
+  const auto& s = b.directories[0];
   auto d = cairn::read_index_directory(bytes_of(b, s.offset, s.length), s, where, b.file.size());
   REQUIRE(d);
   const auto& p = d->pages[0];

@@ -94,41 +94,17 @@ TEST_CASE(
   if (me == 0) std::filesystem::remove_all(root);
 }
 
-TEST_CASE("scalable planning: random shardings on N processes load on M") {
-  int world = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &world);
-  cairn::mpi_communicator all(MPI_COMM_WORLD);
-  const std::string root = shared_temp_dir(all);
-  std::mt19937 rng(1124);  // same sequence on every process
-  int failures = 0, combos = 0;
-  for (int n = 1; n <= world; ++n) {
-    for (int m = 1; m <= world; ++m) {
-      for (layout_kind save_kind : {layout_kind::block, layout_kind::flattened}) {
-        property_case c = random_case(rng, 1 + static_cast<int>(rng() % 3), n, m);
-        cairn::save_options so;
-        so.block_size = 32 + rng() % 64;
-        so.scalable_planning = true;
-        so.zstd_level = combos % 2;
-        for (const auto& f : save_and_load(root + "/scalable_" + std::to_string(combos), c, n, m,
-                                           save_kind, layout_kind::block, so)) {
-          ++failures;
-          MESSAGE("N=" << n << " M=" << m << " " << f);
-        }
-        ++combos;
-      }
-    }
-  }
-  CHECK(failures == 0);
-  CHECK(combos == world * world * 2);
-}
-
-TEST_CASE("format version 4: random shardings on N processes load on M through index files") {
+/// Random shardings (block and flattened saves, block loads) saved on N and loaded on M
+/// processes, N, M in 1..world, with the options `configure(so, combo)` sets; checkpoints go
+/// under a shared temporary directory, removed at the end. Returns the failures and combos.
+template <class Configure>
+std::pair<int, int> n_to_m_processes(std::uint32_t seed, Configure configure) {
   int world = 0, me = 0;
   MPI_Comm_size(MPI_COMM_WORLD, &world);
   MPI_Comm_rank(MPI_COMM_WORLD, &me);
   cairn::mpi_communicator all(MPI_COMM_WORLD);
   const std::string root = shared_temp_dir(all);
-  std::mt19937 rng(1125);  // same sequence on every process
+  std::mt19937 rng(seed);  // same sequence on every process
   int failures = 0, combos = 0;
   for (int n = 1; n <= world; ++n) {
     for (int m = 1; m <= world; ++m) {
@@ -136,10 +112,8 @@ TEST_CASE("format version 4: random shardings on N processes load on M through i
         property_case c = random_case(rng, 1 + static_cast<int>(rng() % 3), n, m);
         cairn::save_options so;
         so.block_size = 32 + rng() % 64;
-        so.index_files = true;
-        so.scalable_planning = combos % 2 == 0;
-        so.zstd_level = (combos / 2) % 2;
-        for (const auto& f : save_and_load(root + "/v4_" + std::to_string(combos), c, n, m,
+        configure(so, combos);
+        for (const auto& f : save_and_load(root + "/ckpt_" + std::to_string(combos), c, n, m,
                                            save_kind, layout_kind::block, so)) {
           ++failures;
           MESSAGE("N=" << n << " M=" << m << " " << f);
@@ -148,10 +122,32 @@ TEST_CASE("format version 4: random shardings on N processes load on M through i
       }
     }
   }
-  CHECK(failures == 0);
-  CHECK(combos == world * world * 2);
   MPI_Barrier(MPI_COMM_WORLD);
   if (me == 0) std::filesystem::remove_all(root);
+  return {failures, combos};
+}
+
+TEST_CASE("scalable planning: random shardings on N processes load on M") {
+  int world = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  auto [failures, combos] = n_to_m_processes(1124, [](cairn::save_options& so, int combo) {
+    so.scalable_planning = true;
+    so.zstd_level = combo % 2;
+  });
+  CHECK(failures == 0);
+  CHECK(combos == world * world * 2);
+}
+
+TEST_CASE("format version 4: random shardings on N processes load on M through index files") {
+  int world = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  auto [failures, combos] = n_to_m_processes(1125, [](cairn::save_options& so, int combo) {
+    so.index_files = true;
+    so.scalable_planning = combo % 2 == 0;
+    so.zstd_level = (combo / 2) % 2;
+  });
+  CHECK(failures == 0);
+  CHECK(combos == world * world * 2);
 }
 
 TEST_CASE("every save strategy on N processes loads on M processes") {

@@ -109,6 +109,40 @@ inline std::uint64_t chunk_blocks(const chunk_record& c, std::uint64_t block_siz
   return c.where.nbytes / block_size + (c.where.nbytes % block_size != 0);
 }
 
+/// errc::corrupt in index file `where` at byte `offset`, about `key` when not empty.
+inline error index_error(const std::string& where,
+                         std::uint64_t offset,
+                         const std::string& key,
+                         const std::string& msg) {
+  error e = make_error(errc::corrupt, msg).with_file(where);
+  if (!key.empty()) e.key = key;
+  e.offset = offset;
+  return e;
+}
+
+/// Whether `length` bytes at `offset` lie between the header and the trailer of an index file
+/// of `file_size` bytes (and are not empty).
+inline bool inside_index_body(std::uint64_t offset, std::uint64_t length, std::uint64_t file_size) {
+  return file_size >= index_header_bytes + index_trailer_bytes && offset >= index_header_bytes &&
+         offset <= file_size - index_trailer_bytes && length > 0 &&
+         length <= file_size - index_trailer_bytes - offset;
+}
+
+/// Checks that `bytes` are all of `s` (a directory or page, `what`) and match its checksum.
+inline result<void> check_section_bytes(std::span<const std::byte> bytes,
+                                        const index_section& s,
+                                        const std::string& where,
+                                        const char* what) {
+  if (bytes.size() != s.length)
+    return index_error(where, s.offset, s.key,
+                       std::string("malformed index: ") + what + " is truncated");
+  if (checksum(bytes) != s.checksum)
+    return index_error(where, s.offset, s.key,
+                       std::string("index checksum mismatch: the ") + what + " of '" + s.key +
+                           "' was changed or damaged after it was written");
+  return ok();
+}
+
 }  // namespace detail
 
 /// Appends tensor `key`'s section to `out`. The record must be consistent (as a save makes
@@ -136,6 +170,13 @@ inline void append_index_section(bytes& out, std::string_view key, const tensor_
   }
 }
 
+/// A built index file.
+struct built_index_file {
+  bytes file;
+  std::vector<index_section> directories;  ///< where each tensor's directory lies, as added
+  std::uint64_t checksum = 0;              ///< of the file before its trailer (the manifest's)
+};
+
 /// Builds an index file: `add` tensors, then `finish`.
 class index_file_builder {
  public:
@@ -143,8 +184,8 @@ class index_file_builder {
   void add(std::string key, tensor_record t) {
     tensors_.emplace_back(std::move(key), std::move(t));
   }
-  /// The whole file, and where each tensor's directory lies (in the order added).
-  std::pair<bytes, std::vector<index_section>> finish(std::size_t page_chunks = index_page_chunks) {
+  /// The whole file, with pages of `page_chunks` chunks.
+  built_index_file finish(std::size_t page_chunks = index_page_chunks) {
     page_chunks = std::max<std::size_t>(page_chunks, 1);
     // Pages first, into their own buffer (offsets relative to its start).
     std::vector<std::vector<index_page>> pages(tensors_.size());
@@ -203,11 +244,12 @@ class index_file_builder {
       sections.push_back(std::move(s));
     }
     out.insert(out.end(), body.begin(), body.end());
-    detail::put_u64(out, checksum(out));
+    const std::uint64_t sum = checksum(out);
+    detail::put_u64(out, sum);
     out.insert(out.end(), reinterpret_cast<const std::byte*>(index_file_end.data()),
                reinterpret_cast<const std::byte*>(index_file_end.data()) + 8);
     tensors_.clear();
-    return {std::move(out), std::move(sections)};
+    return {std::move(out), std::move(sections), sum};
   }
 
  private:
@@ -247,10 +289,7 @@ class index_bytes_reader {
 
  protected:
   error corrupt_at(std::uint64_t at, const std::string& msg, const std::string& key = {}) const {
-    error e = make_error(errc::corrupt, "malformed index: " + msg).with_file(where_);
-    e.offset = base_ + at;
-    if (!key.empty()) e.key = key;
-    return e;
+    return index_error(where_, base_ + at, key, "malformed index: " + msg);
   }
   error corrupt(const std::string& msg, const std::string& key = {}) const {
     return corrupt_at(pos_, msg, key);
@@ -422,9 +461,7 @@ class index_directory_reader : index_bytes_reader {
       CAIRN_TRY_ASSIGN(p.offset, u64());
       CAIRN_TRY_ASSIGN(p.length, u64());
       CAIRN_TRY_ASSIGN(p.checksum, u64());
-      if (file_size_ < index_header_bytes + index_trailer_bytes || p.offset < index_header_bytes ||
-          p.offset > file_size_ - index_trailer_bytes || p.length == 0 ||
-          p.length > file_size_ - index_trailer_bytes - p.offset)
+      if (!inside_index_body(p.offset, p.length, file_size_))
         return corrupt_at(place, "page lies outside the file's body", d.key);
       d.pages.push_back(std::move(p));
     }
@@ -449,21 +486,15 @@ inline result<std::pair<std::string, tensor_record>> read_index_section(
     const std::string& where,
     std::uint64_t block_size,
     std::size_t nfiles) {
-  auto fail = [&](const std::string& msg) {
-    error e = make_error(errc::corrupt, msg).with_file(where).with_key(s.key);
-    e.offset = s.offset;
-    return e;
-  };
-  if (section.size() != s.length) return fail("malformed index: section is truncated");
-  if (checksum(section) != s.checksum)
-    return fail("index checksum mismatch: the section of '" + s.key +
-                "' was changed or damaged after it was written");
-  if (block_size == 0 || block_size > max_block_size) return fail("bad block_size");
+  CAIRN_TRY(detail::check_section_bytes(section, s, where, "section"));
+  if (block_size == 0 || block_size > max_block_size)
+    return detail::index_error(where, s.offset, s.key, "bad block_size");
   CAIRN_TRY_ASSIGN(
       auto kt, detail::index_section_reader(section, where, s.offset, block_size, nfiles).read());
   if (kt.first != s.key)
-    return fail("malformed index: the section names '" + kt.first + "', the manifest '" + s.key +
-                "'");
+    return detail::index_error(
+        where, s.offset, s.key,
+        "malformed index: the section names '" + kt.first + "', the manifest '" + s.key + "'");
   return kt;
 }
 
@@ -474,20 +505,13 @@ inline result<index_directory> read_index_directory(std::span<const std::byte> b
                                                     const index_section& s,
                                                     const std::string& where,
                                                     std::uint64_t file_size) {
-  auto fail = [&](const std::string& msg) {
-    error e = make_error(errc::corrupt, msg).with_file(where).with_key(s.key);
-    e.offset = s.offset;
-    return e;
-  };
-  if (bytes.size() != s.length) return fail("malformed index: directory is truncated");
-  if (checksum(bytes) != s.checksum)
-    return fail("index checksum mismatch: the directory of '" + s.key +
-                "' was changed or damaged after it was written");
+  CAIRN_TRY(detail::check_section_bytes(bytes, s, where, "directory"));
   CAIRN_TRY_ASSIGN(index_directory d,
                    detail::index_directory_reader(bytes, where, s.offset, file_size).read());
   if (d.key != s.key)
-    return fail("malformed index: the directory names '" + d.key + "', the manifest '" + s.key +
-                "'");
+    return detail::index_error(
+        where, s.offset, s.key,
+        "malformed index: the directory names '" + d.key + "', the manifest '" + s.key + "'");
   return d;
 }
 
@@ -505,9 +529,7 @@ inline result<std::vector<chunk_record>> read_index_page(std::span<const std::by
                    read_index_section(bytes, index_section{d.key, p.offset, p.length, p.checksum},
                                       where, block_size, nranks));
   auto fail = [&](const std::string& msg) {
-    error e = make_error(errc::corrupt, "malformed index: " + msg).with_file(where).with_key(d.key);
-    e.offset = p.offset;
-    return e;
+    return detail::index_error(where, p.offset, d.key, "malformed index: " + msg);
   };
   if (kt.second.type != d.type || kt.second.global_shape != d.global_shape)
     return fail("a page's dtype or shape differs from its directory's");
@@ -520,32 +542,47 @@ inline result<std::vector<chunk_record>> read_index_page(std::span<const std::by
   return std::move(kt.second.chunks);
 }
 
-/// Checks a whole index file: magic, version and trailer checksum (what `cairn verify` does
-/// before it looks at sections). Errors are errc::corrupt naming `where` and an offset.
-inline result<void> check_index_file(std::span<const std::byte> file, const std::string& where) {
+/// Checks an index file's header and trailer (its first and last 16 bytes, of a file of
+/// `file_size` bytes): magic, version, end marker. Returns the checksum the trailer holds.
+inline result<std::uint64_t> check_index_ends(std::span<const std::byte> head,
+                                              std::span<const std::byte> tail,
+                                              std::uint64_t file_size,
+                                              const std::string& where) {
   auto fail = [&](std::uint64_t at, const std::string& msg) {
-    error e = make_error(errc::corrupt, "malformed index: " + msg).with_file(where);
-    e.offset = at;
-    return e;
+    return detail::index_error(where, at, {}, "malformed index: " + msg);
   };
-  if (file.size() < index_header_bytes + index_trailer_bytes) return fail(0, "file too short");
-  if (std::memcmp(file.data(), index_file_magic.data(), 8) != 0) return fail(0, "bad magic");
-  std::uint32_t version;
-  std::memcpy(&version, file.data() + 8, 4);
-  if (version != 4)
-    return make_error(errc::unsupported_version,
-                      "index file version " + std::to_string(version) + " (this cairn reads 4)")
-        .with_file(where);
+  if (file_size < index_header_bytes + index_trailer_bytes || head.size() < index_header_bytes ||
+      tail.size() < index_trailer_bytes)
+    return fail(0, "file too short");
+  if (std::memcmp(head.data(), index_file_magic.data(), 8) != 0) return fail(0, "bad magic");
+  std::uint32_t version, zero;
+  std::memcpy(&version, head.data() + 8, 4);
+  std::memcpy(&zero, head.data() + 12, 4);
+  // Only a version 4 manifest names index files, and it is read first: another version here
+  // is damage, not a newer writer.
+  if (version != 4 || zero != 0) return fail(8, "bad version " + std::to_string(version));
+  if (std::memcmp(tail.data() + 8, index_file_end.data(), 8) != 0)
+    return fail(file_size - 8, "bad end marker (truncated?)");
+  std::uint64_t sum;
+  std::memcpy(&sum, tail.data(), 8);
+  return sum;
+}
+
+/// Checks a whole index file: header, trailer and the checksum of every byte before the
+/// trailer (what `cairn verify` does before it looks at directories). Returns that checksum.
+/// Errors are errc::corrupt naming `where` and an offset.
+inline result<std::uint64_t> check_index_file(std::span<const std::byte> file,
+                                              const std::string& where) {
+  if (file.size() < index_header_bytes + index_trailer_bytes)
+    return detail::index_error(where, 0, {}, "malformed index: file too short");
   const std::size_t body = file.size() - index_trailer_bytes;
-  if (std::memcmp(file.data() + body + 8, index_file_end.data(), 8) != 0)
-    return fail(body + 8, "bad end marker (truncated?)");
-  std::uint64_t want;
-  std::memcpy(&want, file.data() + body, 8);
+  CAIRN_TRY_ASSIGN(std::uint64_t want, check_index_ends(file.first(index_header_bytes),
+                                                        file.subspan(body), file.size(), where));
   if (checksum(file.first(body)) != want)
-    return fail(body,
-                "index checksum mismatch: the file was changed or damaged after it was "
-                "written");
-  return ok();
+    return detail::index_error(
+        where, body, {},
+        "index checksum mismatch: the file was changed or damaged after it was written");
+  return want;
 }
 
 }  // namespace cairn

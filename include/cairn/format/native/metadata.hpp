@@ -17,6 +17,7 @@
 #include "cairn/core/common_value.hpp"
 #include "cairn/core/dtype.hpp"
 #include "cairn/core/error.hpp"
+#include "cairn/format/native/index_file.hpp"
 #include "cairn/plan/box.hpp"
 #include "cairn/plan/index.hpp"
 
@@ -727,10 +728,7 @@ class metadata_json_reader {
     if (file >= m_.files.size() || m_.files[file].role != file_role::index)
       return corrupt(what + " names file " + std::to_string(file) + ", not an index file");
     r.file = static_cast<std::uint32_t>(file);
-    const std::uint64_t size = m_.files[file].nbytes;
-    // Header (16 bytes) and trailer (16 bytes) surround the sections.
-    if (size < 32 || r.offset < 16 || r.offset > size - 16 || r.length > size - 16 - r.offset ||
-        r.length == 0)
+    if (!inside_index_body(r.offset, r.length, m_.files[file].nbytes))
       return corrupt(what + " lies outside the body of its file");
     m_.index_refs.emplace(std::string(k), r);
     return ok();

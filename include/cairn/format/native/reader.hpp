@@ -167,33 +167,20 @@ inline result<void> check_file_holds(storage_ref st,
   return ok();
 }
 
+/// What a reader needs of tensors whose chunks are in index files: per key, the boxes it will
+/// read (empty: the whole tensor).
+using index_wants = std::map<std::string, std::vector<box>>;
+
 namespace detail {
 
-/// Checks an index file's header and trailer (16 bytes each, read by the caller) against what
-/// the manifest says of the file: magic, version, end marker and the file's checksum.
-inline result<void> check_index_ends(std::span<const std::byte> head,
-                                     std::span<const std::byte> tail,
-                                     const file_record& f,
-                                     const std::string& where) {
-  auto fail = [&](std::uint64_t at, const std::string& msg) {
-    error e = make_error(errc::corrupt, "malformed index: " + msg).with_file(where);
-    e.offset = at;
-    return e;
-  };
-  if (std::memcmp(head.data(), index_file_magic.data(), 8) != 0) return fail(0, "bad magic");
-  std::uint32_t version, zero;
-  std::memcpy(&version, head.data() + 8, 4);
-  std::memcpy(&zero, head.data() + 12, 4);
-  if (version != 4 || zero != 0) return fail(8, "bad version " + std::to_string(version));
-  if (std::memcmp(tail.data() + 8, index_file_end.data(), 8) != 0)
-    return fail(f.nbytes - 8, "bad end marker (truncated?)");
-  std::uint64_t sum;
-  std::memcpy(&sum, tail.data(), 8);
-  if (sum != f.checksum)
-    return fail(f.nbytes - 16,
-                "index checksum mismatch: the file's trailer and the manifest disagree (one was "
-                "changed or damaged after it was written)");
-  return ok();
+/// Checks the checksum an index file's trailer holds against the manifest's record of the file.
+inline result<void> trailer_matches(std::uint64_t sum,
+                                    const file_record& f,
+                                    const std::string& where) {
+  if (sum == f.checksum) return ok();
+  return index_error(where, f.nbytes - index_trailer_bytes, {},
+                     "index checksum mismatch: the file's trailer and the manifest disagree (one "
+                     "was changed or damaged after it was written)");
 }
 
 /// Puts tensor `key`'s chunks, read from its index pages, into `m.tensors[key]`: chunks mapped
@@ -209,11 +196,9 @@ inline result<void> take_index_chunks(storage_ref st,
   for (chunk_record& c : t.chunks) {
     const int f = data_file_of_rank.at(c.where.file);
     if (f < 0)
-      return make_error(errc::corrupt, "malformed index: a chunk was written by rank " +
-                                           std::to_string(c.where.file) +
-                                           ", which has no data file")
-          .with_file(where)
-          .with_key(key);
+      return index_error(where, ref.offset, key,
+                         "malformed index: a chunk was written by rank " +
+                             std::to_string(c.where.file) + ", which has no data file");
     c.where.file = static_cast<std::uint32_t>(f);
   }
   CAIRN_TRY(check_tensor_chunks(m, key, t, where));
@@ -236,10 +221,7 @@ inline result<void> check_directory(const checkpoint_metadata& m,
     problem = "the directory holds " + std::to_string(d.chunks) + " chunks, the manifest says " +
               std::to_string(ref.chunks);
   if (problem.empty()) return ok();
-  error e =
-      make_error(errc::corrupt, "malformed index: " + problem).with_file(where).with_key(d.key);
-  e.offset = ref.offset;
-  return e;
+  return index_error(where, ref.offset, d.key, "malformed index: " + problem);
 }
 
 /// Data file of each rank (-1: none), by rank.
@@ -279,11 +261,74 @@ result<void> read_ranges(storage_ref st,
   return ok();
 }
 
-}  // namespace detail
+/// Whether `b` meets one of `boxes` (none: the whole tensor is wanted, and everything meets it).
+inline bool meets_any(const std::vector<box>& boxes, const box& b) {
+  return boxes.empty() || std::any_of(boxes.begin(), boxes.end(), [&](const box& w) {
+           return w.size.size() == b.size.size() && intersect(w, b).has_value();
+         });
+}
 
-/// What a reader needs of tensors whose chunks are in index files: per key, the boxes it will
-/// read (empty: the whole tensor).
-using index_wants = std::map<std::string, std::vector<box>>;
+/// Reads the index of the tensors `want` names, all in index file `fi`, sorted by directory
+/// offset: their directories, then the pages whose box meets the boxes `wants` gives them (every
+/// page when `wants` is null), and puts the chunks of those pages that meet those boxes into
+/// `m.tensors`. `fetch(ranges, what, take)` hands `take(i, bytes)` the bytes of each (offset,
+/// length) range of the file, sorted by offset: read from storage, or cut from the whole file.
+template <class Fetch>
+result<void> read_file_index(storage_ref st,
+                             checkpoint_metadata& m,
+                             std::uint32_t fi,
+                             const std::vector<std::pair<std::string, index_ref>>& want,
+                             const index_wants* wants,
+                             const std::vector<int>& data_file_of_rank,
+                             Fetch&& fetch) {
+  static const std::vector<box> whole;
+  auto boxes_of = [&](const std::string& key) -> const std::vector<box>& {
+    return wants ? wants->at(key) : whole;
+  };
+  const file_record& f = m.files.at(fi);
+  const std::string where = st.describe(f.name);
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> ranges;
+  for (const auto& [key, ref] : want) ranges.emplace_back(ref.offset, ref.length);
+  std::vector<index_directory> dirs(want.size());
+  CAIRN_TRY(fetch(
+      ranges, "index directory", [&](std::size_t k, std::span<const std::byte> b) -> result<void> {
+        const auto& [key, ref] = want[k];
+        CAIRN_TRY_ASSIGN(dirs[k], read_index_directory(
+                                      b, index_section{key, ref.offset, ref.length, ref.checksum},
+                                      where, f.nbytes));
+        return check_directory(m, dirs[k], where);
+      }));
+  struct page_at {
+    std::size_t dir;
+    const index_page* page;
+  };
+  std::vector<page_at> pages;
+  for (std::size_t k = 0; k < dirs.size(); ++k)
+    for (const index_page& p : dirs[k].pages)
+      if (meets_any(boxes_of(dirs[k].key), p.bounds)) pages.push_back({k, &p});
+  std::sort(pages.begin(), pages.end(),
+            [](const page_at& a, const page_at& b) { return a.page->offset < b.page->offset; });
+  ranges.clear();
+  for (const auto& p : pages) ranges.emplace_back(p.page->offset, p.page->length);
+  std::vector<std::vector<chunk_record>> chunks(dirs.size());
+  CAIRN_TRY(
+      fetch(ranges, "index page", [&](std::size_t k, std::span<const std::byte> b) -> result<void> {
+        const index_directory& d = dirs[pages[k].dir];
+        CAIRN_TRY_ASSIGN(auto got, read_index_page(b, d, *pages[k].page, where, m.block_size,
+                                                   data_file_of_rank.size()));
+        // Only the chunks that meet a wanted box go on (to be checked and have
+        // their tiles flattened): a page also holds other ranks' neighbours.
+        auto& to = chunks[pages[k].dir];
+        for (auto& c : got)
+          if (meets_any(boxes_of(d.key), c.region)) to.push_back(std::move(c));
+        return ok();
+      }));
+  for (std::size_t k = 0; k < dirs.size(); ++k)
+    CAIRN_TRY(take_index_chunks(st, m, dirs[k].key, std::move(chunks[k]), data_file_of_rank));
+  return ok();
+}
+
+}  // namespace detail
 
 /// Format version 4: reads, for each tensor `wants` names whose chunks are not known yet, its
 /// directory and the pages holding chunks that meet the boxes it wants, and puts the chunks of
@@ -299,7 +344,6 @@ inline result<void> read_index_sections(storage_ref st,
   std::vector<std::pair<std::string, index_ref>> want;
   for (const auto& [k, boxes] : wants)
     if (auto it = m.index_refs.find(k); it != m.index_refs.end()) want.emplace_back(k, it->second);
-  if (want.empty()) return ok();
   std::sort(want.begin(), want.end(), [](const auto& a, const auto& b) {
     return std::pair(a.second.file, a.second.offset) < std::pair(b.second.file, b.second.offset);
   });
@@ -309,64 +353,21 @@ inline result<void> read_index_sections(storage_ref st,
     for (j = i; j < want.size() && want[j].second.file == fi;) ++j;
     const file_record& f = m.files.at(fi);
     const std::string where = st.describe(f.name);
-    std::array<std::byte, 16> head, tail;
-    if (auto r = st.read(f.name, 0, head); !r)
-      return detail::read_failed(std::move(r).err(), st, f.name, want[i].first, "index file");
-    if (auto r = st.read(f.name, f.nbytes - 16, tail); !r)
-      return detail::read_failed(std::move(r).err(), st, f.name, want[i].first, "index file");
-    CAIRN_TRY(detail::check_index_ends(head, tail, f, where));
-    // The directories, then the pages they point to that hold a wanted box.
-    std::vector<std::pair<std::uint64_t, std::uint64_t>> ranges;
-    for (std::size_t k = i; k < j; ++k)
-      ranges.emplace_back(want[k].second.offset, want[k].second.length);
-    std::vector<index_directory> dirs(j - i);
-    CAIRN_TRY(detail::read_ranges(
-        st, f.name, ranges, want[i].first, "index directory",
-        [&](std::size_t k, std::span<const std::byte> b) -> result<void> {
-          const auto& [key, ref] = want[i + k];
-          CAIRN_TRY_ASSIGN(dirs[k], read_index_directory(
-                                        b, index_section{key, ref.offset, ref.length, ref.checksum},
-                                        where, f.nbytes));
-          return detail::check_directory(m, dirs[k], where);
-        }));
-    struct page_at {
-      std::size_t dir;
-      const index_page* page;
-    };
-    std::vector<page_at> pages;
-    for (std::size_t k = 0; k < dirs.size(); ++k) {
-      const std::vector<box>& boxes = wants.at(dirs[k].key);
-      for (const index_page& p : dirs[k].pages)
-        if (boxes.empty() || std::any_of(boxes.begin(), boxes.end(), [&](const box& b) {
-              return b.size.size() == p.bounds.size.size() && intersect(b, p.bounds);
-            }))
-          pages.push_back({k, &p});
-    }
-    std::sort(pages.begin(), pages.end(),
-              [](const page_at& a, const page_at& b) { return a.page->offset < b.page->offset; });
-    ranges.clear();
-    for (const auto& p : pages) ranges.emplace_back(p.page->offset, p.page->length);
-    std::vector<std::vector<chunk_record>> chunks(dirs.size());
-    CAIRN_TRY(detail::read_ranges(
-        st, f.name, ranges, want[i].first, "index page",
-        [&](std::size_t k, std::span<const std::byte> b) -> result<void> {
-          const index_directory& d = dirs[pages[k].dir];
-          CAIRN_TRY_ASSIGN(auto got, read_index_page(b, d, *pages[k].page, where, m.block_size,
-                                                     data_file_of_rank.size()));
-          // Only the chunks that meet a wanted box go on (to be checked and have their tiles
-          // flattened): a page also holds the other ranks' neighbours.
-          const std::vector<box>& boxes = wants.at(d.key);
-          auto& to = chunks[pages[k].dir];
-          for (auto& c : got)
-            if (boxes.empty() || std::any_of(boxes.begin(), boxes.end(), [&](const box& w) {
-                  return w.size.size() == c.region.size.size() && intersect(w, c.region);
-                }))
-              to.push_back(std::move(c));
-          return ok();
-        }));
-    for (std::size_t k = 0; k < dirs.size(); ++k)
-      CAIRN_TRY(
-          detail::take_index_chunks(st, m, dirs[k].key, std::move(chunks[k]), data_file_of_rank));
+    std::array<std::byte, index_header_bytes> head;
+    std::array<std::byte, index_trailer_bytes> tail;
+    for (auto [at, into] : {std::pair{std::uint64_t{0}, std::span<std::byte>(head)},
+                            std::pair{f.nbytes - index_trailer_bytes, std::span<std::byte>(tail)}})
+      if (auto r = st.read(f.name, at, into); !r)
+        return detail::read_failed(std::move(r).err(), st, f.name, want[i].first, "index file");
+    CAIRN_TRY_ASSIGN(std::uint64_t sum, check_index_ends(head, tail, f.nbytes, where));
+    CAIRN_TRY(detail::trailer_matches(sum, f, where));
+    const std::vector<std::pair<std::string, index_ref>> in_file(want.begin() + i,
+                                                                 want.begin() + j);
+    CAIRN_TRY(detail::read_file_index(st, m, fi, in_file, &wants, data_file_of_rank,
+                                      [&](const auto& ranges, const char* what, auto&& take) {
+                                        return detail::read_ranges(
+                                            st, f.name, ranges, in_file.front().first, what, take);
+                                      }));
   }
   return ok();
 }
@@ -384,29 +385,21 @@ inline result<void> read_all_index_sections(storage_ref st, checkpoint_metadata&
     if (auto r = st.read(f.name, 0, whole); !r)
       return detail::read_failed(std::move(r).err(), st, f.name, "", "index file");
     const std::string where = st.describe(f.name);
-    CAIRN_TRY(check_index_file(whole, where));
-    CAIRN_TRY(
-        detail::check_index_ends(std::span(whole).first(16), std::span(whole).last(16), f, where));
-    std::vector<std::string> in_file;
+    CAIRN_TRY_ASSIGN(std::uint64_t sum, check_index_file(whole, where));
+    CAIRN_TRY(detail::trailer_matches(sum, f, where));
+    std::vector<std::pair<std::string, index_ref>> in_file;
     for (const auto& [k, ref] : m.index_refs)
-      if (ref.file == fi) in_file.push_back(k);
-    const std::span<const std::byte> all(whole);
-    for (const auto& k : in_file) {
-      const index_ref& ref = m.index_refs.at(k);
-      CAIRN_TRY_ASSIGN(index_directory d,
-                       read_index_directory(all.subspan(ref.offset, ref.length),
-                                            index_section{k, ref.offset, ref.length, ref.checksum},
-                                            where, f.nbytes));
-      CAIRN_TRY(detail::check_directory(m, d, where));
-      std::vector<chunk_record> chunks;
-      for (const index_page& p : d.pages) {
-        CAIRN_TRY_ASSIGN(auto got, read_index_page(all.subspan(p.offset, p.length), d, p, where,
-                                                   m.block_size, data_file_of_rank.size()));
-        chunks.insert(chunks.end(), std::make_move_iterator(got.begin()),
-                      std::make_move_iterator(got.end()));
-      }
-      CAIRN_TRY(detail::take_index_chunks(st, m, k, std::move(chunks), data_file_of_rank));
-    }
+      if (ref.file == fi) in_file.emplace_back(k, ref);
+    std::sort(in_file.begin(), in_file.end(),
+              [](const auto& a, const auto& b) { return a.second.offset < b.second.offset; });
+    CAIRN_TRY(detail::read_file_index(
+        st, m, fi, in_file, nullptr, data_file_of_rank,
+        [&](const auto& ranges, const char*, auto&& take) -> result<void> {
+          for (std::size_t k = 0; k < ranges.size(); ++k)
+            CAIRN_TRY(take(
+                k, std::span<const std::byte>(whole).subspan(ranges[k].first, ranges[k].second)));
+          return ok();
+        }));
   }
   return ok();
 }

@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <any>
 #include <cstdint>
-#include <cstring>
 #include <map>
 #include <memory>
 #include <optional>
@@ -72,79 +71,62 @@ class native_strategy final : public save_strategy {
     return ok();
   }
   bool routes(const save_options& opt) const noexcept override { return opt.index_files; }
-  /// Format version 4: each of this rank's chunk records (box, tiles, place, checksums) goes
-  /// to its key's owner.
+  /// Format version 4: this rank's chunk records (box, tiles, place, checksums) of each key
+  /// go to the key's owner, as an index section (the index file's own encoding).
   std::vector<bytes> route(const planned_save& plan,
                            const written_save&,
-                           const save_options& opt) const override {
+                           const save_options&) const override {
     const int world = plan.index.world_size;
-    std::vector<detail::binary_writer> to(static_cast<std::size_t>(world));
+    std::map<std::string, tensor_record> mine;
     const auto& slots = plan.index.slots.at(static_cast<std::size_t>(plan.rank));
-    const bool compressed = opt.zstd_level > 0;
     for (std::size_t i = 0; i < slots.size(); ++i) {
       const write_slot& s = slots[i];
       if (s.is_object) continue;
-      const write_item& it = plan.items.at(i);
       const tensor_record& t = plan.index.tensors.at(s.key);
-      const chunk_record& c = t.chunks.at(s.chunk);
-      detail::binary_writer& o = to[static_cast<std::size_t>(owner_of(s.key, world))];
-      o.str(s.key);
-      o.u8(static_cast<std::uint8_t>(t.type));
-      o.ints(t.global_shape);
-      o.ints(c.region.offset);
-      o.ints(c.region.size);
-      o.ints(c.tiles);
-      o.u64(compressed ? it.file_offset : c.where.byte_offset);
-      o.u64(c.where.nbytes);
-      o.u64s(it.checksums);
-      o.u8(compressed);
-      if (compressed) {
-        o.u64s(it.block_offsets);
-        o.u64s(it.block_stored);
-      }
+      auto [at, fresh] = mine.try_emplace(s.key, tensor_record{t.type, t.global_shape, {}});
+      chunk_record c = t.chunks.at(s.chunk);
+      c.where = written_extent(c.where, plan.items.at(i));
+      at->second.chunks.push_back(std::move(c));
+    }
+    std::vector<detail::binary_writer> to(static_cast<std::size_t>(world));
+    for (const auto& [key, t] : mine) {
+      bytes section;
+      append_index_section(section, key, t);
+      to[static_cast<std::size_t>(owner_of(key, world))].blob(section);
     }
     std::vector<bytes> out;
     for (auto& w : to) out.push_back(std::move(w.data()));
     return out;
   }
   /// Format version 4: writes this rank's index file from the chunk records of the keys it
-  /// owns (chunks in box order), and reports to rank 0 its data file, its objects and where
-  /// each owned tensor's section is.
+  /// owns (each section read back as a reader would), and reports to rank 0 its data file,
+  /// its objects and where each owned tensor's directory is.
   result<void> receive_routed(planned_save& plan,
                               const std::vector<bytes>& routed,
                               storage_ref st,
                               const save_options& opt,
                               written_save& out) const override {
+    const int rank = plan.rank;
     std::map<std::string, tensor_record> owned;
     for (std::size_t r = 0; r < routed.size(); ++r) {
+      const std::string from = "the index records of rank " + std::to_string(r);
       detail::binary_reader rd(routed[r]);
       while (!rd.done()) {
-        std::string key = rd.str();
-        tensor_record t;
-        t.type = static_cast<dtype>(rd.u8());
-        t.global_shape = rd.ints();
-        chunk_record c;
-        c.region.offset = rd.ints();
-        c.region.size = rd.ints();
-        c.tiles = rd.ints();
-        c.where.file = static_cast<std::uint32_t>(r);
-        c.where.byte_offset = rd.u64();
-        c.where.nbytes = rd.u64();
-        c.where.checksums = rd.u64s();
-        if (rd.u8()) {
-          c.where.block_offsets = rd.u64s();
-          c.where.block_stored = rd.u64s();
-        }
-        auto [at, fresh] = owned.try_emplace(std::move(key), t);
-        if (!fresh && (at->second.type != t.type || at->second.global_shape != t.global_shape))
+        bytes section = rd.blob();
+        CAIRN_TRY_ASSIGN(auto kt, detail::index_section_reader(section, from, 0,
+                                                               plan.index.block_size, routed.size())
+                                      .read());
+        auto [at, fresh] =
+            owned.try_emplace(kt.first, tensor_record{kt.second.type, kt.second.global_shape, {}});
+        if (!fresh && (at->second.type != kt.second.type ||
+                       at->second.global_shape != kt.second.global_shape))
           return make_error(errc::mismatch, "ranks disagree on the dtype or shape of a tensor")
               .with_key(at->first);
-        at->second.chunks.push_back(std::move(c));
+        for (auto& c : kt.second.chunks) at->second.chunks.push_back(std::move(c));
       }
     }
     auto& state = std::any_cast<written_state&>(out.local);
     detail::binary_writer rep;
-    const int rank = plan.rank;
     rep.u8(plan.index.writes(rank));
     rep.u64(opt.zstd_level > 0 ? state.file_size : plan.index.bytes_of_rank.at(rank));
     // This rank's objects, with their checksums.
@@ -154,17 +136,12 @@ class native_strategy final : public save_strategy {
     rep.u64(nobjects);
     for (std::size_t i = 0; i < slots.size(); ++i) {
       if (!slots[i].is_object) continue;
-      const write_item& it = plan.items.at(i);
       const object_record& o = plan.index.objects.at(slots[i].key);
       rep.str(slots[i].key);
       rep.str(o.key);
       rep.ints(o.global_shape);
       rep.ints(o.global_offset);
-      rep.u64(opt.zstd_level > 0 ? it.file_offset : o.where.byte_offset);
-      rep.u64(o.where.nbytes);
-      rep.u64s(it.checksums);
-      rep.u64s(it.block_offsets);
-      rep.u64s(it.block_stored);
+      put_extent(rep, written_extent(o.where, plan.items.at(i)));
     }
     rep.u8(!owned.empty());
     if (!owned.empty()) {
@@ -176,22 +153,20 @@ class native_strategy final : public save_strategy {
                   });
         b.add(key, t);
       }
-      auto [file, sections] = b.finish();
-      std::uint64_t sum;
-      std::memcpy(&sum, file.data() + file.size() - index_trailer_bytes, 8);
-      CAIRN_TRY(put_checked(st, index_file_name(rank, plan.save_id), file));
+      built_index_file built = b.finish();
+      CAIRN_TRY(put_checked(st, index_file_name(rank, plan.save_id), built.file));
       state.index_written = true;
-      rep.u64(file.size());
-      rep.u64(sum);
-      rep.u64(sections.size());
-      for (const auto& s : sections) {
-        const tensor_record& t = owned.at(s.key);
-        rep.str(s.key);
+      rep.u64(built.file.size());
+      rep.u64(built.checksum);
+      rep.u64(built.directories.size());
+      for (const auto& d : built.directories) {
+        const tensor_record& t = owned.at(d.key);
+        rep.str(d.key);
         rep.u8(static_cast<std::uint8_t>(t.type));
         rep.ints(t.global_shape);
-        rep.u64(s.offset);
-        rep.u64(s.length);
-        rep.u64(s.checksum);
+        rep.u64(d.offset);
+        rep.u64(d.length);
+        rep.u64(d.checksum);
         rep.u64(t.chunks.size());
       }
     }
@@ -240,10 +215,7 @@ class native_strategy final : public save_strategy {
   static checkpoint_metadata manifest_of(const save_index& index,
                                          const std::string& save_id,
                                          const std::vector<bytes>& reports) {
-    checkpoint_metadata m;
-    m.world_size = index.world_size;
-    m.save_id = save_id;
-    m.block_size = index.block_size;
+    checkpoint_metadata m = empty_metadata(index, save_id);
     for (std::size_t r = 0; r < reports.size(); ++r) {
       detail::binary_reader rd(reports[r]);
       const int rank = static_cast<int>(r);
@@ -257,12 +229,8 @@ class native_strategy final : public save_strategy {
         o.key = rd.str();
         o.global_shape = rd.ints();
         o.global_offset = rd.ints();
+        o.where = get_extent(rd);
         o.where.file = data_file;
-        o.where.byte_offset = rd.u64();
-        o.where.nbytes = rd.u64();
-        o.where.checksums = rd.u64s();
-        o.where.block_offsets = rd.u64s();
-        o.where.block_stored = rd.u64s();
         m.objects.emplace(std::move(unique), std::move(o));
       }
       if (!rd.u8()) continue;  // owns no tensor
@@ -357,14 +325,46 @@ class native_strategy final : public save_strategy {
   }
 
  private:
-  /// metadata_of for an index that holds every rank's chunks.
-  static checkpoint_metadata metadata_of_whole(const save_index& index,
-                                               const std::string& save_id,
-                                               const std::vector<bytes>& reports) {
+  /// The metadata of a save before anything is in it: world size, save id, block size.
+  static checkpoint_metadata empty_metadata(const save_index& index, const std::string& save_id) {
     checkpoint_metadata m;
     m.world_size = index.world_size;
     m.save_id = save_id;
     m.block_size = index.block_size;
+    return m;
+  }
+  /// A planned extent as `write` left it: the item's checksums, and for a compressed item where
+  /// its blocks went (`write_item::file_offset` is the extent's offset either way).
+  static extent written_extent(const extent& planned, const write_item& it) {
+    extent e = planned;
+    e.byte_offset = it.file_offset;
+    e.checksums = it.checksums;
+    e.block_offsets = it.block_offsets;
+    e.block_stored = it.block_stored;
+    return e;
+  }
+  /// An extent's place, size, checksums and blocks, for a report (not its file).
+  static void put_extent(detail::binary_writer& w, const extent& e) {
+    w.u64(e.byte_offset);
+    w.u64(e.nbytes);
+    w.u64s(e.checksums);
+    w.u64s(e.block_offsets);
+    w.u64s(e.block_stored);
+  }
+  static extent get_extent(detail::binary_reader& rd) {
+    extent e;
+    e.byte_offset = rd.u64();
+    e.nbytes = rd.u64();
+    e.checksums = rd.u64s();
+    e.block_offsets = rd.u64s();
+    e.block_stored = rd.u64s();
+    return e;
+  }
+  /// metadata_of for an index that holds every rank's chunks.
+  static checkpoint_metadata metadata_of_whole(const save_index& index,
+                                               const std::string& save_id,
+                                               const std::vector<bytes>& reports) {
+    checkpoint_metadata m = empty_metadata(index, save_id);
     m.tensors = index.tensors;
     m.objects = index.objects;
     std::vector<int> file_of_rank(static_cast<std::size_t>(index.world_size), -1);
