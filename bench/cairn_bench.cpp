@@ -97,7 +97,8 @@ options:
                      manifest's bytes and decode time, the index bytes, and rank 0's load
                      planning (directories and pages of its tensors), from 300 sampled keys
   --block-size B     checksum block (and tile) size for --reshard (default 1 MiB)
-  --index            save in format version 4 (index files): the I/O bench and --reshard
+  --v3               save in format version 3 (one metadata.json, no index files) instead of
+                     version 4, the default: the I/O bench and --reshard (--index: version 4)
   --reshard          instead of I/O: save tensor-parallel weights (and data-parallel
                      replicas) in memory, load them on 1..8 ranks along both axes, and report
                      bytes read / bytes needed per load and max/mean bytes written per rank
@@ -135,7 +136,8 @@ struct options {
   int owners = 4;         ///< --owners: owners sampled by --plan --scalable
   bool load = false;      ///< --plan --load: format version 4 and load planning at scale
   std::uint64_t block_size = cairn::default_block_size;  ///< --block-size (--reshard)
-  bool index_files = false;  ///< --index: save in format version 4 (I/O bench, --reshard)
+  /// --v3 / --index: save in format version 3 or 4 (the default; I/O bench, --reshard)
+  bool index_files = cairn::save_options{}.index_files;
 };
 
 struct usage_error : std::runtime_error {
@@ -217,6 +219,8 @@ std::optional<options> parse_args(int argc, char** argv) {
       o.load = true;
     } else if (a == "--index") {
       o.index_files = true;
+    } else if (a == "--v3") {
+      o.index_files = false;
     } else if (a == "--block-size") {
       o.block_size = static_cast<std::uint64_t>(
           parse_int(value(), 64, "--block-size", static_cast<int>(cairn::max_block_size)));

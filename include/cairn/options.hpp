@@ -64,8 +64,9 @@ struct save_options {
   /// them to its binary index file (`index.<rank>.<id>.cairn`); `metadata.json` keeps one line
   /// per tensor (dtype, shape, where its index section is, checksummed), so rank 0 receives
   /// O(tensors + ranks) at the commit and a loading rank reads only the sections it needs.
-  /// Readers before version 4 cannot read the result.
-  bool index_files = false;
+  /// The default. Off: format version 3 (one `metadata.json` holding every chunk, gathered
+  /// on rank 0), for readers before version 4, which cannot read the result.
+  bool index_files = true;
   /// A string map saved with the checkpoint, readable alone with `read_content_metadata`.
   std::map<std::string, std::string> content_metadata;
   /// The CUDA runtime used to copy tensors that live in device memory into pinned host memory

@@ -30,7 +30,8 @@ TEST_CASE(
         property_case c = random_case(rng, 1 + static_cast<int>(rng() % 4), n, m);
         cairn::memory_storage mem;
         cairn::save_options so;
-        so.block_size = 16 + rng() % 64;  // small blocks: partial reads cross many blocks
+        so.block_size = 16 + rng() % 64;   // small blocks: partial reads cross many blocks
+        so.index_files = combos % 2 == 0;  // format versions 4 and 3 in turn
         save_on_threads(mem, c, n, save_kind, so);
         auto failures = load_failures_on_threads(mem, c, m, load_kind);
         INFO("N=" << n << " M=" << m << " save " << kind_name(save_kind) << " load "
@@ -81,10 +82,20 @@ int n_to_m_saved_twice(std::uint32_t seed, Configure configure, Check check) {
 
 }  // namespace
 
-TEST_CASE("scalable planning: random shardings saved on N load on M, with zstd and a plan cache") {
+TEST_CASE(
+    "scalable planning, format version 3: random shardings saved on N load on M, with zstd and a "
+    "plan cache") {
   int combos = n_to_m_saved_twice(
-      20261124, [](cairn::save_options& so, int) { so.scalable_planning = true; },
-      [](cairn::memory_storage&) {});
+      20261124,
+      [](cairn::save_options& so, int) {
+        so.scalable_planning = true;
+        so.index_files = false;
+      },
+      [](cairn::memory_storage& mem) {
+        auto json = cairn::read_metadata_json(mem);
+        REQUIRE(json);
+        CHECK(json->find("\"version\":4") == std::string::npos);
+      });
   CHECK(combos == 72);
 }
 

@@ -286,6 +286,8 @@ TEST_CASE("flipping any byte of a data or common file fails load and verify, nam
   auto m = cairn::read_metadata(disk).value();
   for (std::uint32_t fi = 0; fi < m.files.size(); ++fi) {
     const auto& f = m.files[fi];
+    // Index files (format version 4) are flipped byte by byte in index_v4_test.cpp.
+    if (f.role == cairn::file_role::index) continue;
     auto path = dir.path / f.name;
     for (std::uint64_t off = 0; off < f.nbytes; ++off) {
       CAPTURE(f.name);

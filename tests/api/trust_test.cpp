@@ -34,9 +34,17 @@ struct row_state {
   }
 };
 
-void save_rows(cairn::storage_ref st, int world, std::int64_t rows, int gen, bool overwrite) {
+/// Saves `row_state` on `world` thread ranks. `index_files = false` writes format version 3,
+/// whose chunks are in metadata.json, for the tests that edit them there.
+void save_rows(cairn::storage_ref st,
+               int world,
+               std::int64_t rows,
+               int gen,
+               bool overwrite,
+               bool index_files = true) {
   cairn::save_options so;
   so.overwrite = overwrite;
+  so.index_files = index_files;
   cairn::run_ranks(world, [&](cairn::thread_communicator& comm) {
     row_state s(comm.rank(), world, rows, gen);
     cairn::save(s.sd, st, comm, so);
@@ -212,7 +220,7 @@ TEST_CASE("overlapping shards saved without validation cannot hide a gap on load
 
 TEST_CASE("a chunk listed twice in metadata.json is an error, not a gap") {
   cairn::memory_storage mem;
-  save_rows(mem, 2, 8, 1, false);
+  save_rows(mem, 2, 8, 1, false, false);
   auto m = cairn::read_metadata(mem).value();
   auto& chunks = m.tensors.at("w").chunks;
   REQUIRE(chunks.size() == 2);
@@ -228,7 +236,7 @@ TEST_CASE("a chunk listed twice in metadata.json is an error, not a gap") {
 TEST_CASE("a shifted chunk offset is caught by load and verify") {
   // Three chunks of 12 rows; the middle one claims rows 13:25 instead of 12:24.
   cairn::memory_storage mem;
-  save_rows(mem, 3, 36, 1, false);
+  save_rows(mem, 3, 36, 1, false, false);
   std::string json = read_text(mem, "metadata.json");
   auto at = json.find("\"offset\":[12,0]");
   REQUIRE(at != std::string::npos);
@@ -253,27 +261,30 @@ TEST_CASE("a shifted chunk offset is caught by load and verify") {
 }
 
 TEST_CASE("every flipped byte of metadata.json is caught") {
-  cairn::memory_storage mem;
-  save_rows(mem, 2, 8, 1, false);
-  const std::string json = read_text(mem, "metadata.json");
-  for (std::size_t i = 0; i < json.size(); ++i) {
-    std::string bad = json;
-    bad[i] = static_cast<char>(bad[i] ^ 0x01);
-    put_text(mem, "metadata.json", bad);
-    auto r = load_rows(mem, 8);
-    if (r) {
-      // Only a flip that changes nothing the load uses may load, and then exactly.
-      INFO("byte " << i << " '" << json[i] << "' flipped, loaded anyway");
-      CHECK(is_gen(*r, 1));
-      // Flipping a letter of the checksum's own member name makes it an unknown member.
-      CHECK(i >= json.rfind(cairn::metadata_checksum_member));
+  for (bool index_files : {true, false}) {
+    CAPTURE(index_files);
+    cairn::memory_storage mem;
+    save_rows(mem, 2, 8, 1, false, index_files);
+    const std::string json = read_text(mem, "metadata.json");
+    for (std::size_t i = 0; i < json.size(); ++i) {
+      std::string bad = json;
+      bad[i] = static_cast<char>(bad[i] ^ 0x01);
+      put_text(mem, "metadata.json", bad);
+      auto r = load_rows(mem, 8);
+      if (r) {
+        // Only a flip that changes nothing the load uses may load, and then exactly.
+        INFO("byte " << i << " '" << json[i] << "' flipped, loaded anyway");
+        CHECK(is_gen(*r, 1));
+        // Flipping a letter of the checksum's own member name makes it an unknown member.
+        CHECK(i >= json.rfind(cairn::metadata_checksum_member));
+      }
     }
   }
 }
 
 TEST_CASE("sizes beyond what cairn accepts are errors, never overflows") {
   cairn::memory_storage mem;
-  save_rows(mem, 2, 8, 1, false);
+  save_rows(mem, 2, 8, 1, false, false);
   const auto good = cairn::read_metadata(mem).value();
   auto try_shape = [&](cairn::shape s) {
     auto m = good;

@@ -205,7 +205,8 @@ inline const std::vector<cairn::dtype> torch_1_13_lacks = {cairn::dtype::u16, ca
                                                            cairn::dtype::u64, cairn::dtype::f8_e4m3,
                                                            cairn::dtype::f8_e5m2};
 
-/// Every writer: the save strategies (native plain, zstd, tiled in small blocks, untiled;
+/// Every writer: the save strategies (native plain, zstd, tiled in small blocks, untiled, all in
+/// format versions 1-3, and native_index in version 4, the default;
 /// torch_dist for torch 2.x and 1.13; the three safetensors layouts) and the converters
 /// (`convert` into every output format from a native checkpoint, DCP for torch 1.13 too;
 /// `unshard` from native and from torch_dist sources).
@@ -213,7 +214,9 @@ inline const std::vector<writer>& writers() {
   static const strategies s;
   static const std::vector<writer> all = [] {
     std::vector<writer> w;
+    // The native writers of versions 1 to 3 pin index_files off; native_index is the default.
     cairn::save_options plain;
+    plain.index_files = false;
     w.push_back(save_writer("native", "cairn", true, native_file, plain,
                             [](cairn::memory_storage& st, const property_case&) {
                               return cairn::read_metadata(st).value().version == 1;
@@ -221,12 +224,14 @@ inline const std::vector<writer>& writers() {
     cairn::save_options zstd;
     zstd.zstd_level = 1;
     zstd.block_size = 96;
+    zstd.index_files = false;
     w.push_back(save_writer("native_zstd", "cairn", true, native_file, zstd,
                             [](cairn::memory_storage& st, const property_case&) {
                               return cairn::read_metadata(st).value().version == 3;
                             }));
     cairn::save_options tiled;
     tiled.block_size = 64;
+    tiled.index_files = false;
     w.push_back(save_writer("native_tiled", "cairn", true, native_file, tiled,
                             [](cairn::memory_storage& st, const property_case&) {
                               return cairn::read_metadata(st).value().version == 2;
@@ -240,6 +245,13 @@ inline const std::vector<writer>& writers() {
                                 for (const auto& ch : t.chunks)
                                   if (ch.where.checksums.size() > 1) return m.version == 1;
                               return false;  // every chunk in one block: nothing to show
+                            }));
+    cairn::save_options indexed;  // the defaults (format version 4) with small blocks
+    indexed.block_size = 64;
+    w.push_back(save_writer("native_index", "cairn", true, native_file, indexed,
+                            [](cairn::memory_storage& st, const property_case&) {
+                              return cairn::read_metadata(st).value().version == 4 &&
+                                     !st.list("index.").value().empty();
                             }));
     cairn::save_options td;
     td.strategy = &s.torch_dist;

@@ -182,7 +182,8 @@ class async_saver {
   result<save_handle> save_leaves(const leaf_list& leaves,
                                   storage_ref st,
                                   comm_ref comm,
-                                  const save_options& opt) {
+                                  const save_options& requested) {
+    const save_options opt = detail::effective_options(requested);
     using clock = std::chrono::steady_clock;
     auto ms = [](clock::time_point a, clock::time_point b) {
       return std::chrono::duration<double, std::milli>(b - a).count();

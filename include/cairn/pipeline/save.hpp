@@ -47,6 +47,15 @@ inline const save_strategy& strategy_of(const save_options& opt) {
   return opt.strategy ? *opt.strategy : native;
 }
 
+/// The options a save runs with: `opt`, with `index_files` off when the strategy does not
+/// route its reports (format version 4 is the native strategy's, and a user's strategy that
+/// wraps the native one without forwarding `routes` gets the version it was written for).
+inline save_options effective_options(const save_options& opt) {
+  save_options eff = opt;
+  eff.index_files = opt.index_files && strategy_of(opt).routes(opt);
+  return eff;
+}
+
 /// Checks the options every rank passes alike (so every rank fails alike, without talking).
 inline result<void> check_save_options(const save_options& opt) {
   if (opt.block_size == 0 || opt.block_size > max_block_size)
@@ -493,7 +502,8 @@ inline result<save_stats> commit_phase(
 inline result<save_stats> save_leaves(const leaf_list& leaves,
                                       storage_ref st,
                                       comm_ref comm,
-                                      const save_options& opt) {
+                                      const save_options& requested) {
+  const save_options opt = effective_options(requested);
   // Tensors in device memory are copied to pinned host memory first (a no-op without a device).
   leaf_list host_leaves = leaves;
   device_leaf_staging device(opt.staging);
