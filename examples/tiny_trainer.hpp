@@ -133,48 +133,59 @@ struct options {
   std::int64_t steps = 60, interrupt_at = 37, save_every = 10;
 };
 
-inline std::filesystem::path step_dir(const options& o, std::int64_t step) {
-  char name[32];
-  std::snprintf(name, sizeof name, "step_%06lld", static_cast<long long>(step));
-  return o.dir / name;
+/// How the trainer checkpoints: every `save_every` steps into DIR/step_NNNNNN through one
+/// `cairn::checkpointer` per rank, in the background (async), keeping the last two; `latest`
+/// names the newest committed one.
+inline cairn::checkpointer_options checkpointing(int world) {
+  cairn::checkpointer_options c;
+  c.name = "step_{step:06}";
+  c.keep_last = 2;
+  c.async = true;
+  c.overwrite = true;  // re-running the demo replaces its own checkpoints
+  c.save.content_metadata = {{"example", "train_resume"}, {"world_size", std::to_string(world)}};
+  return c;
 }
 
-/// Trains on `world` thread ranks from `start_ckpt` (or from scratch) until `stop` steps,
-/// saving every `save_every` steps. Returns the full weight matrix at the end.
-/// Trains on `comm`'s ranks from `start` (or from scratch) until step `stop`, saving every
-/// `save_every` steps when `save_steps`; at the end saves the weights to `final_dir` if given.
+/// Trains on `comm`'s ranks until step `stop`: from the latest checkpoint in `o.dir` when
+/// `resume` (from scratch otherwise), saving every `o.save_every` steps when `save_steps`; at
+/// the end saves the weights to `final_dir` if given. A run that saves stops without
+/// finalizing, as a killed job would: its last save, still in flight, never commits.
 inline void train(cairn::comm_ref comm,
                   const options& o,
                   std::int64_t stop,
                   bool save_steps,
-                  const std::filesystem::path* start,
+                  bool resume,
                   const std::filesystem::path* final_dir,
                   const std::string& label) {
   const int rank = comm.rank(), world = comm.size();
   train_state s;
   init_state(s, rank, world);
-  if (start) {
-    cairn::file_storage disk(*start);
-    auto stats = cairn::load(s, disk, comm);
+  cairn::file_storage root(o.dir);
+  cairn::checkpointer ckpt(root, comm, checkpointing(world));
+  if (resume) {
+    auto loaded = ckpt.load_latest(s).value();
+    if (!loaded)
+      throw cairn::exception(cairn::make_error(
+          cairn::errc::not_found, "no checkpoint to resume from in " + o.dir.string()));
     if (rank == 0)
-      std::printf("[%s] loaded %s on %d ranks: step %lld, %llu bytes read by rank 0\n",
-                  label.c_str(), start->c_str(), world, static_cast<long long>(s.step),
-                  static_cast<unsigned long long>(stats.bytes_read));
+      std::printf("[%s] resumed from %s (step %lld) on %d ranks, %llu bytes read by rank 0\n",
+                  label.c_str(), (o.dir / loaded->name).c_str(),
+                  static_cast<long long>(loaded->counters.step), world,
+                  static_cast<unsigned long long>(loaded->stats.bytes_read));
   }
-  cairn::save_plan_cache plans;  // the structure never changes: later saves reuse the plan
   while (s.step < stop) {
     train_step(s, rank, world);
     if (save_steps && s.step % o.save_every == 0) {
-      cairn::file_storage disk(step_dir(o, s.step));
-      cairn::save_options so;
-      so.overwrite = true;  // re-running the demo replaces its own checkpoints
-      so.plan_cache = &plans;
-      so.content_metadata = {{"example", "train_resume"}, {"world_size", std::to_string(world)}};
-      auto stats = cairn::save(s, disk, comm, so);
-      if (rank == 0)
-        std::printf("[%s] step %lld: saved %s (rank 0 wrote %llu bytes)\n", label.c_str(),
-                    static_cast<long long>(s.step), step_dir(o, s.step).c_str(),
-                    static_cast<unsigned long long>(stats.bytes_written));
+      auto saved = ckpt.save(s, {.step = s.step});
+      if (rank != 0) continue;
+      std::printf("[%s] step %lld: saving %s in the background", label.c_str(),
+                  static_cast<long long>(s.step), saved.name.c_str());
+      if (saved.committed) {
+        std::printf("; %s committed, latest -> %s", saved.committed->name.c_str(),
+                    saved.committed->name.c_str());
+        for (const auto& d : saved.committed->deleted) std::printf(", deleted %s", d.c_str());
+      }
+      std::printf("\n");
     }
   }
   if (final_dir) {
@@ -188,9 +199,15 @@ inline void train(cairn::comm_ref comm,
                 static_cast<long long>(s.step), loss_of(s, 0, world));
 }
 
-/// The last checkpoint a run interrupted at `o.interrupt_at` left behind.
-inline std::filesystem::path last_checkpoint(const options& o) {
-  return step_dir(o, o.interrupt_at / o.save_every * o.save_every);
+/// The checkpoint the `latest` pointer in `o.dir` names ("" when there is none).
+inline std::string latest_checkpoint(const options& o) {
+  cairn::file_storage root(o.dir);
+  auto size = root.size("latest");
+  if (!size) return {};
+  std::string name(*size, '\0');
+  if (!root.read("latest", 0, std::as_writable_bytes(std::span(name)))) return {};
+  while (!name.empty() && name.back() == '\n') name.pop_back();
+  return name;
 }
 
 /// Compares the final weights of a resumed run with the reference run and prints the line

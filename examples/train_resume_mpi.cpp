@@ -3,7 +3,7 @@
 // Each phase is one mpirun; scripts/demo --mpi runs them in order:
 //   mpirun -np 4 train_resume_mpi --phase reference   uninterrupted run, final weights saved
 //   mpirun -np 4 train_resume_mpi --phase train       saves every few steps, stops part-way
-//   mpirun -np 2 train_resume_mpi --phase resume      resumes from the last checkpoint
+//   mpirun -np 2 train_resume_mpi --phase resume      resumes from the latest checkpoint
 //   mpirun -np 3 train_resume_mpi --phase resume
 //   train_resume_mpi --phase compare                  prints "resume 4 -> N: match" per resume
 // Common flags: [--dir DIR] [--steps N] [--interrupt-at N] [--save-every N]
@@ -31,13 +31,12 @@ int main(int argc, char** argv) {
     std::string label = phase + " on " + std::to_string(comm.size()) + " processes";
     if (phase == "reference") {
       auto fin = o.dir / "final_reference";
-      tiny::train(comm, o, o.steps, false, nullptr, &fin, label);
+      tiny::train(comm, o, o.steps, false, false, &fin, label);
     } else if (phase == "train") {
-      tiny::train(comm, o, o.interrupt_at, true, nullptr, nullptr, label);
+      tiny::train(comm, o, o.interrupt_at, true, false, nullptr, label);
     } else if (phase == "resume") {
-      auto ckpt = tiny::last_checkpoint(o);
       auto fin = o.dir / ("final_resume_" + std::to_string(comm.size()));
-      tiny::train(comm, o, o.steps, false, &ckpt, &fin, label);
+      tiny::train(comm, o, o.steps, false, true, &fin, label);
     } else {
       std::fprintf(stderr, "unknown phase %s\n", phase.c_str());
       return 2;

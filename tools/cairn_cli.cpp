@@ -4,6 +4,12 @@
 //   cairn verify DIR             recompute every checksum; exit 0 when all match
 //   cairn unshard SRC DST --format one_file|per_tensor|chunks [--chunk-size 5GB] [--dtype f32]
 //   cairn convert SRC DST --format native|torch_dist|one_file|per_tensor|chunks [--dtype f32]
+//   cairn ls ROOT [--json] [--name TEMPLATE] [--latest NAME]
+//                                checkpoints under a checkpointer's root: state, format, step,
+//                                size, which one `latest` and the tags name
+//   cairn rm ROOT NAME... [--incomplete]
+//                                delete checkpoints (never the one latest or a tag names; an
+//                                incomplete one only with --incomplete)
 // DIR, SRC and DST may be s3://bucket/prefix when built with cairn::s3 (endpoint and
 // credentials from AWS_*).
 #include <fmt/core.h>
@@ -11,6 +17,7 @@
 #include <fmt/ranges.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cstdio>
 #include <memory>
@@ -23,6 +30,7 @@
 #include "cairn/convert/unshard.hpp"
 #include "cairn/format/native/metadata.hpp"
 #include "cairn/format/native/reader.hpp"
+#include "cairn/manager/checkpointer.hpp"
 #include "cairn/storage/open.hpp"
 #if CAIRN_CLI_S3
 #  include "cairn/storage/s3.hpp"
@@ -39,13 +47,20 @@ int usage() {
       "       cairn convert SRC DST --format native|torch_dist|one_file|per_tensor|chunks [--dtype "
       "f32]\n"
       "                     [--chunk-size 5GB] [--slab 64MiB]\n"
+      "       cairn ls ROOT [--json] [--name TEMPLATE] [--latest NAME]\n"
+      "       cairn rm ROOT NAME... [--incomplete] [--latest NAME]\n"
       "  inspect  list keys, dtypes, global shapes, chunk counts, bytes, the saved world\n"
       "           size, format version and content metadata (--json: JSON only on stdout)\n"
       "  verify   recompute every checksum; exit 0 when all match, 1 naming each bad chunk\n"
       "  unshard  consolidate a cairn, DCP or safetensors checkpoint into safetensors,\n"
       "           streaming\n"
       "  convert  rewrite a cairn, DCP or safetensors checkpoint in another format\n"
-      "           (native, torch_dist, one_file, per_tensor, chunks), streaming\n",
+      "           (native, torch_dist, one_file, per_tensor, chunks), streaming\n"
+      "  ls       the checkpoints under a checkpoint manager's root: complete or not, format,\n"
+      "           step (from the checkpoint, or read from its name by --name TEMPLATE such as\n"
+      "           step{step:08}), objects, bytes, and which the latest pointer and tags name\n"
+      "  rm       delete checkpoints under ROOT: never the one latest or a tag names; an\n"
+      "           incomplete one (a save may still be writing it) only with --incomplete\n",
       stderr);
   return 2;
 }
@@ -289,6 +304,143 @@ int convert_cmd(const std::string& cmd, const std::vector<std::string>& args) {
   return 0;
 }
 
+/// Options shared by `ls` and `rm`: --json, --name TEMPLATE, --latest NAME, --incomplete and
+/// the other (positional) arguments.
+struct root_args {
+  bool json = false, incomplete = false;
+  std::optional<cairn::name_template> names;
+  std::string latest = "latest";
+  std::vector<std::string> positional;
+};
+
+std::optional<root_args> parse_root_args(const std::vector<std::string>& args) {
+  root_args r;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "--json") {
+      r.json = true;
+    } else if (a == "--incomplete") {
+      r.incomplete = true;
+    } else if (a == "--name" && i + 1 < args.size()) {
+      auto t = cairn::name_template::parse(args[++i]);
+      if (!t) {
+        fmt::print(stderr, "cairn: {}\n", t.err().describe());
+        return std::nullopt;
+      }
+      r.names = std::move(*t);
+    } else if (a == "--latest" && i + 1 < args.size()) {
+      r.latest = args[++i];
+    } else if (a.starts_with("--")) {
+      return std::nullopt;
+    } else {
+      r.positional.push_back(a);
+    }
+  }
+  return r;
+}
+
+/// The step of a listed checkpoint: from its content metadata (a checkpointer's native save),
+/// else from its name by the template.
+std::optional<std::int64_t> step_of(cairn::storage_ref root, const cairn::checkpoint_entry& e) {
+  if (e.complete && e.format == "cairn") {
+    auto sub = cairn::prefixed_storage::make(root, e.name + "/");
+    if (sub) {
+      auto meta = cairn::read_content_metadata(*sub);
+      if (meta) {
+        if (auto c = cairn::detail::get_counters(*meta)) return c->step;
+      }
+    }
+  }
+  if (e.counters) return e.counters->step;
+  return std::nullopt;
+}
+
+int ls(const root_args& a) {
+  if (a.positional.size() != 1) return usage();
+  cairn::any_storage holder = open_dir(a.positional[0]);
+  cairn::storage_ref root = holder.ref();
+  auto found = cairn::list_checkpoints(root, a.names ? &*a.names : nullptr, a.latest);
+  if (!found) {
+    fmt::print(stderr, "cairn ls: {}\n", found.err().describe());
+    return 2;
+  }
+  std::vector<std::optional<std::int64_t>> steps;
+  for (const auto& e : *found) steps.push_back(step_of(root, e));
+  if (a.json) {
+    fmt::memory_buffer o;
+    auto out = std::back_inserter(o);
+    fmt::format_to(out, "{{\"root\":{},\"checkpoints\":[", json_str(a.positional[0]));
+    for (std::size_t i = 0; i < found->size(); ++i) {
+      const auto& e = (*found)[i];
+      std::vector<std::string> tags;
+      for (const auto& t : e.tags) tags.push_back(json_str(t));
+      fmt::format_to(out,
+                     "{}{{\"name\":{},\"complete\":{},\"format\":{},\"step\":{},\"objects\":{},"
+                     "\"bytes\":{},\"latest\":{},\"tags\":[{}]}}",
+                     i ? "," : "", json_str(e.name), e.complete, json_str(e.format),
+                     steps[i] ? std::to_string(*steps[i]) : "null", e.objects, e.bytes, e.latest,
+                     fmt::join(tags, ","));
+    }
+    fmt::format_to(out, "]}}\n");
+    std::fwrite(o.data(), 1, o.size(), stdout);
+    return 0;
+  }
+  std::size_t w = 4;
+  for (const auto& e : *found) w = std::max(w, e.name.size());
+  fmt::print("{:<{}}  {:<10}  {:<11}  {:>10}  {:>7}  {:>14}  {}\n", "name", w, "state", "format",
+             "step", "objects", "bytes", "pointers");
+  for (std::size_t i = 0; i < found->size(); ++i) {
+    const auto& e = (*found)[i];
+    std::vector<std::string> ptrs;
+    if (e.latest) ptrs.push_back(a.latest);
+    for (const auto& t : e.tags) ptrs.push_back("tags/" + t);
+    fmt::print("{:<{}}  {:<10}  {:<11}  {:>10}  {:>7}  {:>14}  {}\n", e.name, w,
+               e.complete ? "complete" : "incomplete", e.format.empty() ? "-" : e.format,
+               steps[i] ? std::to_string(*steps[i]) : "-", e.objects, e.bytes,
+               fmt::join(ptrs, " "));
+  }
+  return 0;
+}
+
+int rm(const root_args& a) {
+  if (a.positional.size() < 2) return usage();
+  cairn::any_storage holder = open_dir(a.positional[0]);
+  cairn::storage_ref root = holder.ref();
+  auto found = cairn::list_checkpoints(root, nullptr, a.latest);
+  if (!found) {
+    fmt::print(stderr, "cairn rm: {}\n", found.err().describe());
+    return 2;
+  }
+  int failed = 0;
+  for (std::size_t i = 1; i < a.positional.size(); ++i) {
+    const std::string& name = a.positional[i];
+    auto it = std::find_if(found->begin(), found->end(),
+                           [&](const cairn::checkpoint_entry& e) { return e.name == name; });
+    std::string refused;
+    if (it == found->end()) {
+      refused = "no such checkpoint";
+    } else if (it->latest) {
+      refused = "the " + a.latest + " pointer names it";
+    } else if (!it->tags.empty()) {
+      refused = "tag " + it->tags.front() + " names it";
+    } else if (!it->complete && !a.incomplete) {
+      refused = "it is incomplete (a save may still be writing it); pass --incomplete";
+    }
+    if (!refused.empty()) {
+      fmt::print(stderr, "cairn rm: {}: not removed: {}\n", name, refused);
+      ++failed;
+      continue;
+    }
+    if (auto r = cairn::remove_checkpoint(root, name); !r) {
+      fmt::print(stderr, "cairn rm: {}: {}\n", name, r.err().describe());
+      ++failed;
+      continue;
+    }
+    fmt::print("removed {} ({} objects, {} bytes)\n", name, it->objects, it->bytes);
+  }
+  return failed ? 1 : 0;
+}
+
 }  // namespace
 
 int run_cli(const std::vector<std::string>& args);
@@ -310,6 +462,11 @@ int run_cli(const std::vector<std::string>& args) {
     return inspect(args[1], json);
   }
   if (args[0] == "verify" && args.size() == 2) return verify(args[1]);
+  if (args[0] == "ls" || args[0] == "rm") {
+    auto a = parse_root_args(std::vector<std::string>(args.begin() + 1, args.end()));
+    if (!a) return usage();
+    return args[0] == "ls" ? ls(*a) : rm(*a);
+  }
   if (args[0] == "unshard" || args[0] == "convert")
     return convert_cmd(args[0], std::vector<std::string>(args.begin() + 1, args.end()));
   return usage();

@@ -62,6 +62,38 @@ printf "\\x$(printf %02x $((byte ^ 1)))" | dd of="$dir/v4/$idx" bs=1 seek=40 con
 check "verify of a damaged index file fails" test $rc -ne 0
 check "verify names the damaged index file" contains "$dir/out" "$idx"
 
+# ls / rm on a checkpoint manager's root.
+"$make" manager "$dir/root" || { echo "FAIL could not make a checkpointer root"; exit 1; }
+"$cairn" ls "$dir/root" >"$dir/out" 2>&1; rc=$?
+check "ls exits 0" test $rc -eq 0
+check "ls shows a complete checkpoint with its step" contains "$dir/out" "^step_000020  *complete  *cairn  *20 "
+check "ls marks latest" contains "$dir/out" "^step_000030  *complete .* latest$"
+check "ls shows tags" contains "$dir/out" "^step_000010  .* tags/best$"
+check "ls shows an incomplete checkpoint" contains "$dir/out" "^step_000040  *incomplete  *-  *-  *1 "
+"$cairn" ls "$dir/root" --json >"$dir/json" 2>"$dir/err"; rc=$?
+check "ls --json exits 0" test $rc -eq 0
+check "ls --json prints only JSON" "$make" check-json "$dir/json"
+check "ls --json has the latest one" contains "$dir/json" '"name":"step_000030","complete":true,"format":"cairn","step":30,"objects":[0-9]*,"bytes":[0-9]*,"latest":true,"tags":\[\]'
+check "ls --json has the incomplete one" contains "$dir/json" '"name":"step_000040","complete":false,"format":"","step":null'
+"$cairn" ls "$dir/root" --name 'step_{rank}' >"$dir/out" 2>&1; rc=$?
+check "ls refuses a bad template" test $rc -eq 2
+"$cairn" rm "$dir/root" step_000030 >"$dir/out" 2>&1; rc=$?
+check "rm refuses the latest checkpoint" test $rc -eq 1
+check "rm says latest names it" contains "$dir/out" "step_000030: not removed: the latest pointer names it"
+"$cairn" rm "$dir/root" step_000010 >"$dir/out" 2>&1; rc=$?
+check "rm refuses a tagged checkpoint" test $rc -eq 1
+"$cairn" rm "$dir/root" step_000040 >"$dir/out" 2>&1; rc=$?
+check "rm refuses an incomplete checkpoint" contains "$dir/out" "pass --incomplete"
+"$cairn" rm "$dir/root" step_000040 --incomplete >"$dir/out" 2>&1; rc=$?
+check "rm --incomplete removes it" test $rc -eq 0 -a ! -e "$dir/root/step_000040/data.0.0123456789ab.cairn"
+"$cairn" rm "$dir/root" step_000020 nothing_here >"$dir/out" 2>&1; rc=$?
+check "rm of a missing one fails" test $rc -eq 1
+check "rm removed the other" test ! -e "$dir/root/step_000020/metadata.json"
+"$cairn" ls "$dir/root" >"$dir/out" 2>&1
+check "ls no longer lists removed files" test "$(grep -c '^step_' "$dir/out")" -eq 2
+"$cairn" verify "$dir/root/step_000030" >"$dir/out" 2>&1; rc=$?
+check "a checkpoint under the root verifies" test $rc -eq 0
+
 # unshard / convert (stderr is not a terminal here: no progress bar).
 "$cairn" unshard "$dir/ckpt" "$dir/one" --strategy one_file >"$dir/out" 2>"$dir/err"; rc=$?
 check "unshard one_file exits 0" test $rc -eq 0

@@ -1,8 +1,11 @@
 // Test helper for the CLI tests: `make_checkpoint DIR` saves a small checkpoint from 2 thread
-// ranks (`make_checkpoint zstd DIR` compressed, `make_checkpoint index DIR` in format version 4);
+// ranks (`make_checkpoint zstd DIR` compressed, `make_checkpoint index DIR` in format version 4;
+// `make_checkpoint manager DIR`: a checkpointer's root with steps 10, 20 and 30, 10 tagged
+// "best", and an incomplete step 40);
 // `make_checkpoint check-json FILE` exits 0 when FILE is one valid JSON object.
 #include <simdjson.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -21,13 +24,31 @@ int main(int argc, char** argv) {
     return 0;
   }
   const std::string mode = argc == 3 ? argv[1] : "";
-  if (argc != 2 && !(argc == 3 && (mode == "zstd" || mode == "index"))) {
+  if (argc != 2 && !(argc == 3 && (mode == "zstd" || mode == "index" || mode == "manager"))) {
     std::fprintf(stderr,
-                 "usage: make_checkpoint DIR | make_checkpoint zstd|index DIR | make_checkpoint "
-                 "check-json FILE\n");
+                 "usage: make_checkpoint DIR | make_checkpoint zstd|index|manager DIR | "
+                 "make_checkpoint check-json FILE\n");
     return 2;
   }
   cairn::file_storage disk(argv[argc - 1]);
+  if (mode == "manager") {
+    cairn::run_ranks(2, [&](cairn::thread_communicator& comm) {
+      cairn::checkpointer ckpt(disk, comm, {.name = "step_{step:06}"});
+      std::vector<float> w(64 * 8);
+      cairn::state_dict sd;
+      sd.add("model.w",
+             cairn::from_rank_offsets("model.w", std::span(w), {64, 8}, {{0, comm.rank(), 2}}));
+      for (std::int64_t step : {10, 20, 30}) {
+        std::fill(w.begin(), w.end(), static_cast<float>(step));
+        std::vector<std::string> tags;
+        if (step == 10) tags.push_back("best");
+        ckpt.save(sd, {.step = step}, tags);
+      }
+    });
+    const std::string partial = "partial";
+    return disk.put("step_000040/data.0.0123456789ab.cairn", std::as_bytes(std::span(partial))) ? 0
+                                                                                                : 1;
+  }
   cairn::save_options opt;
   if (mode == "zstd") opt.zstd_level = 3;  // the constant tensors compress well
   opt.index_files = mode == "index";

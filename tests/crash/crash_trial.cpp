@@ -15,7 +15,15 @@
 //      temporary file of a killed put, no unreferenced data file).
 // Any violation fails the run (exit 1) with the seed, trial number, what was expected and found.
 //
+// With --manager every save goes through a cairn::checkpointer (a root of checkpoints named by
+// step, `latest`, retention keeping the last 1-3) and the checks become: load_latest loads
+// exactly the last committed step or the one in flight (retention never deleted it); the next
+// save through a checkpointer on another number of ranks succeeds, `latest` names it and it
+// loads exactly; the root then holds `latest` and at most keep-last complete checkpoints, each
+// holding nothing but its metadata.json and the files it names.
+//
 //   crash_trial [--threads N] [--mpi-one N] [--mpi-all N]   trials of each kind (shuffled)
+//               [--manager]       saves through the checkpoint manager
 //               [--seed S]        trial configurations are a function of (seed, trial number)
 //               [--only T]        run trial T of this schedule only (timing still varies)
 //               [--mpirun PATH] [--root DIR] [--keep N]   keep the first N failed trial dirs
@@ -44,6 +52,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <set>
 #include <sstream>
@@ -51,6 +60,7 @@
 #include <thread>
 #include <vector>
 
+#include "cairn/manager/checkpointer.hpp"
 #include "crash_state.hpp"
 #include "probe.hpp"
 
@@ -70,8 +80,19 @@ struct worker_config {
   int world = 1, size_class = 0, zstd = 0, io_threads = 2;
   bool plan_cache = false;
   bool index_files = false;  ///< format version 4
+  int manager = 0;           ///< > 0: save through a checkpointer keeping this many
   std::int64_t max_steps = 100000;
 };
+
+/// The checkpointer every manager trial saves and loads through (root: the trial's directory).
+cairn::checkpointer_options manager_options(int keep_last, const cairn::save_options& so) {
+  cairn::checkpointer_options m;
+  m.name = "step{step:08}";
+  m.keep_last = keep_last;
+  m.overwrite = true;
+  m.save = so;
+  return m;
+}
 
 /// Appends "<kind> <step> <ns>\n" to the log (one write: whole or not at all when killed).
 void log_record(int fd, char kind, std::int64_t step) {
@@ -101,6 +122,8 @@ int worker_rank(cairn::comm_ref comm, const worker_config& c, crash::page* pg, i
   so.io_threads = c.io_threads;
   so.plan_cache = c.plan_cache ? &cache : nullptr;
   so.index_files = c.index_files;
+  std::optional<cairn::checkpointer> manager;
+  if (c.manager > 0) manager.emplace(st, comm, manager_options(c.manager, so));
   const pid_t parent = ::getppid();  // the checker, or mpirun
   for (std::int64_t step = 1; step <= c.max_steps; ++step) {
     // An MPI rank whose mpirun is gone is an orphan: stop (thread workers die with the
@@ -113,7 +136,12 @@ int worker_rank(cairn::comm_ref comm, const worker_config& c, crash::page* pg, i
     me.started_ns.store(t0);
     me.step.store(step);
     me.phase.store(crash::plan);
-    auto r = cairn::try_save(t.sd, st, comm, so);
+    cairn::result<void> r = cairn::ok();
+    if (manager) {
+      if (auto m = manager->try_save(t.sd, {.step = step}); !m) r = m.err();
+    } else if (auto p = cairn::try_save(t.sd, st, comm, so); !p) {
+      r = p.err();
+    }
     me.phase.store(crash::returned);
     if (!r) {
       if (rank == 0) log_record(log_fd, 'F', step);
@@ -159,6 +187,8 @@ int worker_main(int argc, char** argv) {
       c.index_files = std::stoi(next()) != 0;
     else if (a == "--max-steps")
       c.max_steps = std::stoll(next());
+    else if (a == "--manager")
+      c.manager = std::stoi(next());
     else
       throw std::runtime_error("unknown worker option " + a);
   }
@@ -291,6 +321,7 @@ struct trial_config {
   int kill_phase = -1;       ///< or as soon as rank 0 enters this phase (>= 0)
   int victim = 0;            ///< mpi-one: the rank killed
   int load_ranks = 1, post_ranks = 1, post_load_ranks = 1, post_zstd = 0;
+  int manager_keep = 0;  ///< > 0: through a checkpointer keeping this many
 
   std::string str() const {
     std::string s = std::string(mode_name(m)) + " world " + std::to_string(world) + ", size " +
@@ -304,6 +335,7 @@ struct trial_config {
     else
       s += " at " + std::to_string(static_cast<int>(kill_frac * 100)) + "% of a save";
     if (m == mode::mpi_one) s += ", victim rank " + std::to_string(victim);
+    if (manager_keep > 0) s += ", checkpointer keeping " + std::to_string(manager_keep);
     s += "; check: load on " + std::to_string(load_ranks) + ", save on " +
          std::to_string(post_ranks) + " (zstd " + std::to_string(post_zstd) + "), load on " +
          std::to_string(post_load_ranks);
@@ -312,7 +344,7 @@ struct trial_config {
 };
 
 /// Trial `trial`'s configuration: a function of the seed and the trial number only.
-trial_config make_config(std::uint64_t seed, int trial, mode m) {
+trial_config make_config(std::uint64_t seed, int trial, mode m, bool manager) {
   std::mt19937_64 rng(crash::mix(seed) ^ crash::mix(static_cast<std::uint64_t>(trial) + 977));
   auto pick = [&](int lo, int hi) { return lo + static_cast<int>(rng() % (hi - lo + 1)); };
   trial_config c;
@@ -341,6 +373,7 @@ trial_config make_config(std::uint64_t seed, int trial, mode m) {
   c.post_load_ranks = pick(1, 4);
   c.post_zstd = pick(0, 2) == 0 ? 1 : 0;
   c.index_files = pick(0, 1) == 1;
+  if (manager) c.manager_keep = pick(1, 3);
   return c;
 }
 
@@ -526,6 +559,17 @@ std::vector<leftover> leftovers(const fs::path& dir, std::string& error) {
   return out;
 }
 
+struct run_stats;
+
+/// Manager trials, after the kill: what load_latest finds under `root`, the next save through a
+/// checkpointer, and what the root holds after it (see the header).
+void check_manager_root(const trial_config& c,
+                        const fs::path& root,
+                        const log_summary& lg,
+                        run_stats& stats,
+                        std::string& summary,
+                        std::vector<std::string>& bad);
+
 struct run_stats {
   int trials = 0, failed = 0;
   std::map<std::string, int> modes, outcomes, violations;
@@ -536,6 +580,60 @@ struct run_stats {
   int garbage_trials = 0;                    ///< trials whose kill left garbage
   std::map<std::string, int> garbage_files;  ///< by kind, over all trials
 };
+
+/// load_latest under `root` on `ranks` thread ranks (saved on `object_world` ranks): appends
+/// violations to `bad` when it fails or loads anything but one of `allowed` exactly. Returns
+/// the checkpoint's name and step (empty and -1: none found).
+std::pair<std::string, std::int64_t> load_latest_and_compare(
+    const fs::path& root,
+    int ranks,
+    int size_class,
+    int object_world,
+    int keep,
+    const std::vector<std::int64_t>& allowed,
+    std::vector<std::string>& bad) {
+  std::mutex mu;
+  std::pair<std::string, std::int64_t> found{"", -1};
+  std::vector<std::int64_t> candidates;
+  for (std::int64_t s = 0; s <= *std::max_element(allowed.begin(), allowed.end()) + 1; ++s)
+    candidates.push_back(s);
+  try {
+    cairn::run_ranks(ranks, [&](cairn::thread_communicator& comm) {
+      crash::rank_tree t;
+      crash::build(t, comm.size(), comm.rank(), size_class, object_world);
+      cairn::file_storage disk(root);
+      cairn::checkpointer manager(disk, comm, manager_options(keep, {}));
+      cairn::load_options lo;
+      lo.strict = cairn::strict_mode::raise_all;
+      auto r = manager.load_latest(t.sd, lo);
+      std::vector<std::string> mine;
+      if (!r) {
+        mine.push_back("load_latest on " + std::to_string(ranks) + " ranks failed on rank " +
+                       std::to_string(comm.rank()) + ": " + r.err().describe());
+      } else if (*r) {
+        auto got = crash::loaded_step(t);
+        if (!got || *got != (*r)->counters.step) {
+          mine.push_back("rank " + std::to_string(comm.rank()) + ": load_latest says step " +
+                         std::to_string((*r)->counters.step) + ", the tree holds " +
+                         (got ? std::to_string(*got) : std::string("none")));
+        } else if (std::find(allowed.begin(), allowed.end(), *got) == allowed.end()) {
+          std::string a;
+          for (auto x : allowed) a += (a.empty() ? "" : " or ") + std::to_string(x);
+          mine.push_back("rank " + std::to_string(comm.rank()) + " loaded step " +
+                         std::to_string(*got) + ", expected step " + a);
+        }
+        if (got)
+          for (auto& d : crash::differences(t, *got, candidates)) mine.push_back(std::move(d));
+        if (comm.rank() == 0) found = {(*r)->name, got.value_or(-1)};
+      }
+      std::lock_guard lk(mu);
+      bad.insert(bad.end(), mine.begin(), mine.end());
+    });
+  } catch (const std::exception& e) {
+    bad.push_back(std::string("load_latest threw: ") + e.what());
+  }
+  return found;
+}
 
 struct options {
   int threads = 0, mpi_one = 0, mpi_all = 0;
@@ -548,6 +646,7 @@ struct options {
   bool fail_fast = false, verbose = false;
   std::string sabotage;  ///< self-test of the checker: "garbage" or "corrupt"
   bool has_mpi = false;  ///< only answer (exit status) whether this build runs MPI trials
+  bool manager = false;  ///< save through the checkpoint manager
 };
 
 struct trial_env {
@@ -580,11 +679,16 @@ std::vector<std::string> run_trial(trial_env& env,
   } else {
     args = {env.self, "worker", "--world", std::to_string(c.world)};
   }
-  args.insert(args.end(),
-              {"--dir", ckpt.string(), "--log", log, "--probe", probe_path, "--size",
-               std::to_string(c.size_class), "--zstd", std::to_string(c.zstd), "--io-threads",
-               std::to_string(c.io_threads), "--plan-cache", c.plan_cache ? "1" : "0", "--index",
-               c.index_files ? "1" : "0", "--max-steps", std::to_string(c.kill_save + 50)});
+  args.insert(args.end(), {"--dir",        ckpt.string(),
+                           "--log",        log,
+                           "--probe",      probe_path,
+                           "--size",       std::to_string(c.size_class),
+                           "--zstd",       std::to_string(c.zstd),
+                           "--io-threads", std::to_string(c.io_threads),
+                           "--plan-cache", c.plan_cache ? "1" : "0",
+                           "--index",      c.index_files ? "1" : "0",
+                           "--max-steps",  std::to_string(c.kill_save + 50),
+                           "--manager",    std::to_string(c.manager_keep)});
   const std::string est_key = std::string(mpi ? "mpi" : "threads") + std::to_string(c.size_class);
   double est_ms = env.est_ms.count(est_key) ? env.est_ms[est_key] : (mpi ? 40.0 : 20.0);
 
@@ -703,6 +807,11 @@ std::vector<std::string> run_trial(trial_env& env,
             (lg.failed ? ", a failed save " + std::to_string(lg.failed) : "") + "; worker " +
             (done ? describe_status(status) : "?");
 
+  if (c.manager_keep > 0) {
+    check_manager_root(c, ckpt, lg, stats, summary, bad);
+    return bad;
+  }
+
   if (env.opt->sabotage == "corrupt") {  // self-test: a flipped byte must be caught
     cairn::file_storage d(ckpt);
     if (auto m = cairn::read_metadata(d); m && !m->tensors.empty()) {
@@ -786,6 +895,97 @@ std::vector<std::string> run_trial(trial_env& env,
   return bad;
 }
 
+void check_manager_root(const trial_config& c,
+                        const fs::path& root,
+                        const log_summary& lg,
+                        run_stats& stats,
+                        std::string& summary,
+                        std::vector<std::string>& bad) {
+  const int keep = c.manager_keep;
+  // 1. load_latest: the last committed step or the one in flight, exactly; none only if no save
+  //    had committed.
+  std::vector<std::int64_t> allowed;
+  if (lg.committed > 0) allowed.push_back(lg.committed);
+  if (lg.started > lg.committed) allowed.push_back(lg.started);
+  std::string outcome = "no checkpoint";
+  if (!allowed.empty()) {
+    auto [name, got] =
+        load_latest_and_compare(root, c.load_ranks, c.size_class, c.world, keep, allowed, bad);
+    if (name.empty()) {
+      if (lg.committed > 0)
+        bad.push_back("load_latest found no checkpoint although step " +
+                      std::to_string(lg.committed) + " had committed");
+    } else {
+      for (auto& v : verify(root / name, "the latest checkpoint")) bad.push_back(v);
+      outcome = got == lg.committed ? "last committed step"
+                : got == lg.started ? "step in flight"
+                                    : "other step";
+      summary += "; latest: " + name;
+    }
+  }
+  ++stats.outcomes[outcome];
+  // 2. The next save through a checkpointer on another number of ranks, then load_latest.
+  const std::int64_t next = std::max(lg.started, lg.committed) + 1;
+  try {
+    std::mutex mu;
+    cairn::run_ranks(c.post_ranks, [&](cairn::thread_communicator& comm) {
+      crash::rank_tree t;
+      crash::build(t, comm.size(), comm.rank(), c.size_class, comm.size());
+      crash::fill(t, next);
+      cairn::file_storage disk(root);
+      cairn::save_options so;
+      so.zstd_level = c.post_zstd;
+      so.index_files = !c.index_files;
+      cairn::checkpointer manager(disk, comm, manager_options(keep, so));
+      auto r = manager.try_save(t.sd, {.step = next});
+      std::lock_guard lk(mu);
+      if (!r && comm.rank() == 0)
+        bad.push_back("the next save (step " + std::to_string(next) +
+                      ") failed: " + r.err().describe());
+      else if (r && comm.rank() == 0 && r->committed && !r->committed->retention_errors.empty())
+        bad.push_back("the next save's retention failed: " +
+                      r->committed->retention_errors.front().describe());
+    });
+  } catch (const std::exception& e) {
+    bad.push_back(std::string("the next save threw: ") + e.what());
+  }
+  if (!bad.empty()) return;
+  auto [name, got] = load_latest_and_compare(root, c.post_load_ranks, c.size_class, c.post_ranks,
+                                             keep, {next}, bad);
+  if (got != next) bad.push_back("after the next save: load_latest did not load it");
+  // 3. The root: `latest`, at most `keep` complete checkpoints, each with nothing else in it.
+  cairn::file_storage disk(root);
+  auto names = cairn::name_template::parse("step{step:08}").value();
+  auto listed = cairn::list_checkpoints(disk, &names);
+  if (!listed) {
+    bad.push_back("list_checkpoints: " + listed.err().describe());
+    return;
+  }
+  int complete = 0;
+  for (const auto& e : *listed) {
+    if (!e.complete) {
+      bad.push_back("after the next save: incomplete checkpoint " + e.name + " left (" +
+                    std::to_string(e.objects) + " objects)");
+      continue;
+    }
+    ++complete;
+    std::string err;
+    for (const auto& l : leftovers(root / e.name, err))
+      bad.push_back("after the next save: in " + e.name + ": " + l.str());
+    if (!err.empty()) bad.push_back(err);
+  }
+  if (complete > keep)
+    bad.push_back("after the next save: " + std::to_string(complete) +
+                  " complete checkpoints, more than keep_last " + std::to_string(keep));
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(root, ec)) {
+    std::error_code ec2;
+    if (e.is_directory(ec2)) continue;  // folders emptied by retention stay on file storage
+    if (e.path().filename() != "latest")
+      bad.push_back("after the next save: " + e.path().filename().string() + " at the root");
+  }
+}
+
 const char* kind_of(const std::string& v) {
   if (v.rfind("the next save left", 0) == 0) return "garbage after the next save";
   if (v.find("verify_checkpoint") != std::string::npos) return "verify_checkpoint problem";
@@ -803,7 +1003,7 @@ int usage() {
   std::fprintf(stderr,
                "usage: crash_trial [--threads N] [--mpi-one N] [--mpi-all N] [--seed S] "
                "[--only T] [--mpirun PATH] [--root DIR] [--keep N] [--fail-fast] [--verbose] "
-               "[--sabotage garbage|corrupt]\n");
+               "[--sabotage garbage|corrupt] [--manager]\n");
   return 2;
 }
 
@@ -839,6 +1039,8 @@ int checker_main(int argc, char** argv) {
       o.sabotage = next();
     else if (a == "--has-mpi")
       o.has_mpi = true;
+    else if (a == "--manager")
+      o.manager = true;
     else
       return usage();
   }
@@ -907,7 +1109,7 @@ int checker_main(int argc, char** argv) {
   }
   for (int t = 0; t < static_cast<int>(schedule.size()); ++t) {
     if (o.only >= 0 && t != o.only) continue;
-    trial_config c = make_config(o.seed, t, schedule[t]);
+    trial_config c = make_config(o.seed, t, schedule[t], o.manager);
     if (!o.sabotage.empty()) {  // the self-tests need a committed checkpoint
       c.kill_save = std::max(c.kill_save, 2);
       c.kill_phase = -1;

@@ -93,7 +93,10 @@ class probe_storage {
   probe_storage(S& inner, slot& s) : inner_(inner), slot_(s) {}
 
   cairn::result<void> put(std::string_view name, std::span<const std::byte> data) {
-    bool meta = name == cairn::metadata_name;
+    // metadata.json of a checkpoint, at the root or under a checkpointer's prefix ("step1/").
+    bool meta = name == cairn::metadata_name ||
+                (name.ends_with(cairn::metadata_name) &&
+                 name[name.size() - cairn::metadata_name.size() - 1] == '/');
     set(meta ? put_metadata : put_common);
     auto r = inner_.put(name, data);
     set(meta ? committed : exchange);
