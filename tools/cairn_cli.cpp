@@ -1,9 +1,12 @@
 // cairn: command-line tool to inspect and verify checkpoints.
 //
 //   cairn inspect DIR [--json]   keys, dtypes, shapes, chunks, bytes, world size, metadata
-//   cairn verify DIR             recompute every checksum; exit 0 when all match
+//   cairn verify DIR             recompute every checksum; exit 0 when all match (DCP and
+//                                safetensors have none: their layout is checked, bytes read)
 //   cairn unshard SRC DST --format one_file|per_tensor|chunks [--chunk-size 5GB] [--dtype f32]
 //   cairn convert SRC DST --format native|torch_dist|one_file|per_tensor|chunks [--dtype f32]
+//   cairn diff A B [--json]      tensors added, removed, retyped, reshaped; elements that differ
+//                                and the largest absolute difference (streaming, bounded memory)
 //   cairn ls ROOT [--json] [--name TEMPLATE] [--latest NAME]
 //                                checkpoints under a checkpointer's root: state, format, step,
 //                                size, which one `latest` and the tags name
@@ -19,6 +22,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <cstdio>
 #include <memory>
 #include <optional>
@@ -27,6 +31,7 @@
 #include <string_view>
 #include <vector>
 
+#include "cairn/convert/diff.hpp"
 #include "cairn/convert/unshard.hpp"
 #include "cairn/format/native/metadata.hpp"
 #include "cairn/format/native/reader.hpp"
@@ -47,15 +52,20 @@ int usage() {
       "       cairn convert SRC DST --format native|torch_dist|one_file|per_tensor|chunks [--dtype "
       "f32]\n"
       "                     [--chunk-size 5GB] [--slab 64MiB]\n"
+      "       cairn diff A B [--json]\n"
       "       cairn ls ROOT [--json] [--name TEMPLATE] [--latest NAME]\n"
       "       cairn rm ROOT NAME... [--incomplete] [--latest NAME]\n"
       "  inspect  list keys, dtypes, global shapes, chunk counts, bytes, the saved world\n"
       "           size, format version and content metadata (--json: JSON only on stdout)\n"
       "  verify   recompute every checksum; exit 0 when all match, 1 naming each bad chunk\n"
+      "           (torch_dist and safetensors store none: layout checked, every byte read)\n"
       "  unshard  consolidate a cairn, DCP or safetensors checkpoint into safetensors,\n"
       "           streaming\n"
       "  convert  rewrite a cairn, DCP or safetensors checkpoint in another format\n"
       "           (native, torch_dist, one_file, per_tensor, chunks), streaming\n"
+      "  diff     compare two checkpoints of any layout: tensors added, removed, with another\n"
+      "           dtype or shape; for the others, elements that differ and the largest\n"
+      "           absolute difference; exit 0 when the same, 1 when they differ\n"
       "  ls       the checkpoints under a checkpoint manager's root: complete or not, format,\n"
       "           step (from the checkpoint, or read from its name by --name TEMPLATE such as\n"
       "           step{step:08}), objects, bytes, and which the latest pointer and tags name\n"
@@ -191,17 +201,25 @@ int inspect(const std::string& dir, bool json) {
 int verify(const std::string& dir) {
   cairn::any_storage holder = open_dir(dir);
   cairn::storage_ref st = holder.ref();
-  auto problems = cairn::verify_checkpoint(st);
-  if (!problems) {
-    fmt::print(stderr, "cairn verify: {}\n", problems.err().describe());
+  auto report = cairn::verify_any(st);
+  if (!report) {
+    fmt::print(stderr, "cairn verify: {}\n", report.err().describe());
     return 2;
   }
-  for (const auto& p : *problems) fmt::print("BAD {}: {}\n", p.item, p.err.describe());
-  if (!problems->empty()) {
-    fmt::print("{}: {} problem(s) found\n", dir, problems->size());
+  const auto& problems = report->problems;
+  for (const auto& p : problems) fmt::print("BAD {}: {}\n", p.item, p.err.describe());
+  if (!problems.empty()) {
+    fmt::print("{}: {} problem(s) found\n", dir, problems.size());
     return 1;
   }
-  fmt::print("{}: all checksums match and every tensor's chunks tile it\n", dir);
+  if (report->checksummed) {
+    fmt::print("{}: all checksums match and every tensor's chunks tile it\n", dir);
+  } else {
+    fmt::print(
+        "{}: {} checkpoint: every tensor's chunks tile it, lie inside their files and read back; "
+        "the format stores no checksums, so changed values cannot be detected\n",
+        dir, report->format);
+  }
   return 0;
 }
 
@@ -302,6 +320,102 @@ int convert_cmd(const std::string& cmd, const std::vector<std::string>& args) {
     fmt::print("not carried over (no place in {}): {}\n", cv::format_name(opt.format),
                fmt::join(stats->skipped, ", "));
   return 0;
+}
+
+const char* change_name(cairn::convert::tensor_diff::change c) {
+  using change = cairn::convert::tensor_diff::change;
+  switch (c) {
+    case change::added:
+      return "added";
+    case change::removed:
+      return "removed";
+    case change::dtype:
+      return "dtype";
+    case change::shape:
+      return "shape";
+    case change::values:
+      return "values";
+  }
+  return "?";
+}
+
+std::string number_or_null(double x) { return std::isnan(x) ? "null" : fmt::format("{:g}", x); }
+
+int diff_cmd(const std::vector<std::string>& args) {
+  bool json = false;
+  std::vector<std::string> paths;
+  for (const auto& a : args) {
+    if (a == "--json")
+      json = true;
+    else if (a.starts_with("--"))
+      return usage();
+    else
+      paths.push_back(a);
+  }
+  if (paths.size() != 2) return usage();
+  cairn::any_storage ha = open_dir(paths[0]), hb = open_dir(paths[1]);
+  auto a = cairn::convert::open_source(ha.ref());
+  auto b = a ? cairn::convert::open_source(hb.ref()) : std::move(a);
+  if (!a || !b) {
+    fmt::print(stderr, "cairn diff: {}\n", (!a ? a : b).err().describe());
+    return 2;
+  }
+  auto d = cairn::convert::diff(**a, **b);
+  if (!d) {
+    fmt::print(stderr, "cairn diff: {}\n", d.err().describe());
+    return 2;
+  }
+  if (json) {
+    fmt::memory_buffer o;
+    auto out = std::back_inserter(o);
+    fmt::format_to(out,
+                   "{{\"a\":{},\"b\":{},\"same\":{},\"compared\":{},\"bytes_compared\":{},"
+                   "\"tensors\":[",
+                   json_str(paths[0]), json_str(paths[1]), d->same(), d->compared,
+                   d->bytes_compared);
+    bool first = true;
+    for (const auto& t : d->tensors) {
+      fmt::format_to(out,
+                     "{}{{\"key\":{},\"change\":\"{}\",\"dtype_a\":\"{}\",\"dtype_b\":\"{}\","
+                     "\"shape_a\":[{}],\"shape_b\":[{}],\"differing\":{},\"max_abs\":{}}}",
+                     first ? "" : ",", json_str(t.key), change_name(t.what),
+                     cairn::dtype_name(t.type_a), cairn::dtype_name(t.type_b),
+                     fmt::join(t.shape_a, ","), fmt::join(t.shape_b, ","), t.differing,
+                     number_or_null(t.max_abs));
+      first = false;
+    }
+    fmt::format_to(out, "]}}\n");
+    std::fwrite(o.data(), 1, o.size(), stdout);
+    return d->same() ? 0 : 1;
+  }
+  using change = cairn::convert::tensor_diff::change;
+  for (const auto& t : d->tensors) {
+    switch (t.what) {
+      case change::added:
+        fmt::print("added    {}  {} {}\n", t.key, cairn::dtype_name(t.type_b),
+                   shape_str(t.shape_b));
+        break;
+      case change::removed:
+        fmt::print("removed  {}  {} {}\n", t.key, cairn::dtype_name(t.type_a),
+                   shape_str(t.shape_a));
+        break;
+      case change::dtype:
+        fmt::print("dtype    {}  {} -> {}\n", t.key, cairn::dtype_name(t.type_a),
+                   cairn::dtype_name(t.type_b));
+        break;
+      case change::shape:
+        fmt::print("shape    {}  {} -> {}\n", t.key, shape_str(t.shape_a), shape_str(t.shape_b));
+        break;
+      case change::values:
+        fmt::print("values   {}  {} of {} elements differ, max |a - b| = {}\n", t.key, t.differing,
+                   cairn::numel(t.shape_a), number_or_null(t.max_abs));
+        break;
+    }
+  }
+  fmt::print("{} tensor(s) compared ({} bytes each side); {}\n", d->compared, d->bytes_compared,
+             d->same() ? "the checkpoints hold the same tensors"
+                       : fmt::format("{} difference(s)", d->tensors.size()));
+  return d->same() ? 0 : 1;
 }
 
 /// Options shared by `ls` and `rm`: --json, --name TEMPLATE, --latest NAME, --incomplete and
@@ -462,6 +576,7 @@ int run_cli(const std::vector<std::string>& args) {
     return inspect(args[1], json);
   }
   if (args[0] == "verify" && args.size() == 2) return verify(args[1]);
+  if (args[0] == "diff") return diff_cmd(std::vector<std::string>(args.begin() + 1, args.end()));
   if (args[0] == "ls" || args[0] == "rm") {
     auto a = parse_root_args(std::vector<std::string>(args.begin() + 1, args.end()));
     if (!a) return usage();

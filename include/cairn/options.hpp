@@ -147,6 +147,11 @@ struct load_options {
   /// would cost more). Costs one all-gather of the pieces each rank asks for.
   bool read_once_broadcast = true;
   std::uint64_t broadcast_min_bytes = std::uint64_t{64} << 10;
+  /// When set, filled on every rank with the checkpoint's common values that this load does
+  /// not put into the tree (DeepSpeed's `client_state`, the kwargs ColossalAI returns): paths
+  /// the tree does not declare, and those left out by `ignore_keys`, `edit_keys` or a preset
+  /// (`with_preset`). Decode them with `common_value::as<T>()`.
+  std::map<std::string, common_value>* client_state = nullptr;
 };
 
 /// An `object_mapping` that loads, on a changed grid, the saved object at this rank's position

@@ -94,6 +94,19 @@ check "ls no longer lists removed files" test "$(grep -c '^step_' "$dir/out")" -
 "$cairn" verify "$dir/root/step_000030" >"$dir/out" 2>&1; rc=$?
 check "a checkpoint under the root verifies" test $rc -eq 0
 
+# diff: the same tensors in two layouts, then another checkpoint.
+"$cairn" diff "$dir/ckpt" "$dir/zstd" >"$dir/out" 2>&1; rc=$?
+check "diff of the same tensors exits 0" test $rc -eq 0
+check "diff says they are the same" contains "$dir/out" "the checkpoints hold the same tensors"
+"$cairn" diff "$dir/ckpt" "$dir/root/step_000030" >"$dir/out" 2>&1; rc=$?
+check "diff of different checkpoints exits 1" test $rc -eq 1
+check "diff names a removed tensor" contains "$dir/out" "^removed  model.ids  I64 \[10\]"
+check "diff counts differing elements" contains "$dir/out" "^values   model.w  1024 of 1024 elements differ, max |a - b| = 28.5"
+"$cairn" diff "$dir/ckpt" "$dir/root/step_000030" --json >"$dir/json" 2>&1; rc=$?
+check "diff --json exits 1" test $rc -eq 1
+check "diff --json prints only JSON" "$make" check-json "$dir/json"
+check "diff --json has the change" contains "$dir/json" '"key":"model.w","change":"values"'
+
 # unshard / convert (stderr is not a terminal here: no progress bar).
 "$cairn" unshard "$dir/ckpt" "$dir/one" --strategy one_file >"$dir/out" 2>"$dir/err"; rc=$?
 check "unshard one_file exits 0" test $rc -eq 0
@@ -113,6 +126,15 @@ check "convert torch_dist writes .metadata" test -s "$dir/dist/.metadata"
 check "convert torch_dist writes Megatron metadata.json" contains "$dir/dist/metadata.json" torch_dist
 "$cairn" inspect "$dir/dist" >"$dir/out" 2>&1; rc=$?
 check "inspect reads a DCP checkpoint" contains "$dir/out" "format *torch_dist"
+"$cairn" verify "$dir/dist" >"$dir/out" 2>&1; rc=$?
+check "verify of a DCP checkpoint exits 0" test $rc -eq 0
+check "verify says DCP stores no checksums" contains "$dir/out" "torch_dist checkpoint: .* stores no checksums"
+"$cairn" verify "$dir/one" >"$dir/out" 2>&1; rc=$?
+check "verify of a safetensors file exits 0" test $rc -eq 0
+cp -r "$dir/one" "$dir/one_cut"
+truncate -s -4 "$dir/one_cut/model.safetensors"
+"$cairn" verify "$dir/one_cut" >"$dir/out" 2>&1; rc=$?
+check "verify of a truncated safetensors file fails" test $rc -ne 0
 "$cairn" unshard "$dir/dist" "$dir/one2" --format one_file >"$dir/out" 2>&1; rc=$?
 check "unshard of the DCP output exits 0" test $rc -eq 0
 check "DCP round trip gives identical safetensors" cmp -s "$dir/one/model.safetensors" "$dir/one2/model.safetensors"

@@ -124,6 +124,74 @@ inline result<checkpoint_metadata> read_any_metadata(storage_ref st) {
   });
 }
 
+/// What `verify_any` checked, and what it found.
+struct verify_report {
+  std::string format;  ///< "cairn", "torch_dist" or "safetensors"
+  /// Every byte was checked against a stored checksum (the native format). DCP and safetensors
+  /// store none: their bytes were read and their layout checked, but a flipped bit in a value
+  /// cannot be found.
+  bool checksummed = false;
+  std::vector<verify_problem> problems;  ///< empty when nothing is wrong
+};
+
+/// Verifies whatever checkpoint is on `st`. Native: `verify_checkpoint` (every checksum, file
+/// sizes, chunks tiling each tensor). torch_dist (DCP) and safetensors, which carry no checksums:
+/// their metadata is parsed and validated by its reader, every tensor's chunks must tile it
+/// exactly, every chunk must lie inside its file, and every byte is read. Fails only when no
+/// checkpoint or no readable metadata is there.
+inline result<verify_report> verify_any(storage_ref st, int threads = 2) {
+  return detail::catch_all("verifying the checkpoint", [&]() -> result<verify_report> {
+    verify_report out;
+    CAIRN_TRY_ASSIGN(out.format, detect_format(st));
+    if (out.format.empty() || out.format == "cairn") {
+      CAIRN_TRY_ASSIGN(out.problems, detail::verify_checkpoint_impl(st, threads));
+      out.format = "cairn";
+      out.checksummed = true;
+      return out;
+    }
+    CAIRN_TRY_ASSIGN(checkpoint_metadata m, read_any_metadata(st));
+    out.problems = detail::tiling_problems(st, m, "metadata");
+    std::vector<std::optional<std::uint64_t>> sizes(m.files.size());
+    for (std::size_t f = 0; f < m.files.size(); ++f) {
+      auto sz = st.size(m.files[f].name);
+      if (sz) {
+        sizes[f] = *sz;
+      } else {
+        out.problems.push_back({"file " + m.files[f].name, std::move(sz).err()});
+      }
+    }
+    std::vector<std::byte> buf;
+    for (const auto& [k, t] : m.tensors) {
+      for (std::size_t i = 0; i < t.chunks.size(); ++i) {
+        const extent& e = t.chunks[i].where;
+        const std::string label = "tensor '" + k + "' chunk " + std::to_string(i);
+        if (e.file >= m.files.size() || !sizes[e.file]) continue;  // reported above
+        const std::string& file = m.files[e.file].name;
+        if (e.byte_offset > *sizes[e.file] || e.nbytes > *sizes[e.file] - e.byte_offset) {
+          error err =
+              make_error(errc::corrupt, "chunk of " + std::to_string(e.nbytes) +
+                                            " bytes at offset " + std::to_string(e.byte_offset) +
+                                            " runs past the end of its file (" +
+                                            std::to_string(*sizes[e.file]) + " bytes)");
+          err.key = k;
+          err.file = st.describe(file);
+          err.offset = e.byte_offset;
+          out.problems.push_back({label, std::move(err)});
+          continue;
+        }
+        for (std::uint64_t at = 0; at < e.nbytes; at += max_io_bytes) {
+          buf.resize(static_cast<std::size_t>(std::min(max_io_bytes, e.nbytes - at)));
+          if (auto r = st.read(file, e.byte_offset + at, buf); !r) {
+            out.problems.push_back({label, std::move(r).err().with_key(k)});
+            break;
+          }
+        }
+      }
+    }
+    return out;
+  });
+}
+
 /// `read_any_metadata` as JSON, for sending to other ranks: a native `metadata.json` as it is
 /// (not decoded here), or a foreign format's description (`foreign` set: it has no checksums).
 struct metadata_json {

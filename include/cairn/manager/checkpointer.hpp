@@ -32,6 +32,7 @@
 #include "cairn/format/registry.hpp"
 #include "cairn/load.hpp"
 #include "cairn/manager/names.hpp"
+#include "cairn/manager/presets.hpp"
 #include "cairn/options.hpp"
 #include "cairn/plan/plan_cache.hpp"
 #include "cairn/save.hpp"

@@ -129,12 +129,21 @@ inline result<checkpoint_metadata> read_metadata_collective(storage_ref st, comm
 /// A tensor piece of this rank's tree: (tensor leaf, piece index).
 using piece_ref = std::pair<std::size_t, std::size_t>;
 
-/// Decodes the checkpoint's common values into the tree's common leaves.
+/// Decodes the checkpoint's common values into the tree's common leaves, and hands the others
+/// to `opt.client_state` when it is set.
 inline result<void> load_commons(const leaf_list& leaves,
                                  storage_ref st,
-                                 const checkpoint_metadata& m) {
-  if (leaves.commons.empty()) return ok();
+                                 const checkpoint_metadata& m,
+                                 const load_options& opt) {
+  if (leaves.commons.empty() && !opt.client_state) return ok();
   CAIRN_TRY_ASSIGN(auto commons, read_commons(st, m));
+  if (opt.client_state) {
+    opt.client_state->clear();
+    std::set<std::string> declared;
+    for (const auto& c : leaves.commons) declared.insert(c.path);
+    for (const auto& [path, v] : commons)
+      if (!declared.count(path)) opt.client_state->emplace(path, v);
+  }
   for (const auto& c : leaves.commons) {
     auto it = commons.find(c.path);
     if (it == commons.end())
@@ -268,7 +277,7 @@ inline result<void> load_leaves_local(const leaf_list& leaves,
                                       load_stats& stats,
                                       const std::set<piece_ref>& skip = {},
                                       buffer_pool* pool = nullptr) {
-  CAIRN_TRY(load_commons(leaves, st, m));
+  CAIRN_TRY(load_commons(leaves, st, m, opt));
   if (opt.common_only) return ok();
   CAIRN_TRY_ASSIGN(std::vector<copy_job> jobs, plan_tensor_copies(leaves, m, skip));
   CAIRN_TRY(run_copies(st, m, jobs, opt.io_threads, stats, pool));

@@ -485,21 +485,12 @@ inline result<std::map<std::string, common_value>> read_commons(storage_ref st,
 }
 
 namespace detail {
-inline result<std::vector<verify_problem>> verify_checkpoint_impl(storage_ref st, int threads) {
-  CAIRN_TRY_ASSIGN(checkpoint_metadata m, read_metadata(st));
-  struct item {
-    std::string label, key;
-    const extent* e;
-  };
-  std::vector<item> items;
-  for (const auto& [k, t] : m.tensors)
-    for (std::size_t i = 0; i < t.chunks.size(); ++i)
-      items.push_back({"tensor '" + k + "' chunk " + std::to_string(i), k, &t.chunks[i].where});
-  for (const auto& [k, o] : m.objects) items.push_back({"object '" + k + "'", o.key, &o.where});
-  if (m.common) items.push_back({"common state", "", &*m.common});
+/// The tensors of `m` whose chunks do not tile them exactly (checksums cannot tell a shifted or
+/// duplicated chunk from a good one); `metadata_file` is named in the errors.
+inline std::vector<verify_problem> tiling_problems(storage_ref st,
+                                                   const checkpoint_metadata& m,
+                                                   std::string_view metadata_file) {
   std::vector<verify_problem> problems;
-  // Every tensor's chunks must tile it exactly: checksums cannot tell a shifted or duplicated
-  // chunk from a good one.
   for (const auto& [k, t] : m.tensors) {
     std::vector<box> regions;
     regions.reserve(t.chunks.size());
@@ -513,10 +504,26 @@ inline result<std::vector<verify_problem>> verify_checkpoint_impl(storage_ref st
                                   std::to_string(p->wanted) + " elements";
       error e = make_error(errc::integrity, std::move(msg));
       e.key = k;
-      e.file = st.describe(metadata_name);
+      e.file = st.describe(metadata_file);
       problems.push_back({"tensor '" + k + "'", std::move(e)});
     }
   }
+  return problems;
+}
+
+inline result<std::vector<verify_problem>> verify_checkpoint_impl(storage_ref st, int threads) {
+  CAIRN_TRY_ASSIGN(checkpoint_metadata m, read_metadata(st));
+  struct item {
+    std::string label, key;
+    const extent* e;
+  };
+  std::vector<item> items;
+  for (const auto& [k, t] : m.tensors)
+    for (std::size_t i = 0; i < t.chunks.size(); ++i)
+      items.push_back({"tensor '" + k + "' chunk " + std::to_string(i), k, &t.chunks[i].where});
+  for (const auto& [k, o] : m.objects) items.push_back({"object '" + k + "'", o.key, &o.where});
+  if (m.common) items.push_back({"common state", "", &*m.common});
+  std::vector<verify_problem> problems = tiling_problems(st, m, metadata_name);
   for (const auto& f : m.files) {
     auto sz = st.size(f.name);
     if (!sz) {
