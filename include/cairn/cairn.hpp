@@ -17,6 +17,7 @@
 #include "cairn/core/local_non_persistent.hpp"
 #include "cairn/core/sharded_object.hpp"
 #include "cairn/core/sharded_tensor.hpp"
+#include "cairn/format/native/edit.hpp"
 #include "cairn/format/native/metadata.hpp"
 #include "cairn/format/native/reader.hpp"
 #include "cairn/format/native/strategy.hpp"
