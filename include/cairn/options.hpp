@@ -92,6 +92,11 @@ struct save_stats {
   std::vector<std::uint64_t> bytes_per_rank;  ///< data bytes every rank wrote (the plan)
   bool plan_reused = false;                   ///< the plan came from the save_plan_cache
   double seconds = 0;
+  /// The objects this rank wrote (puts and finished writers) that are part of the checkpoint,
+  /// in the order they were finished: its data and index files; on rank 0 also the common
+  /// state and, last, the metadata (Composer's list of saved files). Names are relative to the
+  /// storage the save was given.
+  std::vector<std::string> files;
 };
 
 /// How `load` treats keys that do not match the checkpoint, with the meanings of Megatron's

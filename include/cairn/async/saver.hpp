@@ -148,7 +148,10 @@ class async_saver {
     if (worker_.joinable()) worker_.join();
     result<save_stats> r = [&]() -> result<save_stats> {
       try {
-        return detail::commit_phase(f.plan, f.written, f.st, f.comm, f.opt);
+        CAIRN_TRY_ASSIGN(save_stats stats,
+                         detail::commit_phase(f.plan, f.written, *f.st, f.comm, f.opt));
+        stats.files = f.st->names();
+        return stats;
       } catch (...) {
         return detail::current_exception_error("committing an async save").with_rank(f.comm.rank());
       }
@@ -174,7 +177,7 @@ class async_saver {
     std::uint64_t seq;
     planned_save plan;
     written_save written;
-    storage_ref st;
+    std::unique_ptr<detail::recording_storage> st;  ///< the caller's storage, recording
     comm_ref comm;
     save_options opt;
   };
@@ -202,7 +205,8 @@ class async_saver {
     }
     // Reuse the last plan's storage (its vectors keep their capacity).
     planned_save plan = std::move(spare_plan_);
-    CAIRN_TRY(detail::plan_phase(leaves, st, comm, opt, plan));
+    auto recorded = std::make_unique<detail::recording_storage>(st);
+    CAIRN_TRY(detail::plan_phase(leaves, *recorded, comm, opt, plan));
     const auto t1 = clock::now();
 
     // Stage every tensor item (objects and common values are owned copies already).
@@ -239,12 +243,12 @@ class async_saver {
     started.plan_reused = plan.stats.plan_reused;
 
     const std::uint64_t seq = ++seq_;
-    flight_.emplace(flight{seq, std::move(plan), {}, st, comm, opt});
+    flight_.emplace(flight{seq, std::move(plan), {}, std::move(recorded), comm, opt});
     flight* f = &*flight_;
     worker_ = std::thread([this, f] {
       try {
         writer_slot slot = writer_slots(opt_.max_writers_per_node, opt_.writer_lock_dir).acquire();
-        f->written = detail::write_phase(f->plan, f->st, f->opt, &buffers_);
+        f->written = detail::write_phase(f->plan, *f->st, f->opt, &buffers_);
       } catch (...) {
         f->written.failure =
             detail::current_exception_error("writing an async save").with_rank(f->plan.rank);

@@ -9,9 +9,13 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <random>
+#include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -46,6 +50,98 @@ inline const save_strategy& strategy_of(const save_options& opt) {
   static const native_strategy native;
   return opt.strategy ? *opt.strategy : native;
 }
+
+/// A storage that records the objects written through it (puts and writers that finished),
+/// for `save_stats::files`. Thread-safe: a save's I/O threads write through it at once.
+class recording_storage {
+ public:
+  explicit recording_storage(storage_ref inner) : inner_(inner) {}
+
+  /// What the wrapped backend guarantees.
+  storage_features features() const { return inner_.features(); }
+  /// Forwarded; recorded when it succeeds.
+  result<void> put(std::string_view name, std::span<const std::byte> data) {
+    auto r = inner_.put(name, data);
+    if (r) record(name);
+    return r;
+  }
+  /// Forwarded; the object is recorded when its writer finishes.
+  result<std::unique_ptr<object_writer>> open_writer(std::string_view name) {
+    CAIRN_TRY_ASSIGN(auto w, inner_.open_writer(name));
+    return std::unique_ptr<object_writer>(
+        std::make_unique<recording_writer>(std::move(w), *this, std::string(name)));
+  }
+  /// Forwarded.
+  result<void> read(std::string_view name, std::uint64_t offset, std::span<std::byte> out) {
+    return inner_.read(name, offset, out);
+  }
+  /// Forwarded.
+  result<std::uint64_t> size(std::string_view name) { return inner_.size(name); }
+  /// Forwarded.
+  result<bool> exists(std::string_view name) { return inner_.exists(name); }
+  /// Forwarded.
+  result<std::vector<std::string>> list(std::string_view prefix) { return inner_.list(prefix); }
+  /// Forwarded; a recorded object that is removed (an abandoned save) is forgotten.
+  result<void> remove(std::string_view name) {
+    auto r = inner_.remove(name);
+    if (r) {
+      std::lock_guard lock(mu_);
+      std::erase(names_, std::string(name));
+    }
+    return r;
+  }
+  /// Forwarded.
+  std::string describe(std::string_view name) const { return inner_.describe(name); }
+  /// Forwarded.
+  result<std::size_t> remove_temporaries(std::string_view prefix) {
+    return inner_.remove_temporaries(prefix);
+  }
+  /// The objects written that are still there (another rank may have removed some: the
+  /// safetensors strategies remove their shards once assembled), in the order they were
+  /// finished.
+  std::vector<std::string> names() const {
+    std::vector<std::string> out;
+    {
+      std::lock_guard lock(mu_);
+      out = names_;
+    }
+    std::erase_if(out, [&](const std::string& n) {
+      auto there = inner_.exists(n);
+      return there && !*there;
+    });
+    return out;
+  }
+
+ private:
+  class recording_writer final : public object_writer {
+   public:
+    recording_writer(std::unique_ptr<object_writer> w, recording_storage& owner, std::string name)
+        : w_(std::move(w)), owner_(owner), name_(std::move(name)) {}
+    result<void> write_at(std::uint64_t offset, std::span<const std::byte> data) override {
+      return w_->write_at(offset, data);
+    }
+    result<void> finish() override {
+      auto r = w_->finish();
+      if (r) owner_.record(name_);
+      return r;
+    }
+
+   private:
+    std::unique_ptr<object_writer> w_;
+    recording_storage& owner_;
+    std::string name_;
+  };
+
+  void record(std::string_view name) {
+    std::lock_guard lock(mu_);
+    std::erase(names_, std::string(name));  // written again (an overwrite): listed once, last
+    names_.emplace_back(name);
+  }
+
+  storage_ref inner_;
+  mutable std::mutex mu_;
+  std::vector<std::string> names_;
+};
 
 /// The options a save runs with: `opt`, with `index_files` off when the strategy does not
 /// route its reports (format version 4 is the native strategy's, and a user's strategy that
@@ -511,9 +607,12 @@ inline result<save_stats> save_leaves(const leaf_list& leaves,
   if (auto r = device.to_host(host_leaves, opt.cuda_runtime); !r)
     staging_failure = std::move(r).err().with_rank(comm.rank());
   planned_save plan;
-  CAIRN_TRY(plan_phase(host_leaves, st, comm, opt, plan, staging_failure));
-  written_save w = write_phase(plan, st, opt);
-  return commit_phase(plan, w, st, comm, opt);
+  recording_storage recorded(st);
+  CAIRN_TRY(plan_phase(host_leaves, recorded, comm, opt, plan, staging_failure));
+  written_save w = write_phase(plan, recorded, opt);
+  CAIRN_TRY_ASSIGN(save_stats stats, commit_phase(plan, w, recorded, comm, opt));
+  stats.files = recorded.names();
+  return stats;
 }
 
 }  // namespace cairn::detail
