@@ -1,5 +1,5 @@
 // Shared helpers for the save/load tests: deterministic tensor contents, random shardings,
-// temporary directories.
+// temporary directories, reading an object as text.
 #pragma once
 
 #include <algorithm>
@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,13 @@ inline std::string make_temp_dir() {
   std::string tmpl = (std::filesystem::temp_directory_path() / "cairn-test-XXXXXX").string();
   if (!::mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
   return tmpl;
+}
+
+/// The whole object `name` of `st` as text (throws cairn::exception when it cannot be read).
+inline std::string read_text(cairn::storage_ref st, const std::string& name) {
+  std::string s(st.size(name).value(), '\0');
+  st.read(name, 0, std::as_writable_bytes(std::span(s))).value();
+  return s;
 }
 
 /// A fresh temporary directory that rank 0 of `comm` creates and every rank receives the path

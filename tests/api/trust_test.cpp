@@ -66,12 +66,6 @@ bool is_gen(const std::vector<float>& v, int gen) {
   return true;
 }
 
-std::string read_text(cairn::memory_storage& mem, const std::string& name) {
-  std::string s(mem.size(name).value(), '\0');
-  REQUIRE(mem.read(name, 0, std::as_writable_bytes(std::span(s))));
-  return s;
-}
-
 void put_text(cairn::memory_storage& mem, const std::string& name, const std::string& s) {
   REQUIRE(mem.put(name, std::as_bytes(std::span(s))));
 }
@@ -237,7 +231,7 @@ TEST_CASE("a shifted chunk offset is caught by load and verify") {
   // Three chunks of 12 rows; the middle one claims rows 13:25 instead of 12:24.
   cairn::memory_storage mem;
   save_rows(mem, 3, 36, 1, false, false);
-  std::string json = read_text(mem, "metadata.json");
+  std::string json = cairn_test::read_text(mem, "metadata.json");
   auto at = json.find("\"offset\":[12,0]");
   REQUIRE(at != std::string::npos);
   json[at + 11] = '3';
@@ -265,7 +259,7 @@ TEST_CASE("every flipped byte of metadata.json is caught") {
     CAPTURE(index_files);
     cairn::memory_storage mem;
     save_rows(mem, 2, 8, 1, false, index_files);
-    const std::string json = read_text(mem, "metadata.json");
+    const std::string json = cairn_test::read_text(mem, "metadata.json");
     for (std::size_t i = 0; i < json.size(); ++i) {
       std::string bad = json;
       bad[i] = static_cast<char>(bad[i] ^ 0x01);

@@ -409,6 +409,30 @@ log_summary read_log(const std::string& path) {
   return s;
 }
 
+/// Checks what rank `rank`'s tree `t` holds after a load: a step among `allowed`, and every
+/// byte that step's. Appends violations to `out`; returns the step (nullopt: none loaded).
+std::optional<std::int64_t> check_loaded(const crash::rank_tree& t,
+                                         int rank,
+                                         const std::vector<std::int64_t>& allowed,
+                                         std::vector<std::string>& out) {
+  auto got = crash::loaded_step(t);
+  if (!got) {
+    out.push_back("rank " + std::to_string(rank) + ": no step value loaded");
+    return got;
+  }
+  if (std::find(allowed.begin(), allowed.end(), *got) == allowed.end()) {
+    std::string a;
+    for (auto x : allowed) a += (a.empty() ? "" : " or ") + std::to_string(x);
+    out.push_back("rank " + std::to_string(rank) + " loaded step " + std::to_string(*got) +
+                  ", expected step " + a);
+  }
+  std::vector<std::int64_t> candidates;  // the steps a wrong byte could come from
+  for (std::int64_t c = 0; c <= *std::max_element(allowed.begin(), allowed.end()) + 1; ++c)
+    candidates.push_back(c);
+  for (auto& d : crash::differences(t, *got, candidates)) out.push_back(std::move(d));
+  return got;
+}
+
 /// Loads the checkpoint in `dir` on `ranks` thread ranks (saved on `object_world` ranks) and
 /// compares every byte with the step it says it holds, which must be one of `allowed`.
 /// Returns the violations; `loaded` is the step read (-1 when the load failed).
@@ -421,9 +445,6 @@ std::vector<std::string> load_and_compare(const fs::path& dir,
   std::mutex mu;
   std::vector<std::string> out;
   loaded = -1;
-  std::vector<std::int64_t> candidates;
-  for (std::int64_t c = 0; c <= *std::max_element(allowed.begin(), allowed.end()) + 1; ++c)
-    candidates.push_back(c);
   try {
     cairn::run_ranks(ranks, [&](cairn::thread_communicator& comm) {
       crash::rank_tree t;
@@ -437,17 +458,8 @@ std::vector<std::string> load_and_compare(const fs::path& dir,
       if (!r) {
         mine.push_back("load on " + std::to_string(ranks) + " ranks failed on rank " +
                        std::to_string(comm.rank()) + ": " + r.err().describe());
-      } else if (auto got = crash::loaded_step(t); !got) {
-        mine.push_back("rank " + std::to_string(comm.rank()) + ": no step value loaded");
       } else {
-        s = *got;
-        if (std::find(allowed.begin(), allowed.end(), s) == allowed.end()) {
-          std::string a;
-          for (auto x : allowed) a += (a.empty() ? "" : " or ") + std::to_string(x);
-          mine.push_back("rank " + std::to_string(comm.rank()) + " loaded step " +
-                         std::to_string(s) + ", expected step " + a);
-        }
-        for (auto& d : crash::differences(t, s, candidates)) mine.push_back(std::move(d));
+        s = check_loaded(t, comm.rank(), allowed, mine).value_or(-1);
       }
       std::lock_guard lk(mu);
       if (comm.rank() == 0) loaded = s;
@@ -460,8 +472,15 @@ std::vector<std::string> load_and_compare(const fs::path& dir,
 }
 
 /// Saves step `step` on `ranks` thread ranks into `dir` (overwrite).
-std::vector<std::string> save_step(
-    const fs::path& dir, int ranks, int size_class, int zstd, bool index_files, std::int64_t step) {
+/// Saves step `step` on `ranks` thread ranks into `dir` (overwrite); with `manager_keep` > 0,
+/// through a checkpointer rooted at `dir` that keeps that many (its retention must not fail).
+std::vector<std::string> save_step(const fs::path& dir,
+                                   int ranks,
+                                   int size_class,
+                                   int zstd,
+                                   bool index_files,
+                                   std::int64_t step,
+                                   int manager_keep = 0) {
   std::mutex mu;
   std::vector<std::string> out;
   try {
@@ -474,7 +493,17 @@ std::vector<std::string> save_step(
       so.overwrite = true;
       so.zstd_level = zstd;
       so.index_files = index_files;
-      auto r = cairn::try_save(t.sd, disk, comm, so);
+      cairn::result<void> r = cairn::ok();
+      if (manager_keep > 0) {
+        cairn::checkpointer manager(disk, comm, manager_options(manager_keep, so));
+        auto m = manager.try_save(t.sd, {.step = step});
+        if (!m)
+          r = m.err();
+        else if (m->committed && !m->committed->retention_errors.empty())
+          r = m->committed->retention_errors.front();
+      } else if (auto p = cairn::try_save(t.sd, disk, comm, so); !p) {
+        r = p.err();
+      }
       if (!r && comm.rank() == 0) {
         std::lock_guard lk(mu);
         out.push_back("the next save (step " + std::to_string(step) + " on " +
@@ -594,9 +623,6 @@ std::pair<std::string, std::int64_t> load_latest_and_compare(
     std::vector<std::string>& bad) {
   std::mutex mu;
   std::pair<std::string, std::int64_t> found{"", -1};
-  std::vector<std::int64_t> candidates;
-  for (std::int64_t s = 0; s <= *std::max_element(allowed.begin(), allowed.end()) + 1; ++s)
-    candidates.push_back(s);
   try {
     cairn::run_ranks(ranks, [&](cairn::thread_communicator& comm) {
       crash::rank_tree t;
@@ -611,19 +637,11 @@ std::pair<std::string, std::int64_t> load_latest_and_compare(
         mine.push_back("load_latest on " + std::to_string(ranks) + " ranks failed on rank " +
                        std::to_string(comm.rank()) + ": " + r.err().describe());
       } else if (*r) {
-        auto got = crash::loaded_step(t);
-        if (!got || *got != (*r)->counters.step) {
+        auto got = check_loaded(t, comm.rank(), allowed, mine);
+        if (got && *got != (*r)->counters.step)
           mine.push_back("rank " + std::to_string(comm.rank()) + ": load_latest says step " +
                          std::to_string((*r)->counters.step) + ", the tree holds " +
-                         (got ? std::to_string(*got) : std::string("none")));
-        } else if (std::find(allowed.begin(), allowed.end(), *got) == allowed.end()) {
-          std::string a;
-          for (auto x : allowed) a += (a.empty() ? "" : " or ") + std::to_string(x);
-          mine.push_back("rank " + std::to_string(comm.rank()) + " loaded step " +
-                         std::to_string(*got) + ", expected step " + a);
-        }
-        if (got)
-          for (auto& d : crash::differences(t, *got, candidates)) mine.push_back(std::move(d));
+                         std::to_string(*got));
         if (comm.rank() == 0) found = {(*r)->name, got.value_or(-1)};
       }
       std::lock_guard lk(mu);
@@ -926,29 +944,9 @@ void check_manager_root(const trial_config& c,
   ++stats.outcomes[outcome];
   // 2. The next save through a checkpointer on another number of ranks, then load_latest.
   const std::int64_t next = std::max(lg.started, lg.committed) + 1;
-  try {
-    std::mutex mu;
-    cairn::run_ranks(c.post_ranks, [&](cairn::thread_communicator& comm) {
-      crash::rank_tree t;
-      crash::build(t, comm.size(), comm.rank(), c.size_class, comm.size());
-      crash::fill(t, next);
-      cairn::file_storage disk(root);
-      cairn::save_options so;
-      so.zstd_level = c.post_zstd;
-      so.index_files = !c.index_files;
-      cairn::checkpointer manager(disk, comm, manager_options(keep, so));
-      auto r = manager.try_save(t.sd, {.step = next});
-      std::lock_guard lk(mu);
-      if (!r && comm.rank() == 0)
-        bad.push_back("the next save (step " + std::to_string(next) +
-                      ") failed: " + r.err().describe());
-      else if (r && comm.rank() == 0 && r->committed && !r->committed->retention_errors.empty())
-        bad.push_back("the next save's retention failed: " +
-                      r->committed->retention_errors.front().describe());
-    });
-  } catch (const std::exception& e) {
-    bad.push_back(std::string("the next save threw: ") + e.what());
-  }
+  for (auto& v :
+       save_step(root, c.post_ranks, c.size_class, c.post_zstd, !c.index_files, next, keep))
+    bad.push_back(std::move(v));
   if (!bad.empty()) return;
   auto [name, got] = load_latest_and_compare(root, c.post_load_ranks, c.size_class, c.post_ranks,
                                              keep, {next}, bad);

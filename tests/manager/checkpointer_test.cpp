@@ -85,10 +85,9 @@ std::int64_t latest_step(cairn::storage_ref root,
   return step.load();
 }
 
+/// The text of pointer object `name` (`latest` by default).
 std::string pointer(cairn::memory_storage& mem, const std::string& name = "latest") {
-  std::string s(mem.size(name).value(), '\0');
-  REQUIRE(mem.read(name, 0, std::as_writable_bytes(std::span(s))));
-  return s;
+  return cairn_test::read_text(mem, name);
 }
 
 std::vector<std::string> checkpoint_names(cairn::storage_ref root) {

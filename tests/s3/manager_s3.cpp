@@ -13,16 +13,6 @@
 
 using namespace cairn_s3_test;
 
-namespace {
-
-std::string read_object(cairn::s3_storage& st, const std::string& name) {
-  std::string s(st.size(name).value(), '\0');
-  REQUIRE(st.read(name, 0, std::as_writable_bytes(std::span(s))));
-  return s;
-}
-
-}  // namespace
-
 TEST_CASE("checkpointer on S3: async saves, latest after commit, retention, resume, scan") {
   if (skipped()) return;
   s3rver srv;
@@ -37,7 +27,7 @@ TEST_CASE("checkpointer on S3: async saves, latest after commit, retention, resu
         REQUIRE(r.committed);
         comm.barrier();
         // The pointer names the one just committed, never the one in flight.
-        CHECK(read_object(root, "latest") == r.committed->name + "\n");
+        CHECK(cairn_test::read_text(root, "latest") == r.committed->name + "\n");
         comm.barrier();
       }
     }
@@ -45,7 +35,7 @@ TEST_CASE("checkpointer on S3: async saves, latest after commit, retention, resu
     REQUIRE(last);
     CHECK(last->deleted == std::vector<std::string>{"step00000001"});
   });
-  CHECK(read_object(root, "latest") == "step00000003\n");
+  CHECK(cairn_test::read_text(root, "latest") == "step00000003\n");
   CHECK(root.list("step00000001/").value().empty());
   CHECK(!root.list("step00000002/").value().empty());
 

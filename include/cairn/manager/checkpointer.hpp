@@ -145,11 +145,11 @@ inline bool has_commit_marker(const std::vector<std::string>& files) {
 /// The checkpoint name a pointer object holds (its text, trimmed), or nullopt when it is absent
 /// or holds something that is not a checkpoint name.
 inline result<std::optional<std::string>> read_pointer(storage_ref root, std::string_view ptr) {
-  CAIRN_TRY_ASSIGN(bool there, root.exists(ptr));
-  if (!there) return std::optional<std::string>();
-  CAIRN_TRY_ASSIGN(std::uint64_t size, root.size(ptr));
-  if (size > 4096) return std::optional<std::string>();  // not a pointer of ours
-  std::string text(size, '\0');
+  auto size = root.size(ptr);
+  if (!size && size.err().code == errc::not_found) return std::optional<std::string>();
+  if (!size) return size.err();
+  if (*size > 4096) return std::optional<std::string>();  // not a pointer of ours
+  std::string text(*size, '\0');
   CAIRN_TRY(root.read(ptr, 0, std::as_writable_bytes(std::span(text))));
   while (!text.empty() && (text.back() == '\n' || text.back() == ' ' || text.back() == '\r'))
     text.pop_back();
@@ -219,11 +219,15 @@ inline bool newer(const checkpoint_entry& a, const checkpoint_entry& b) {
 }  // namespace detail
 
 /// The checkpoints under `root`, by name (one `list` of the root, plus one small read per
-/// pointer): complete or not, their format, size, the counters their names hold by `names`
-/// (null: none parsed), and which the pointer `latest` and the tags name.
+/// pointer): complete or not, the counters their names hold by `names` (null: none parsed), and
+/// which the pointer `latest` and the tags name. With `measure`, also each complete one's format
+/// (its metadata read) and every object's size (a HEAD each on S3); without, `complete` says
+/// only that a commit marker is there and `format` and `bytes` stay empty (what retention and
+/// `load_latest` need, at one listing).
 inline result<std::vector<checkpoint_entry>> list_checkpoints(storage_ref root,
                                                               const name_template* names,
-                                                              std::string_view latest = "latest") {
+                                                              std::string_view latest = "latest",
+                                                              bool measure = true) {
   CAIRN_TRY_ASSIGN(auto all, root.list(""));
   std::optional<std::string> latest_name;
   if (!latest.empty()) {
@@ -240,7 +244,7 @@ inline result<std::vector<checkpoint_entry>> list_checkpoints(storage_ref root,
     checkpoint_entry e;
     e.name = dir;
     e.complete = detail::has_commit_marker(files);
-    if (e.complete) {
+    if (e.complete && measure) {
       CAIRN_TRY_ASSIGN(auto sub, prefixed_storage::make(root, dir + "/"));
       CAIRN_TRY_ASSIGN(e.format, detect_format(sub));
       e.complete = !e.format.empty();
@@ -250,6 +254,7 @@ inline result<std::vector<checkpoint_entry>> list_checkpoints(storage_ref root,
     if (auto it = tags.find(dir); it != tags.end()) e.tags = it->second;
     e.objects = files.size();
     for (const auto& f : files) {
+      if (!measure) break;
       auto size = root.size(dir + "/" + f);
       if (size) e.bytes += *size;
     }
@@ -388,21 +393,15 @@ class checkpointer {
   /// the root holds committed checkpoints but none of the template's names, rather than start
   /// from scratch beside them.
   result<std::optional<std::pair<std::string, bool>>> find_latest() {
-    std::optional<error> failure;
-    bytes payload;
-    if (comm_.rank() == 0) {
-      auto r = resolve_latest();
-      if (!r) {
-        failure = r.err();
-      } else if (*r) {
-        detail::binary_writer w;
-        w.str((*r)->first);
-        w.u8((*r)->second ? 1 : 0);
-        payload = std::move(w.data());
-      }
-    }
-    auto [status, got] = announce(comm_, 0, failure, payload);
-    if (status) return *status;
+    CAIRN_TRY_ASSIGN(bytes got, decided_on_root([&]() -> result<bytes> {
+                       CAIRN_TRY_ASSIGN(auto found, resolve_latest());
+                       detail::binary_writer w;
+                       if (found) {
+                         w.str(found->first);
+                         w.u8(found->second ? 1 : 0);
+                       }
+                       return std::move(w.data());
+                     }));
     if (got.empty()) return std::optional<std::pair<std::string, bool>>();
     detail::binary_reader r(got);
     std::string name = r.str();
@@ -425,21 +424,13 @@ class checkpointer {
   /// (collective).
   template <class Tree>
   result<loaded_checkpoint> load(Tree& tree, std::string_view name, const load_options& opt = {}) {
-    std::optional<error> failure;
-    bytes payload;
-    if (comm_.rank() == 0) {
-      auto r = resolve_name(std::string(name));
-      if (!r) {
-        failure = r.err();
-      } else {
-        detail::binary_writer w;
-        w.str(r->first);
-        detail::put_counters(w, r->second);
-        payload = std::move(w.data());
-      }
-    }
-    auto [status, got] = announce(comm_, 0, failure, payload);
-    if (status) return *status;
+    CAIRN_TRY_ASSIGN(bytes got, decided_on_root([&]() -> result<bytes> {
+                       CAIRN_TRY_ASSIGN(auto found, resolve_name(std::string(name)));
+                       detail::binary_writer w;
+                       w.str(found.first);
+                       detail::put_counters(w, found.second);
+                       return std::move(w.data());
+                     }));
     detail::binary_reader r(got);
     loaded_checkpoint out;
     out.name = r.str();
@@ -518,6 +509,25 @@ class checkpointer {
     return std::make_shared<any_storage>(std::move(*st));
   }
 
+  /// Collective: `decide()` runs on rank 0 alone (storage reads and writes only, no collective);
+  /// every rank receives its bytes, or its error.
+  template <class Decide>
+  result<bytes> decided_on_root(Decide&& decide) {
+    std::optional<error> failure;
+    bytes payload;
+    if (comm_.rank() == 0) {
+      result<bytes> r = decide();
+      if (r) {
+        payload = std::move(*r);
+      } else {
+        failure = r.err();
+      }
+    }
+    auto [status, got] = announce(comm_, 0, failure, payload);
+    if (status) return *status;
+    return std::move(got);
+  }
+
   /// Collective: the name of the checkpoint at `at`, the same on every rank with the same
   /// tags, or an error naming the ranks that differ (or whose name is not valid).
   result<std::string> agree_on_name(const checkpoint_counters& at,
@@ -564,23 +574,15 @@ class checkpointer {
   result<committed_checkpoint> publish(const std::string& name,
                                        const std::vector<std::string>& tags,
                                        save_stats stats) {
-    std::optional<error> failure;
-    bytes payload;
-    if (comm_.rank() == 0) {
-      auto r = catch_and_publish(name, tags);
-      if (!r) {
-        failure = r.err();
-      } else {
-        detail::binary_writer w;
-        w.u64(r->deleted.size());
-        for (const auto& d : r->deleted) w.str(d);
-        w.u64(r->retention_errors.size());
-        for (const auto& e : r->retention_errors) detail::put_error(w, e);
-        payload = std::move(w.data());
-      }
-    }
-    auto [status, got] = announce(comm_, 0, failure, payload);
-    if (status) return *status;
+    CAIRN_TRY_ASSIGN(bytes got, decided_on_root([&]() -> result<bytes> {
+                       CAIRN_TRY_ASSIGN(committed_checkpoint done, catch_and_publish(name, tags));
+                       detail::binary_writer w;
+                       w.u64(done.deleted.size());
+                       for (const auto& d : done.deleted) w.str(d);
+                       w.u64(done.retention_errors.size());
+                       for (const auto& e : done.retention_errors) detail::put_error(w, e);
+                       return std::move(w.data());
+                     }));
     committed_checkpoint c;
     c.name = name;
     c.stats = std::move(stats);
@@ -619,7 +621,7 @@ class checkpointer {
   /// newer than `name` (an async save in flight), never one whose name is not of the template.
   void retain(const std::string& name, committed_checkpoint& c) {
     if (opt_.keep_last == 0) return;
-    auto found = list_checkpoints(root_, &names_, opt_.latest);
+    auto found = list_checkpoints(root_, &names_, opt_.latest, /*measure=*/false);
     if (!found) {
       c.retention_errors.push_back(found.err());
       return;
@@ -663,11 +665,11 @@ class checkpointer {
         [&]() -> result<std::optional<std::pair<std::string, bool>>> {
           CAIRN_TRY_ASSIGN(auto ptr, detail::read_pointer(root_, opt_.latest));
           if (ptr) {
-            CAIRN_TRY_ASSIGN(auto sub, prefixed_storage::make(root_, *ptr + "/"));
-            CAIRN_TRY_ASSIGN(std::string format, detect_format(sub));
+            CAIRN_TRY_ASSIGN(std::string format, format_at(*ptr));
             if (!format.empty()) return std::optional(std::pair(*ptr, false));
           }
-          CAIRN_TRY_ASSIGN(auto found, list_checkpoints(root_, &names_, opt_.latest));
+          CAIRN_TRY_ASSIGN(auto found,
+                           list_checkpoints(root_, &names_, opt_.latest, /*measure=*/false));
           std::vector<checkpoint_entry> ours;
           std::vector<std::string> others;
           for (auto& e : found) {
@@ -688,10 +690,20 @@ class checkpointer {
                                                    "): load one by name, or use their template")
                 .with_file(root_.describe(""));
           }
-          if (ours.empty()) return std::optional<std::pair<std::string, bool>>();
           std::sort(ours.begin(), ours.end(), detail::newer);
-          return std::optional(std::pair(ours.front().name, true));
+          for (const auto& e :
+               ours) {  // newest first; a marker that is not a checkpoint's is passed
+            CAIRN_TRY_ASSIGN(std::string format, format_at(e.name));
+            if (!format.empty()) return std::optional(std::pair(e.name, true));
+          }
+          return std::optional<std::pair<std::string, bool>>();
         });
+  }
+
+  /// Rank 0: the format of checkpoint `name` under the root ("" when it is not committed).
+  result<std::string> format_at(const std::string& name) {
+    CAIRN_TRY_ASSIGN(auto sub, prefixed_storage::make(root_, name + "/"));
+    return detect_format(sub);
   }
 
   /// Rank 0: checkpoint `name` (or the one tag `name` names) and its counters; errc::not_found
@@ -699,15 +711,13 @@ class checkpointer {
   result<std::pair<std::string, checkpoint_counters>> resolve_name(std::string name) {
     return detail::catch_all(
         "finding the checkpoint", [&]() -> result<std::pair<std::string, checkpoint_counters>> {
-          CAIRN_TRY_ASSIGN(auto sub, prefixed_storage::make(root_, name + "/"));
-          CAIRN_TRY_ASSIGN(std::string format, detect_format(sub));
+          CAIRN_TRY_ASSIGN(std::string format, format_at(name));
           if (format.empty()) {
             CAIRN_TRY_ASSIGN(auto tagged,
                              detail::read_pointer(root_, std::string(detail::tags_prefix) + name));
             if (tagged) {
               name = *tagged;
-              CAIRN_TRY_ASSIGN(sub, prefixed_storage::make(root_, name + "/"));
-              CAIRN_TRY_ASSIGN(format, detect_format(sub));
+              CAIRN_TRY_ASSIGN(format, format_at(name));
             }
           }
           if (format.empty())
@@ -716,6 +726,7 @@ class checkpointer {
                 .with_file(root_.describe(name));
           std::optional<checkpoint_counters> c;
           if (format == "cairn") {
+            CAIRN_TRY_ASSIGN(auto sub, prefixed_storage::make(root_, name + "/"));
             CAIRN_TRY_ASSIGN(auto meta, read_content_metadata(sub));
             c = detail::get_counters(meta);
           }

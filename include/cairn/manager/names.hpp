@@ -169,47 +169,30 @@ class name_template {
     return false;
   }
 
-  static std::int64_t value_of(field f, const checkpoint_counters& c, int world_size) {
+  /// The counter field `f` names in `c` (const or not); null for `{world_size}` and `{tag}`.
+  template <class Counters>
+  static auto counter(field f, Counters& c) -> decltype(&c.step) {
     switch (f) {
       case field::step:
-        return c.step;
+        return &c.step;
       case field::epoch:
-        return c.epoch;
+        return &c.epoch;
       case field::batch:
-        return c.batch;
+        return &c.batch;
       case field::sample:
-        return c.sample;
+        return &c.sample;
       case field::token:
-        return c.token;
+        return &c.token;
       case field::world_size:
-        return world_size;
       case field::tag:
-        return 0;
+        return nullptr;
     }
-    return 0;
+    return nullptr;
   }
 
-  static void set(field f, checkpoint_counters& c, std::int64_t v) {
-    switch (f) {
-      case field::step:
-        c.step = v;
-        break;
-      case field::epoch:
-        c.epoch = v;
-        break;
-      case field::batch:
-        c.batch = v;
-        break;
-      case field::sample:
-        c.sample = v;
-        break;
-      case field::token:
-        c.token = v;
-        break;
-      case field::world_size:
-      case field::tag:
-        break;
-    }
+  static std::int64_t value_of(field f, const checkpoint_counters& c, int world_size) {
+    const std::int64_t* v = counter(f, c);
+    return v ? *v : f == field::world_size ? world_size : 0;
   }
 
   /// Matches parts [i, end) and the tail against `rest` (backtracking over `{tag}`).
@@ -241,7 +224,7 @@ class name_template {
       // The same field twice must hold the same value.
       for (std::size_t j = 0; j < i; ++j)
         if (parts_[j].f == p.f && value_of(p.f, c, 0) != v) return false;
-      set(p.f, c, v);
+      *counter(p.f, c) = v;
     }
     return match_from(i + 1, rest.substr(n), c, world);
   }
