@@ -1,7 +1,7 @@
 // cairn: command-line tool to inspect and verify checkpoints.
 //
 //   cairn inspect DIR [--json]   keys, dtypes, shapes, chunks, bytes, world size, metadata
-//   cairn verify DIR             recompute every checksum; exit 0 when all match (DCP and
+//   cairn verify DIR [--json]    recompute every checksum; exit 0 when all match (DCP and
 //                                safetensors have none: their layout is checked, bytes read)
 //   cairn unshard SRC DST --format one_file|per_tensor|chunks [--chunk-size 5GB] [--dtype f32]
 //   cairn convert SRC DST --format native|torch_dist|one_file|per_tensor|chunks [--dtype f32]
@@ -10,9 +10,11 @@
 //   cairn ls ROOT [--json] [--name TEMPLATE] [--latest NAME]
 //                                checkpoints under a checkpointer's root: state, format, step,
 //                                size, which one `latest` and the tags name
-//   cairn rm ROOT NAME... [--incomplete]
+//   cairn rm ROOT NAME... [--incomplete] [--json]
 //                                delete checkpoints (never the one latest or a tag names; an
 //                                incomplete one only with --incomplete)
+// verify, diff, unshard and convert draw a progress bar on stderr when it is a terminal
+// (--progress: always; --no-progress: never).
 // DIR, SRC and DST may be s3://bucket/prefix when built with cairn::s3 (endpoint and
 // credentials from AWS_*).
 #include <fmt/core.h>
@@ -46,7 +48,7 @@ namespace {
 int usage() {
   std::fputs(
       "usage: cairn inspect DIR [--json]\n"
-      "       cairn verify DIR\n"
+      "       cairn verify DIR [--json]\n"
       "       cairn unshard SRC DST --format one_file|per_tensor|chunks [--chunk-size 5GB]\n"
       "                     [--dtype f32] [--slab 64MiB]\n"
       "       cairn convert SRC DST --format native|torch_dist|one_file|per_tensor|chunks [--dtype "
@@ -54,7 +56,7 @@ int usage() {
       "                     [--chunk-size 5GB] [--slab 64MiB]\n"
       "       cairn diff A B [--json]\n"
       "       cairn ls ROOT [--json] [--name TEMPLATE] [--latest NAME]\n"
-      "       cairn rm ROOT NAME... [--incomplete] [--latest NAME]\n"
+      "       cairn rm ROOT NAME... [--incomplete] [--latest NAME] [--json]\n"
       "  inspect  list keys, dtypes, global shapes, chunk counts, bytes, the saved world\n"
       "           size, format version and content metadata (--json: JSON only on stdout)\n"
       "  verify   recompute every checksum; exit 0 when all match, 1 naming each bad chunk\n"
@@ -70,7 +72,9 @@ int usage() {
       "           step (from the checkpoint, or read from its name by --name TEMPLATE such as\n"
       "           step{step:08}), objects, bytes, and which the latest pointer and tags name\n"
       "  rm       delete checkpoints under ROOT: never the one latest or a tag names; an\n"
-      "           incomplete one (a save may still be writing it) only with --incomplete\n",
+      "           incomplete one (a save may still be writing it) only with --incomplete\n"
+      "  verify, diff, unshard and convert draw a progress bar on stderr when it is a\n"
+      "  terminal; --progress draws it always, --no-progress never\n",
       stderr);
   return 2;
 }
@@ -79,6 +83,35 @@ int usage() {
 /// s3://bucket/prefix in builds with cairn::s3 (including cairn/storage/s3.hpp registers it);
 /// throws cairn::exception naming DIR for anything else.
 cairn::any_storage open_dir(const std::string& dir) { return cairn::open_storage(dir).value(); }
+
+/// Whether commands draw a progress bar on stderr (set by main: a terminal, --progress or
+/// --no-progress).
+bool g_progress = false;
+/// A bar line is on stderr without its newline yet.
+bool g_bar_open = false;
+
+/// Ends a progress bar's line, if one is open, before other output.
+void end_bar() {
+  if (!g_bar_open) return;
+  std::fputc('\n', stderr);
+  g_bar_open = false;
+}
+
+/// A progress callback that draws each stage's bar on stderr ("verify [####    ]  42.0%
+/// 1.23 / 2.93 GB"; a download also names its object), or an empty one when bars are off.
+cairn::progress_callback progress_bar() {
+  if (!g_progress) return {};
+  return [](const cairn::progress_report& p) {
+    const double f = p.total ? static_cast<double>(p.done) / static_cast<double>(p.total) : 1.0;
+    const int width = 40, filled = static_cast<int>(f * width);
+    fmt::print(stderr, "\r{:<8} [{}{}] {:5.1f}%  {:.2f} / {:.2f} GB{}{}", p.stage,
+               std::string(filled, '#'), std::string(width - filled, ' '), 100 * f, p.done / 1e9,
+               p.total / 1e9, p.object.empty() ? "" : "  ", p.object);
+    g_bar_open = true;
+    if (p.done == p.total) end_bar();
+    std::fflush(stderr);
+  };
+}
 
 std::string json_str(std::string_view s) {
   fmt::memory_buffer b;
@@ -198,15 +231,28 @@ int inspect(const std::string& dir, bool json) {
   return 0;
 }
 
-int verify(const std::string& dir) {
+int verify(const std::string& dir, bool json) {
   cairn::any_storage holder = open_dir(dir);
   cairn::storage_ref st = holder.ref();
-  auto report = cairn::verify_any(st);
+  auto report = cairn::verify_any(st, 2, progress_bar());
+  end_bar();
   if (!report) {
     fmt::print(stderr, "cairn verify: {}\n", report.err().describe());
     return 2;
   }
   const auto& problems = report->problems;
+  if (json) {
+    fmt::memory_buffer o;
+    auto out = std::back_inserter(o);
+    fmt::format_to(out, "{{\"dir\":{},\"format\":{},\"checksummed\":{},\"ok\":{},\"problems\":[",
+                   json_str(dir), json_str(report->format), report->checksummed, problems.empty());
+    for (std::size_t i = 0; i < problems.size(); ++i)
+      fmt::format_to(out, "{}{{\"item\":{},\"error\":{}}}", i ? "," : "",
+                     json_str(problems[i].item), json_str(problems[i].err.describe()));
+    fmt::format_to(out, "]}}\n");
+    std::fwrite(o.data(), 1, o.size(), stdout);
+    return problems.empty() ? 0 : 1;
+  }
   for (const auto& p : problems) fmt::print("BAD {}: {}\n", p.item, p.err.describe());
   if (!problems.empty()) {
     fmt::print("{}: {} problem(s) found\n", dir, problems.size());
@@ -298,17 +344,9 @@ int convert_cmd(const std::string& cmd, const std::vector<std::string>& args) {
     fmt::print(stderr, "cairn {}: {}\n", cmd, src.err().describe());
     return 2;
   }
-  const bool tty = ::isatty(STDERR_FILENO) == 1;
-  if (tty)
-    opt.progress = [&](std::uint64_t done, std::uint64_t total) {
-      double f = total ? static_cast<double>(done) / static_cast<double>(total) : 1.0;
-      int w = 40, filled = static_cast<int>(f * w);
-      fmt::print(stderr, "\r[{}{}] {:5.1f}%  {:.2f} / {:.2f} GB", std::string(filled, '#'),
-                 std::string(w - filled, ' '), 100 * f, done / 1e9, total / 1e9);
-      std::fflush(stderr);
-    };
+  opt.progress = progress_bar();
   auto stats = cmd == "unshard" ? cv::unshard(**src, out, opt) : cv::convert(**src, out, opt);
-  if (tty) fmt::print(stderr, "\n");
+  end_bar();
   if (!stats) {
     fmt::print(stderr, "cairn {}: {}\n", cmd, stats.err().describe());
     return 1;
@@ -360,7 +398,8 @@ int diff_cmd(const std::vector<std::string>& args) {
     fmt::print(stderr, "cairn diff: {}\n", (!a ? a : b).err().describe());
     return 2;
   }
-  auto d = cairn::convert::diff(**a, **b);
+  auto d = cairn::convert::diff(**a, **b, 64ull << 20, progress_bar());
+  end_bar();
   if (!d) {
     fmt::print(stderr, "cairn diff: {}\n", d.err().describe());
     return 2;
@@ -526,6 +565,7 @@ int rm(const root_args& a) {
     return 2;
   }
   int failed = 0;
+  fmt::memory_buffer removed, refusals;  // --json: the two lists
   for (std::size_t i = 1; i < a.positional.size(); ++i) {
     const std::string& name = a.positional[i];
     auto it = std::find_if(found->begin(), found->end(),
@@ -540,18 +580,26 @@ int rm(const root_args& a) {
     } else if (!it->complete && !a.incomplete) {
       refused = "it is incomplete (a save may still be writing it); pass --incomplete";
     }
+    if (refused.empty())
+      if (auto r = cairn::remove_checkpoint(root, name); !r) refused = r.err().describe();
     if (!refused.empty()) {
-      fmt::print(stderr, "cairn rm: {}: not removed: {}\n", name, refused);
       ++failed;
+      if (a.json)
+        fmt::format_to(std::back_inserter(refusals), "{}{{\"name\":{},\"reason\":{}}}",
+                       refusals.size() ? "," : "", json_str(name), json_str(refused));
+      else
+        fmt::print(stderr, "cairn rm: {}: not removed: {}\n", name, refused);
       continue;
     }
-    if (auto r = cairn::remove_checkpoint(root, name); !r) {
-      fmt::print(stderr, "cairn rm: {}: {}\n", name, r.err().describe());
-      ++failed;
-      continue;
-    }
-    fmt::print("removed {} ({} objects, {} bytes)\n", name, it->objects, it->bytes);
+    if (a.json)
+      fmt::format_to(std::back_inserter(removed), "{}{{\"name\":{},\"objects\":{},\"bytes\":{}}}",
+                     removed.size() ? "," : "", json_str(name), it->objects, it->bytes);
+    else
+      fmt::print("removed {} ({} objects, {} bytes)\n", name, it->objects, it->bytes);
   }
+  if (a.json)
+    fmt::print("{{\"root\":{},\"removed\":[{}],\"refused\":[{}]}}\n", json_str(a.positional[0]),
+               fmt::to_string(removed), fmt::to_string(refusals));
   return failed ? 1 : 0;
 }
 
@@ -568,14 +616,25 @@ int main(int argc, char** argv) {
   }
 }
 
-int run_cli(const std::vector<std::string>& args) {
+int run_cli(const std::vector<std::string>& all_args) {
+  g_progress = ::isatty(STDERR_FILENO) == 1;
+  std::vector<std::string> args;
+  for (const auto& a : all_args) {
+    if (a == "--progress")
+      g_progress = true;
+    else if (a == "--no-progress")
+      g_progress = false;
+    else
+      args.push_back(a);
+  }
   if (args.size() < 2) return usage();
   if (args[0] == "inspect") {
     bool json = args.size() == 3 && args[2] == "--json";
     if (args.size() > 3 || (args.size() == 3 && !json)) return usage();
     return inspect(args[1], json);
   }
-  if (args[0] == "verify" && args.size() == 2) return verify(args[1]);
+  if (args[0] == "verify" && args.size() == 2) return verify(args[1], false);
+  if (args[0] == "verify" && args.size() == 3 && args[2] == "--json") return verify(args[1], true);
   if (args[0] == "diff") return diff_cmd(std::vector<std::string>(args.begin() + 1, args.end()));
   if (args[0] == "ls" || args[0] == "rm") {
     auto a = parse_root_args(std::vector<std::string>(args.begin() + 1, args.end()));

@@ -32,6 +32,10 @@ bool upload(void* dst, const void* src, std::size_t bytes) {
   return cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice) == cudaSuccess;
 }
 
+bool download(void* dst, const void* src, std::size_t bytes) {
+  return cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost) == cudaSuccess;
+}
+
 bool sgd_step(float* w, int n, float lr, int step) {
   sgd_kernel<<<(n + 255) / 256, 256>>>(w, n, lr, step);
   return cudaGetLastError() == cudaSuccess && cudaDeviceSynchronize() == cudaSuccess;

@@ -15,6 +15,8 @@ void* device_alloc(std::size_t bytes);
 void device_free(void* p);
 /// Copies host memory into device memory (synchronous); false on failure.
 bool upload(void* dst, const void* src, std::size_t bytes);
+/// Copies device memory into host memory (synchronous); false on failure.
+bool download(void* dst, const void* src, std::size_t bytes);
 /// One "optimizer step" on the device: w[i] -= lr * g(i, step); waits for the kernel.
 bool sgd_step(float* w, int n, float lr, int step);
 

@@ -1,16 +1,19 @@
-// examples/cuda_trainer/main.cpp: a CUDA trainer's cairn side. Weights live in device memory
-// (kernels.cu trains them); a save stages them into cairn's pinned staging pool with
-// cudaMemcpyAsync and writes the staged copy; a resume loads into the pool and copies back to
-// the device. Without a usable GPU the weights live in host memory and the same cairn calls
-// take the host path (it says so once).
+// examples/cuda_trainer/main.cpp: a CUDA trainer's cairn side. The weights live in device
+// memory (kernels.cu trains them) and the state tree points straight at them: a
+// cairn::checkpointer saves every few steps in the background (training stalls only while the
+// weights are copied into its pinned staging pool), keeps the last two checkpoints and moves
+// DIR/latest once each commits; after a "crash", a new checkpointer resumes with load_latest,
+// which loads through the pool and copies back into device memory. Without a usable GPU the
+// weights live in host memory and the same calls take the host path (it says so once).
 //
 //   cuda_trainer [--dir DIR]     prints "resume: match" and exits 0, or MISMATCH and exits 1
 #include <cairn/cairn.hpp>
-#include <cairn/cuda/staging_pool.hpp>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -19,6 +22,7 @@
 namespace {
 
 constexpr int rows = 256, cols = 1024;
+constexpr std::size_t weight_bytes = sizeof(float) * rows * cols;
 
 // What the checkpoint holds: two weight matrices and the step.
 struct model_state {
@@ -33,25 +37,56 @@ struct weight {
   float* data = nullptr;
   std::vector<float> host;  // the fallback storage
   bool on_device = false;
+
+  weight(bool use_device, int k) {
+    std::vector<float> init(rows * cols);
+    for (std::size_t i = 0; i < init.size(); ++i)
+      init[i] = static_cast<float>(k + 1) * 0.001f * static_cast<float>(i % 97);
+    if (use_device) {
+      data = static_cast<float*>(trainer::device_alloc(weight_bytes));
+      if (!data || !trainer::upload(data, init.data(), weight_bytes))
+        throw std::runtime_error("device allocation failed");
+      on_device = true;
+    } else {
+      host = std::move(init);
+      data = host.data();
+    }
+  }
+  weight(const weight&) = delete;
+  weight& operator=(const weight&) = delete;
+  ~weight() {
+    if (on_device) trainer::device_free(data);
+  }
+
+  // One "optimizer step".
+  void step(int step) {
+    constexpr float lr = 0.01f;
+    if (on_device) {
+      if (!trainer::sgd_step(data, rows * cols, lr, step))
+        throw std::runtime_error("kernel failed");
+      return;
+    }
+    for (int i = 0; i < rows * cols; ++i)
+      data[i] -= lr * std::sin(0.001f * static_cast<float>(i) + static_cast<float>(step));
+  }
+
+  // A host copy of the values (to compare after the resume).
+  std::vector<float> values() const {
+    if (!on_device) return host;
+    std::vector<float> out(rows * cols);
+    if (!trainer::download(out.data(), data, weight_bytes))
+      throw std::runtime_error("device copy failed");
+    return out;
+  }
 };
 
-bool step_weight(weight& w, int step) {
-  constexpr float lr = 0.01f;
-  if (w.on_device) return trainer::sgd_step(w.data, rows * cols, lr, step);
-  for (int i = 0; i < rows * cols; ++i)
-    w.data[i] -= lr * std::sin(0.001f * static_cast<float>(i) + static_cast<float>(step));
-  return true;
-}
-
-// The state over pool spans (host memory): what cairn saves from and loads into.
-model_state over(std::span<std::byte> a, std::span<std::byte> b, std::int64_t step) {
-  auto as_floats = [](std::span<std::byte> s) {
-    return std::span<float>(reinterpret_cast<float*>(s.data()), s.size() / sizeof(float));
-  };
+// The state tree over the weights, wherever they live: cairn stages device memory itself.
+model_state state_of(weight& a, weight& b) {
   model_state m;
-  m.w1 = cairn::block<float>("w1", as_floats(a), {rows, cols}, {rows, cols}, {0, 0});
-  m.w2 = cairn::block<float>("w2", as_floats(b), {rows, cols}, {rows, cols}, {0, 0});
-  m.step = step;
+  m.w1 =
+      cairn::block<float>("w1", std::span(a.data, rows * cols), {rows, cols}, {rows, cols}, {0, 0});
+  m.w2 =
+      cairn::block<float>("w2", std::span(b.data, rows * cols), {rows, cols}, {rows, cols}, {0, 0});
   return m;
 }
 
@@ -74,81 +109,48 @@ int main(int argc, char** argv) {
       std::printf("device: %d CUDA device(s); weights in device memory\n", dev.count);
     else
       std::printf("device: none (%s); falling back to host memory\n", dev.reason.c_str());
-
-    const std::size_t bytes = sizeof(float) * rows * cols;
-    weight w[2];
-    for (int k = 0; k < 2; ++k) {
-      std::vector<float> init(rows * cols);
-      for (std::size_t i = 0; i < init.size(); ++i)
-        init[i] = static_cast<float>(k + 1) * 0.001f * static_cast<float>(i % 97);
-      if (use_device) {
-        w[k].data = static_cast<float*>(trainer::device_alloc(bytes));
-        if (!w[k].data || !trainer::upload(w[k].data, init.data(), bytes)) {
-          std::fprintf(stderr, "cuda_trainer: device allocation failed\n");
-          return 1;
-        }
-        w[k].on_device = true;
-      } else {
-        w[k].host = std::move(init);
-        w[k].data = w[k].host.data();
-      }
-    }
-
-    // Allocated once (pinned when a device is usable), pre-touched, reused by every save.
-    cairn::cuda::staging_pool pool;
-    cairn::cuda::stager stager(pool, {.threads = 2});
-    std::printf("staging: %s\n", pool.describe().c_str());
-    cairn::single_communicator comm;
     std::filesystem::remove_all(dir);
+    cairn::single_communicator comm;
+    // Async saves; the last two kept; DIR/latest moved after each commit.
+    const cairn::checkpointer_options opt{.name = "step{step:04}", .keep_last = 2, .async = true};
 
-    std::vector<std::byte> saved[2];
-    std::int64_t step = 0;
-    for (; step < 10; ++step)
-      for (auto& x : w)
-        if (!step_weight(x, static_cast<int>(step))) return 1;
+    weight w1(use_device, 0), w2(use_device, 1);
+    model_state state = state_of(w1, w2);
+    std::vector<float> at_10[2];
+    {  // The first run: saves at steps 5, 10 and 15, then crashes.
+      cairn::checkpointer ckpt(dir.string(), comm, opt);
+      for (int step = 0; step < 15; ++step) {
+        w1.step(step);
+        w2.step(step);
+        if ((step + 1) % 5 != 0) continue;
+        state.step = step + 1;
+        auto t0 = std::chrono::steady_clock::now();
+        auto saved = ckpt.save(state, {.step = step + 1});  // returns once the weights are staged
+        double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+                        .count();
+        std::printf("save %s: training stalled %.1f ms (%zu bytes staged)%s%s\n",
+                    saved.name.c_str(), ms, 2 * weight_bytes, saved.committed ? "; committed " : "",
+                    saved.committed ? saved.committed->name.c_str() : "");
+        if (step + 1 == 10) at_10[0] = w1.values(), at_10[1] = w2.values();
+      }
+      std::printf("crash: the save of step 15 never committed; latest names step0010\n");
+    }  // the checkpointer dies without finalize(): the save in flight is dropped
 
-    {  // save at step 10: stage (device -> pinned host), wait, write the staged copy
-      cairn::cuda::stage_item items[] = {{w[0].data, bytes, "w1"}, {w[1].data, bytes, "w2"}};
-      auto staged = stager.stage(items).value();
-      stager.wait().value();  // from here training may change the device tensors again
-      for (int k = 0; k < 2; ++k) saved[k].assign(staged[k].begin(), staged[k].end());
-      cairn::file_storage disk(dir / "step_10");
-      cairn::save(over(staged[0], staged[1], step), disk, comm);
-      pool.reset();  // the save's writes are done: the pool is free for the next one
-      std::printf("saved step %lld (%zu bytes staged)\n", static_cast<long long>(step), 2 * bytes);
+    // The second run: fresh weights, then resume from the newest committed checkpoint.
+    weight r1(use_device, 7), r2(use_device, 8);
+    model_state resumed = state_of(r1, r2);
+    cairn::checkpointer ckpt(dir.string(), comm, opt);
+    auto loaded = ckpt.load_latest(resumed).value();
+    if (!loaded) {
+      std::printf("resume: MISMATCH (no checkpoint found)\n");
+      return 1;
     }
-
-    for (; step < 15; ++step)  // training goes on, then "crashes"
-      for (auto& x : w)
-        if (!step_weight(x, static_cast<int>(step))) return 1;
-
-    {  // resume: load into the pool, then copy into the weights (host -> device)
-      auto a = pool.acquire(bytes).value();
-      auto b = pool.acquire(bytes).value();
-      model_state m = over(a, b, 0);
-      cairn::file_storage disk(dir / "step_10");
-      cairn::load(m, disk, comm);
-      cairn::cuda::unstage_item items[] = {{w[0].data, a.data(), bytes, "w1"},
-                                           {w[1].data, b.data(), bytes, "w2"}};
-      stager.unstage(items).value();
-      stager.wait().value();
-      step = m.step;
-      pool.reset();
-    }
-
-    // Stage again to read the weights back and compare with what was saved.
-    cairn::cuda::stage_item items[] = {{w[0].data, bytes, "w1"}, {w[1].data, bytes, "w2"}};
-    auto check = stager.stage(items).value();
-    stager.wait().value();
-    bool match = step == 10;
-    for (int k = 0; k < 2; ++k)
-      match = match && std::memcmp(check[k].data(), saved[k].data(), bytes) == 0;
-    std::printf("resume: %s (step %lld)\n", match ? "match" : "MISMATCH",
-                static_cast<long long>(step));
-    for (auto& x : w)
-      if (x.on_device) trainer::device_free(x.data);
+    const bool match = loaded->name == "step0010" && resumed.step == 10 &&
+                       r1.values() == at_10[0] && r2.values() == at_10[1];
+    std::printf("resume: %s (%s, step %lld)\n", match ? "match" : "MISMATCH", loaded->name.c_str(),
+                static_cast<long long>(resumed.step));
     return match ? 0 : 1;
-  } catch (const cairn::exception& e) {
+  } catch (const std::exception& e) {
     std::fprintf(stderr, "cuda_trainer: %s\n", e.what());
     return 1;
   }

@@ -69,10 +69,12 @@ inline result<std::map<std::string, common_value>> load_common(storage_ref st) {
 
 /// Reads the named tensors whole (any saved sharding, any format: native, torch_dist,
 /// safetensors when their readers are in the program), on one process. An empty `keys` reads
-/// every tensor.
-inline result<std::map<std::string, tensor_data>> load_tensors(storage_ref st,
-                                                               std::vector<std::string> keys = {},
-                                                               int threads = 2) {
+/// every tensor. `progress` is told the bytes read ("read").
+inline result<std::map<std::string, tensor_data>> load_tensors(
+    storage_ref st,
+    std::vector<std::string> keys = {},
+    int threads = 2,
+    const progress_callback& progress = {}) {
   return detail::catch_all("load_tensors", [&]() -> result<std::map<std::string, tensor_data>> {
     CAIRN_TRY_ASSIGN(auto m, read_any_metadata(st));
     if (keys.empty())
@@ -105,7 +107,7 @@ inline result<std::map<std::string, tensor_data>> load_tensors(storage_ref st,
       for (std::size_t j = range.first; j < range.second; ++j) jobs[j].dst = d.data.data();
     }
     load_stats stats;
-    CAIRN_TRY(detail::run_copies(st, m, jobs, threads, stats));
+    CAIRN_TRY(detail::run_copies(st, m, jobs, threads, stats, nullptr, &progress));
     return out;
   });
 }

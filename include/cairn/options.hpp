@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cairn/core/common_value.hpp"
+#include "cairn/core/progress.hpp"
 #include "cairn/core/sharded_tensor.hpp"
 #include "cairn/plan/index.hpp"
 
@@ -82,6 +83,9 @@ struct save_options {
   /// `cairn/strategies.hpp` for torch_dist (PyTorch DCP) and the safetensors formats, and
   /// `save_strategy` to write your own. Every rank must pass the same strategy.
   const save_strategy* strategy = nullptr;
+  /// Told how much of this rank's data is written ("write"; the safetensors strategies also
+  /// "assemble"). For an async save, from its background thread.
+  progress_callback progress;
 };
 
 /// What one rank did during a save.
@@ -157,6 +161,8 @@ struct load_options {
   /// the tree does not declare, and those left out by `ignore_keys`, `edit_keys` or a preset
   /// (`with_preset`). Decode them with `common_value::as<T>()`.
   std::map<std::string, common_value>* client_state = nullptr;
+  /// Told how much of the tensor data this rank reads from storage is read ("read").
+  progress_callback progress;
 };
 
 /// An `object_mapping` that loads, on a changed grid, the saved object at this rank's position

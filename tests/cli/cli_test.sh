@@ -30,6 +30,14 @@ check "inspect --json has the format version" contains "$dir/json" '"format_vers
 check "verify of an intact checkpoint exits 0" test $rc -eq 0
 "$cairn" verify "file://$dir/ckpt" >"$dir/out" 2>&1; rc=$?
 check "verify of a file:// URI exits 0" test $rc -eq 0
+"$cairn" verify "$dir/ckpt" --json >"$dir/json" 2>"$dir/err"; rc=$?
+check "verify --json exits 0" test $rc -eq 0
+check "verify --json prints only JSON" "$make" check-json "$dir/json"
+check "verify --json says checksummed and ok" contains "$dir/json" '"format":"cairn","checksummed":true,"ok":true,"problems":\[\]'
+check "verify --json draws no bar on a non-terminal" test ! -s "$dir/err"
+"$cairn" verify "$dir/ckpt" --progress >"$dir/out" 2>"$dir/err"; rc=$?
+check "verify --progress exits 0" test $rc -eq 0
+check "verify --progress draws a bar to 100%" contains "$dir/err" "verify   \[#*\] 100.0%"
 "$cairn" inspect "gs://bucket/ckpt" >"$dir/out" 2>&1; rc=$?
 check "an unknown URI scheme fails" test $rc -eq 2
 check "an unknown URI scheme is named" contains "$dir/out" "unknown storage URI scheme in \"gs://bucket/ckpt\""
@@ -86,8 +94,11 @@ check "rm refuses a tagged checkpoint" test $rc -eq 1
 check "rm refuses an incomplete checkpoint" contains "$dir/out" "pass --incomplete"
 "$cairn" rm "$dir/root" step_000040 --incomplete >"$dir/out" 2>&1; rc=$?
 check "rm --incomplete removes it" test $rc -eq 0 -a ! -e "$dir/root/step_000040/data.0.0123456789ab.cairn"
-"$cairn" rm "$dir/root" step_000020 nothing_here >"$dir/out" 2>&1; rc=$?
-check "rm of a missing one fails" test $rc -eq 1
+"$cairn" rm "$dir/root" step_000020 nothing_here step_000030 --json >"$dir/json" 2>"$dir/err"; rc=$?
+check "rm --json of a missing one fails" test $rc -eq 1
+check "rm --json prints only JSON" "$make" check-json "$dir/json"
+check "rm --json lists what it removed" contains "$dir/json" '"removed":\[{"name":"step_000020","objects":[0-9]*,"bytes":[0-9]*}\]'
+check "rm --json lists what it refused, and why" contains "$dir/json" '"refused":\[{"name":"nothing_here","reason":"no such checkpoint"},{"name":"step_000030","reason":"the latest pointer names it"}\]'
 check "rm removed the other" test ! -e "$dir/root/step_000020/metadata.json"
 "$cairn" ls "$dir/root" >"$dir/out" 2>&1
 check "ls no longer lists removed files" test "$(grep -c '^step_' "$dir/out")" -eq 2
@@ -106,6 +117,9 @@ check "diff counts differing elements" contains "$dir/out" "^values   model.w  1
 check "diff --json exits 1" test $rc -eq 1
 check "diff --json prints only JSON" "$make" check-json "$dir/json"
 check "diff --json has the change" contains "$dir/json" '"key":"model.w","change":"values"'
+"$cairn" diff "$dir/ckpt" "$dir/zstd" --progress >"$dir/out" 2>"$dir/err"; rc=$?
+check "diff --progress exits 0" test $rc -eq 0
+check "diff --progress draws a bar to 100%" contains "$dir/err" "diff     \[#*\] 100.0%"
 
 # unshard / convert (stderr is not a terminal here: no progress bar).
 "$cairn" unshard "$dir/ckpt" "$dir/one" --strategy one_file >"$dir/out" 2>"$dir/err"; rc=$?
@@ -113,6 +127,8 @@ check "unshard one_file exits 0" test $rc -eq 0
 check "unshard one_file writes model.safetensors" test -s "$dir/one/model.safetensors"
 check "unshard is quiet on a non-terminal stderr" test ! -s "$dir/err"
 check "unshard reports what it left out" contains "$dir/out" "not carried over.*step"
+"$cairn" unshard "$dir/ckpt" "$dir/one_bar" --format one_file --progress >"$dir/out" 2>"$dir/err"; rc=$?
+check "unshard --progress draws a bar to 100%" contains "$dir/err" "convert  \[#*\] 100.0%"
 "$cairn" unshard "$dir/ckpt" "$dir/chunks" --format chunks --chunk-size 1KB --dtype f64 \
   >"$dir/out" 2>&1; rc=$?
 check "unshard chunks exits 0" test $rc -eq 0

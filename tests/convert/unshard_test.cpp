@@ -163,10 +163,11 @@ TEST_CASE("unshard one_file: a 4-rank checkpoint with flattened optimizer shards
   cv::convert_options opt;
   opt.slab_bytes = 40;  // many slabs, sub-row slabs, batches across tensors
   std::uint64_t last = 0, calls = 0;
-  opt.progress = [&](std::uint64_t done, std::uint64_t total) {
-    CHECK(done >= last);
-    CHECK(done <= total);
-    last = done;
+  opt.progress = [&](const cairn::progress_report& p) {
+    CHECK(p.stage == "convert");
+    CHECK(p.done >= last);
+    CHECK(p.done <= p.total);
+    last = p.done;
     ++calls;
   };
   auto stats = cv::unshard(*src, out, opt).value();

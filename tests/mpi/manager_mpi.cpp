@@ -1,10 +1,13 @@
 // The checkpoint manager under mpirun: processes save through one checkpointer each (async, with
 // retention), `latest` names the last committed checkpoint, every process resumes from it (on
 // the whole world and alone), a name that differs between processes writes nothing, and a
-// stale pointer is resolved by one listing on rank 0.
+// stale pointer is resolved by one listing on rank 0; load presets, client state, the files each
+// process reports and progress reports, across processes.
 #include <doctest/doctest.h>
 
 #include <filesystem>
+#include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -107,6 +110,120 @@ TEST_CASE("checkpointer under MPI: differing names write nothing, a stale pointe
   CHECK((*r)->name == "step00000007");
   CHECK((*r)->found_by_scan);
   CHECK(back.w == t.w);
+  comm.barrier();
+  if (rank == 0) std::filesystem::remove_all(dir);
+}
+
+namespace {
+
+/// A trainer's state in parts, rows in blocks over the processes: `model.w`, `optim.m`,
+/// `sched.last_epoch`, `step`; values from the generation `gen`.
+struct trainer {
+  std::vector<float> w, m;
+  cairn::state_dict sd;
+  trainer(int rank, int world, int gen) {
+    const std::int64_t rows = 4 * world;
+    w.assign(4 * 16, static_cast<float>(gen));
+    m.assign(4 * 16, static_cast<float>(gen) * 10);
+    sd.child("model").add("w", cairn::block("model.w", std::span(w), {4, 16}, {rows, 16},
+                                            {rank * std::int64_t{4}, 0}));
+    sd.child("optim").add("m", cairn::block("optim.m", std::span(m), {4, 16}, {rows, 16},
+                                            {rank * std::int64_t{4}, 0}));
+    sd.child("sched").add("last_epoch", std::int64_t{gen * 100});
+    sd.add("step", std::int64_t{gen * 1000});
+  }
+};
+
+/// Whether every report of a stage ended at its total (last report per stage).
+struct stage_ends {
+  std::map<std::string, std::pair<std::uint64_t, std::uint64_t>> last;
+  bool monotone = true;
+  cairn::progress_callback callback() {
+    return [this](const cairn::progress_report& p) {
+      auto it = last.find(std::string(p.stage));
+      if (it != last.end() && p.done < it->second.first) monotone = false;
+      last[std::string(p.stage)] = {p.done, p.total};
+    };
+  }
+};
+
+}  // namespace
+
+TEST_CASE("checkpointer under MPI: presets, client state, files reported, progress") {
+  cairn::mpi_communicator comm(MPI_COMM_WORLD);
+  const int rank = comm.rank(), world = comm.size();
+  const std::string dir = shared_temp_dir(comm);
+  cairn::file_storage root(dir);
+  stage_ends saving;
+  std::vector<std::string> files;
+  {
+    cairn::checkpointer_options opt;
+    opt.save.progress = saving.callback();
+    cairn::checkpointer ckpt(root, comm, opt);
+    trainer t(rank, world, 1);
+    t.sd.add("data_seed", std::int64_t{1234});  // not declared by the trees that load
+    auto r = ckpt.try_save(t.sd, {.step = 1000});
+    REQUIRE(r);
+    REQUIRE(r->committed);
+    files = r->committed->stats.files;
+  }
+  // Progress: this process's share of the data, to its end.
+  REQUIRE(saving.last.count("write"));
+  CHECK(saving.monotone);
+  CHECK(saving.last["write"].first == saving.last["write"].second);
+  CHECK(saving.last["write"].second == 2 * 4 * 16 * sizeof(float));
+  // Files: every process reports its data file; together they are the checkpoint.
+  std::string mine;
+  for (const auto& f : files) mine += f + "\n";
+  std::set<std::string> reported;
+  for (const auto& b : comm.all_gather(std::as_bytes(std::span(mine)))) {
+    std::string text(reinterpret_cast<const char*>(b.data()), b.size());
+    for (std::size_t at = 0, nl; (nl = text.find('\n', at)) != std::string::npos; at = nl + 1)
+      reported.insert(text.substr(at, nl - at));
+  }
+  CHECK(std::any_of(files.begin(), files.end(), [&](const std::string& f) {
+    return f.starts_with("data." + std::to_string(rank) + ".");
+  }));
+  if (rank == 0) CHECK(files.back() == "metadata.json");
+  const auto listed = root.list("step00001000/").value();
+  std::set<std::string> stored;
+  for (const auto& n : listed) stored.insert(n.substr(std::string("step00001000/").size()));
+  CHECK(reported == stored);
+  // Presets and client state: each process loads its rows, model only, and gets back the common
+  // values its tree left out.
+  {
+    cairn::checkpointer ckpt(root, comm);
+    trainer t(rank, world, 0);
+    std::map<std::string, cairn::common_value> client;
+    stage_ends loading;
+    cairn::load_options lo;
+    lo.client_state = &client;
+    lo.strict = cairn::strict_mode::raise_all;
+    lo.progress = loading.callback();
+    auto r = ckpt.load_latest(t.sd, cairn::with_preset(cairn::load_preset::model_only, lo));
+    REQUIRE(r);
+    REQUIRE(*r);
+    CHECK((*r)->counters.step == 1000);
+    CHECK(t.w == std::vector<float>(4 * 16, 1.0f));
+    CHECK(t.m == std::vector<float>(4 * 16, 0.0f));  // the optimizer keeps its values
+    REQUIRE(client.count("data_seed"));
+    CHECK(client.at("data_seed").as<std::int64_t>() == 1234);
+    REQUIRE(client.count("sched.last_epoch"));  // left out by the preset: returned
+    CHECK(client.at("sched.last_epoch").as<std::int64_t>() == 100);
+    CHECK(client.at("step").as<std::int64_t>() == 1000);
+    REQUIRE(loading.last.count("read"));
+    CHECK(loading.monotone);
+    CHECK(loading.last["read"].first == loading.last["read"].second);
+    CHECK(loading.last["read"].second >= 4 * 16 * sizeof(float));
+  }
+  {
+    // Everything, on the whole world: both parts and the scheduler.
+    cairn::checkpointer ckpt(root, comm);
+    trainer t(rank, world, 0);
+    auto r = ckpt.load_latest(t.sd, cairn::with_preset(cairn::load_preset::everything, {}));
+    REQUIRE(r);
+    CHECK(t.m == std::vector<float>(4 * 16, 10.0f));
+  }
   comm.barrier();
   if (rank == 0) std::filesystem::remove_all(dir);
 }

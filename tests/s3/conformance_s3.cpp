@@ -10,6 +10,8 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <tuple>
+#include <vector>
 
 #include "cairn/storage/cached.hpp"
 #include "cairn/storage/open.hpp"
@@ -182,7 +184,13 @@ TEST_SUITE("s3_storage") {
     temp_dir cache;
     cairn::s3_storage s("s3://" + srv.bucket + "/" + fresh_prefix("cache"),
                         options_for(srv.endpoint()));
-    cairn::cached_storage local{s, cache.path};
+    cairn::cached_storage local{s, cache.path, 16384};
+    // Each download reports its progress: from 0, one report per ranged GET, to the size.
+    std::vector<std::tuple<std::string, std::uint64_t, std::uint64_t>> reports;
+    local.set_progress([&](const cairn::progress_report& p) {
+      CHECK(p.stage == "download");
+      reports.emplace_back(std::string(p.object), p.done, p.total);
+    });
     bytes data = pattern(50000, 9);
     require_ok(local.put("c/x.bin", data));
     bytes out(100);
@@ -190,8 +198,14 @@ TEST_SUITE("s3_storage") {
       require_ok(local.read("c/x.bin", 1000 * i, out));
       CHECK(std::equal(out.begin(), out.end(), data.begin() + 1000 * i));
     }
-    CHECK(s.counters().gets == 1);
+    CHECK(s.counters().gets == 4);  // 50000 bytes in GETs of 16384
     CHECK(s.counters().bytes_got == data.size());
+    using report = std::tuple<std::string, std::uint64_t, std::uint64_t>;
+    CHECK(reports == std::vector<report>{{"c/x.bin", 0, 50000},
+                                         {"c/x.bin", 16384, 50000},
+                                         {"c/x.bin", 32768, 50000},
+                                         {"c/x.bin", 49152, 50000},
+                                         {"c/x.bin", 50000, 50000}});
     bytes tail(20);
     auto r = local.read("c/x.bin", 49990, tail);
     REQUIRE(!r);
@@ -202,7 +216,9 @@ TEST_SUITE("s3_storage") {
     bytes small(10);
     require_ok(local.read("c/x.bin", 0, small));
     CHECK(small == pattern(10, 1));
-    CHECK(s.counters().gets == 2);
+    CHECK(s.counters().gets == 5);
+    CHECK(reports.size() == 7);  // the new object downloaded: its start and end
+    CHECK(reports.back() == report{"c/x.bin", 10, 10});
     // A missing object is the backend's not_found, naming the S3 object.
     auto missing = local.read("c/none.bin", 0, small);
     REQUIRE(!missing);

@@ -95,12 +95,24 @@ inline std::optional<double> element_as_double(dtype t, const std::byte* p) {
 }  // namespace detail
 
 /// Compares every tensor of `a` and `b` (any layouts `open_source` reads), reading both in
-/// slabs of at most `slab_bytes` per side.
-inline result<diff_result> diff(source& a, source& b, std::uint64_t slab_bytes = 64ull << 20) {
+/// slabs of at most `slab_bytes` per side. `progress` is told the bytes compared per side
+/// ("diff").
+inline result<diff_result> diff(source& a,
+                                source& b,
+                                std::uint64_t slab_bytes = 64ull << 20,
+                                const progress_callback& progress = {}) {
   diff_result out;
   std::map<std::string, const tensor_entry*> in_a, in_b;
   for (const auto& t : a.tensors()) in_a[t.key] = &t;
   for (const auto& t : b.tensors()) in_b[t.key] = &t;
+  std::uint64_t total = 0;  // the bytes of the tensors compared element by element
+  for (const auto& [key, ta] : in_a) {
+    auto it = in_b.find(key);
+    if (it != in_b.end() && it->second->type == ta->type &&
+        it->second->global_shape == ta->global_shape)
+      total += ta->nbytes();
+  }
+  cairn::detail::progress_meter meter(&progress, "diff", total);
   std::vector<std::byte> buf_a, buf_b;
   for (const auto& [key, ta] : in_a) {
     auto it = in_b.find(key);
@@ -134,6 +146,7 @@ inline result<diff_result> diff(source& a, source& b, std::uint64_t slab_bytes =
       CAIRN_TRY(a.read({{key, s, buf_a}}));
       CAIRN_TRY(b.read({{key, s, buf_b}}));
       out.bytes_compared += n;
+      meter.add(n);
       if (std::memcmp(buf_a.data(), buf_b.data(), n) == 0) continue;
       for (std::size_t i = 0; i < n; i += es) {
         if (std::memcmp(buf_a.data() + i, buf_b.data() + i, es) == 0) continue;

@@ -20,6 +20,7 @@
 #include "cairn/convert/source.hpp"
 #include "cairn/core/dtype.hpp"
 #include "cairn/core/error.hpp"
+#include "cairn/core/progress.hpp"
 #include "cairn/format/dcp/metadata.hpp"
 #include "cairn/format/dcp/writer.hpp"
 #include "cairn/format/native/writer.hpp"
@@ -86,8 +87,8 @@ struct convert_options {
   int io_threads = 2;
   /// `torch_dist`: which torch module paths `.metadata` names.
   dcp::flavor dcp_flavor = dcp::flavor::torch2;
-  /// Called after each slab with source bytes done and the total.
-  std::function<void(std::uint64_t done, std::uint64_t total)> progress;
+  /// Told how many source tensor bytes are done ("convert"; after each slab).
+  progress_callback progress;
 };
 
 /// What a conversion wrote.
@@ -248,7 +249,7 @@ result<void> pump(source& src,
                   const std::vector<slab_job>& jobs,
                   const convert_options& opt,
                   convert_stats& stats,
-                  std::uint64_t total,
+                  cairn::detail::progress_meter* progress,
                   Sink&& sink,
                   slab_buffers* buffers = nullptr) {
   std::optional<slab_buffers> own;
@@ -288,7 +289,7 @@ result<void> pump(source& src,
       stats.bytes_read += reqs[q - i].out.size();
       stats.bytes_written += in.size();
     }
-    if (opt.progress) opt.progress(stats.bytes_read, total);
+    if (progress) progress->add(bytes);
     i = j;
   }
   return ok();
@@ -315,13 +316,13 @@ inline std::vector<slab_job> plan_jobs(const std::vector<const tensor_entry*>& t
 
 /// Writes the planned safetensors file `f`, reading its tensors from `src` one slab at a time in
 /// file order (the disk sees one sequential stream; memory bounded by `opt.slab_bytes`).
-/// `total`: the bytes `opt.progress` counts towards; `buffers`: slab memory to reuse.
+/// `progress`: told the source bytes done (none when null); `buffers`: slab memory to reuse.
 inline result<void> write_safetensors_file(source& src,
                                            storage_ref dst,
                                            const safetensors::planned_file& f,
                                            const convert_options& opt,
                                            convert_stats& stats,
-                                           std::uint64_t total = 0,
+                                           cairn::detail::progress_meter* progress = nullptr,
                                            slab_buffers* buffers = nullptr) {
   CAIRN_TRY_ASSIGN(safetensors::writer w,
                    safetensors::writer::open(dst, f.name, f.tensors, opt.metadata));
@@ -332,7 +333,7 @@ inline result<void> write_safetensors_file(source& src,
     ordered.push_back(t);
   }
   CAIRN_TRY(detail::pump(
-      src, detail::plan_jobs(ordered, opt), opt, stats, total,
+      src, detail::plan_jobs(ordered, opt), opt, stats, progress,
       [&](const detail::slab_job& job, std::span<const std::byte> bytes) -> result<void> {
         const std::size_t piece = std::size_t{8} << 20;
         std::size_t n = (bytes.size() + piece - 1) / piece;
@@ -355,11 +356,11 @@ inline result<void> write_safetensors(source& src,
                                       storage_ref dst,
                                       const convert_options& opt,
                                       convert_stats& stats,
-                                      std::uint64_t total) {
+                                      cairn::detail::progress_meter* progress) {
   CAIRN_TRY_ASSIGN(auto files, plan_safetensors(src.tensors(), opt));
   slab_buffers buffers;
   for (const auto& f : files)
-    CAIRN_TRY(write_safetensors_file(src, dst, f, opt, stats, total, &buffers));
+    CAIRN_TRY(write_safetensors_file(src, dst, f, opt, stats, progress, &buffers));
   if (opt.format != output_format::one_file) {
     CAIRN_TRY_ASSIGN(safetensors::index ix, safetensors::index_of(files));
     CAIRN_TRY(safetensors::write_index(dst, safetensors::index_name, ix));
@@ -372,7 +373,7 @@ inline result<void> write_torch_dist(source& src,
                                      storage_ref dst,
                                      const convert_options& opt,
                                      convert_stats& stats,
-                                     std::uint64_t total) {
+                                     cairn::detail::progress_meter* progress) {
   const std::string data_name = "__0_0.distcp";
   dcp::metadata m;
   std::vector<const tensor_entry*> ts;
@@ -382,7 +383,7 @@ inline result<void> write_torch_dist(source& src,
   }
   CAIRN_TRY_ASSIGN(auto out, dst.open_writer(data_name));
   std::uint64_t off = 0;
-  CAIRN_TRY(pump(src, plan_jobs(ts, opt), opt, stats, total,
+  CAIRN_TRY(pump(src, plan_jobs(ts, opt), opt, stats, progress,
                  [&](const slab_job& job, std::span<const std::byte> bytes) -> result<void> {
                    const std::string& key = job.t->key;
                    CAIRN_TRY_ASSIGN(std::uint64_t len,
@@ -414,7 +415,7 @@ inline result<void> write_native(source& src,
                                  storage_ref dst,
                                  const convert_options& opt,
                                  convert_stats& stats,
-                                 std::uint64_t total) {
+                                 cairn::detail::progress_meter* progress) {
   CAIRN_TRY_ASSIGN(std::string existing, detect_format(dst));
   if (!existing.empty())
     return make_error(errc::already_exists,
@@ -438,7 +439,7 @@ inline result<void> write_native(source& src,
   }
   CAIRN_TRY_ASSIGN(auto out, dst.open_writer(data_name));
   std::uint64_t off = 0;
-  CAIRN_TRY(pump(src, plan_jobs(ts, opt), opt, stats, total,
+  CAIRN_TRY(pump(src, plan_jobs(ts, opt), opt, stats, progress,
                  [&](const slab_job& job, std::span<const std::byte> bytes) -> result<void> {
                    auto w = out->write_at(off, bytes);
                    if (!w) return std::move(w).err().with_key(job.t->key);
@@ -484,14 +485,15 @@ inline result<convert_stats> convert(source& src, storage_ref dst, const convert
   convert_stats stats;
   std::uint64_t total = 0;
   for (const auto& t : src.tensors()) total += t.nbytes();
+  cairn::detail::progress_meter progress(&opt.progress, "convert", total);
   if (opt.format == output_format::torch_dist) {
-    CAIRN_TRY(detail::write_torch_dist(src, dst, opt, stats, total));
+    CAIRN_TRY(detail::write_torch_dist(src, dst, opt, stats, &progress));
     stats.skipped = src.other_items();
   } else if (opt.format == output_format::native) {
-    CAIRN_TRY(detail::write_native(src, dst, opt, stats, total));
+    CAIRN_TRY(detail::write_native(src, dst, opt, stats, &progress));
     stats.skipped = src.other_items();
   } else {
-    CAIRN_TRY(detail::write_safetensors(src, dst, opt, stats, total));
+    CAIRN_TRY(detail::write_safetensors(src, dst, opt, stats, &progress));
     stats.skipped = src.other_items();
     CAIRN_TRY_ASSIGN(auto commons, src.commons());
     for (const auto& [k, c] : commons) stats.skipped.push_back(k);

@@ -22,6 +22,7 @@
 
 #include "cairn/core/common_value.hpp"
 #include "cairn/core/error.hpp"
+#include "cairn/core/progress.hpp"
 #include "cairn/format/native/metadata.hpp"
 #include "cairn/format/native/reader.hpp"
 #include "cairn/storage/storage.hpp"
@@ -138,13 +139,15 @@ struct verify_report {
 /// sizes, chunks tiling each tensor). torch_dist (DCP) and safetensors, which carry no checksums:
 /// their metadata is parsed and validated by its reader, every tensor's chunks must tile it
 /// exactly, every chunk must lie inside its file, and every byte is read. Fails only when no
-/// checkpoint or no readable metadata is there.
-inline result<verify_report> verify_any(storage_ref st, int threads = 2) {
+/// checkpoint or no readable metadata is there. `progress` is told the bytes checked ("verify").
+inline result<verify_report> verify_any(storage_ref st,
+                                        int threads = 2,
+                                        const progress_callback& progress = {}) {
   return detail::catch_all("verifying the checkpoint", [&]() -> result<verify_report> {
     verify_report out;
     CAIRN_TRY_ASSIGN(out.format, detect_format(st));
     if (out.format.empty() || out.format == "cairn") {
-      CAIRN_TRY_ASSIGN(out.problems, detail::verify_checkpoint_impl(st, threads));
+      CAIRN_TRY_ASSIGN(out.problems, detail::verify_checkpoint_impl(st, threads, progress));
       out.format = "cairn";
       out.checksummed = true;
       return out;
@@ -160,6 +163,10 @@ inline result<verify_report> verify_any(storage_ref st, int threads = 2) {
         out.problems.push_back({"file " + m.files[f].name, std::move(sz).err()});
       }
     }
+    std::uint64_t total = 0;
+    for (const auto& [k, t] : m.tensors)
+      for (const auto& c : t.chunks) total += c.where.nbytes;
+    detail::progress_meter meter(&progress, "verify", total);
     std::vector<std::byte> buf;
     for (const auto& [k, t] : m.tensors) {
       for (std::size_t i = 0; i < t.chunks.size(); ++i) {
@@ -185,9 +192,11 @@ inline result<verify_report> verify_any(storage_ref st, int threads = 2) {
             out.problems.push_back({label, std::move(r).err().with_key(k)});
             break;
           }
+          meter.add(buf.size());
         }
       }
     }
+    meter.finish();  // chunks skipped or failed part way count as checked
     return out;
   });
 }

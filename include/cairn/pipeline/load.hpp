@@ -34,6 +34,12 @@
 
 namespace cairn::detail {
 
+/// The bytes one planned read reads: its whole blocks, the last one cut at the chunk's end.
+inline std::uint64_t read_length(const read_op& op, std::uint64_t block_size) {
+  const std::uint64_t lo = op.first_block * block_size;
+  return std::min(op.chunk->where.nbytes, (op.last_block + 1) * block_size) - lo;
+}
+
 /// Runs one planned read: whole blocks, verified, straight into the target or through a pooled
 /// buffer that the read's jobs then copy out of.
 inline result<void> run_read(storage_ref st,
@@ -42,11 +48,11 @@ inline result<void> run_read(storage_ref st,
                              const read_op& op,
                              const std::vector<std::size_t>& group,
                              buffer_pool& pool,
-                             std::atomic<std::uint64_t>& bytes_read) {
-  const std::uint64_t B = m.block_size;
+                             std::atomic<std::uint64_t>& bytes_read,
+                             progress_meter& progress) {
   const extent& e = op.chunk->where;
-  std::uint64_t lo = op.first_block * B;
-  std::uint64_t len = std::min(e.nbytes, (op.last_block + 1) * B) - lo;
+  const std::uint64_t lo = op.first_block * m.block_size;
+  const std::uint64_t len = read_length(op, m.block_size);
   std::unique_ptr<std::byte[]> temp;  // from the pool, not zeroed: every byte is read into
   std::span<std::byte> buf;
   if (op.direct) {
@@ -66,6 +72,7 @@ inline result<void> run_read(storage_ref st,
   CAIRN_TRY(read_verified_blocks(st, m, e, op.first_block, op.last_block, buf,
                                  jobs[group.front()].key, what));
   bytes_read += len;
+  progress.add(len);
   if (op.direct) return ok();
   for (std::size_t j : group) {
     const copy_job& job = jobs[j];
@@ -86,22 +93,26 @@ inline result<void> run_read(storage_ref st,
 /// Reads what the jobs need, whole checksum blocks only, verifies them, and copies into
 /// place. A chunk that maps one-to-one onto its target is read straight into target memory.
 /// Reads that cannot go straight to the target go through `pool`'s buffers (a private pool
-/// when null), at most one per thread.
+/// when null), at most one per thread. `progress` (when given) is told the bytes read ("read").
 inline result<void> run_copies(storage_ref st,
                                const checkpoint_metadata& m,
                                const std::vector<copy_job>& jobs,
                                int threads,
                                load_stats& stats,
-                               buffer_pool* pool = nullptr) {
+                               buffer_pool* pool = nullptr,
+                               const progress_callback* progress = nullptr) {
   std::optional<buffer_pool> own;
   if (!pool || pool->size() < m.block_size)
     pool = &own.emplace(std::max<std::size_t>(std::size_t{8} << 20, m.block_size));
   const read_plan plan = plan_reads(jobs, m.block_size, pool->size(), max_io_bytes);
   stats.bytes_needed += plan.bytes_needed;
+  std::uint64_t total = 0;
+  for (const read_op& op : plan.ops) total += read_length(op, m.block_size);
+  progress_meter meter(progress, "read", total);
   std::atomic<std::uint64_t> bytes_read{0};
   auto r = run_parallel(plan.ops.size(), threads, [&](std::size_t k) -> result<void> {
     const read_op& op = plan.ops[k];
-    return run_read(st, m, jobs, op, plan.job_groups[op.group], *pool, bytes_read);
+    return run_read(st, m, jobs, op, plan.job_groups[op.group], *pool, bytes_read, meter);
   });
   stats.bytes_read += bytes_read;
   return r;
@@ -280,7 +291,7 @@ inline result<void> load_leaves_local(const leaf_list& leaves,
   CAIRN_TRY(load_commons(leaves, st, m, opt));
   if (opt.common_only) return ok();
   CAIRN_TRY_ASSIGN(std::vector<copy_job> jobs, plan_tensor_copies(leaves, m, skip));
-  CAIRN_TRY(run_copies(st, m, jobs, opt.io_threads, stats, pool));
+  CAIRN_TRY(run_copies(st, m, jobs, opt.io_threads, stats, pool, &opt.progress));
   return load_objects(leaves, st, m, opt, stats);
 }
 

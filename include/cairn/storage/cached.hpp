@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "cairn/core/error.hpp"
+#include "cairn/core/progress.hpp"
 #include "cairn/storage/decorator.hpp"
 #include "cairn/storage/detail/posix.hpp"
 #include "cairn/storage/file.hpp"
@@ -51,6 +52,8 @@ struct cache_state {
   std::mutex mu;
   std::map<std::string, std::shared_ptr<cache_entry>, std::less<>> entries;
   std::atomic<std::uint64_t> downloads{0}, tmp_counter{0};
+  /// Told each download's progress ("download"), one call at a time.
+  progress_callback progress;
 
   /// The entry of `name`, created (not ready) when there is none.
   std::shared_ptr<cache_entry> entry(std::string_view name) {
@@ -162,6 +165,18 @@ class cached_storage : public storage_decorator<S> {
   const std::filesystem::path& directory() const noexcept { return state_->dir; }
   /// Objects downloaded so far.
   std::uint64_t downloads() const noexcept { return state_->downloads.load(); }
+  /// Reports every download's bytes to `callback` (stage "download", the object's name in
+  /// `object`), one call at a time even when several downloads run at once. Set it before
+  /// the decorator is used.
+  void set_progress(progress_callback callback) {
+    state_->progress = {};
+    if (!callback) return;
+    auto mu = std::make_shared<std::mutex>();
+    state_->progress = [mu, cb = std::move(callback)](const progress_report& r) {
+      std::lock_guard lock(*mu);
+      cb(r);
+    };
+  }
 
   result<void> put(std::string_view name, std::span<const std::byte> data) {
     return state_->changing(name, [&] { return inner_->put(name, data); });
@@ -245,6 +260,7 @@ class cached_storage : public storage_decorator<S> {
 
   // Copies the `n` bytes of `name` into `fd` (the file `tmp`), in reads of chunk_ bytes.
   result<void> copy_into(std::string_view name, std::uint64_t n, int fd, const std::string& tmp) {
+    detail::progress_meter progress(&state_->progress, "download", n, name);
     std::vector<std::byte> buf(static_cast<std::size_t>(std::min<std::uint64_t>(n, chunk_)));
     for (std::uint64_t off = 0; off < n;) {
       const std::size_t len = static_cast<std::size_t>(std::min<std::uint64_t>(n - off, chunk_));
@@ -256,6 +272,7 @@ class cached_storage : public storage_decorator<S> {
         return e;
       }
       off += len;
+      progress.add(len);
     }
     return ok();
   }

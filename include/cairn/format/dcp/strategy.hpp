@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "cairn/core/progress.hpp"
 #include "cairn/detail/binary.hpp"
 #include "cairn/format/dcp/metadata.hpp"
 #include "cairn/format/dcp/writer.hpp"
@@ -54,7 +55,7 @@ class torch_dist_strategy final : public save_strategy {
 
   result<void> write(planned_save& plan,
                      storage_ref st,
-                     const save_options&,
+                     const save_options& opt,
                      buffer_pool*,
                      written_save& out) const override {
     const auto& slots = plan.index.slots[plan.rank];
@@ -63,7 +64,9 @@ class torch_dist_strategy final : public save_strategy {
       std::string name = data_name(plan.rank, plan.save_id);
       std::string where = st.describe(name);
       CAIRN_TRY_ASSIGN(auto w, st.open_writer(name));
-      std::uint64_t off = 0;
+      std::uint64_t off = 0, total = 0;
+      for (const auto& it : plan.items) total += it.nbytes;
+      detail::progress_meter progress(&opt.progress, "write", total);
       for (std::size_t i = 0; i < plan.items.size(); ++i) {
         const write_item& it = plan.items[i];
         const write_slot& slot = slots[i];
@@ -85,6 +88,7 @@ class torch_dist_strategy final : public save_strategy {
         report.u64(*len);
         off += *len;
         plan.stats.bytes_written += it.nbytes;
+        progress.add(it.nbytes);
       }
       if (auto f = w->finish(); !f) return std::move(f).err().with_file(where);
       plan.stats.chunks_written = plan.items.size();

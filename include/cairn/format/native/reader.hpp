@@ -14,6 +14,7 @@
 
 #include "cairn/core/checksum.hpp"
 #include "cairn/core/error.hpp"
+#include "cairn/core/progress.hpp"
 #include "cairn/detail/parallel.hpp"
 #include "cairn/format/native/index_file.hpp"
 #include "cairn/format/native/metadata.hpp"
@@ -511,7 +512,8 @@ inline std::vector<verify_problem> tiling_problems(storage_ref st,
   return problems;
 }
 
-inline result<std::vector<verify_problem>> verify_checkpoint_impl(storage_ref st, int threads) {
+inline result<std::vector<verify_problem>> verify_checkpoint_impl(
+    storage_ref st, int threads, const progress_callback& progress = {}) {
   CAIRN_TRY_ASSIGN(checkpoint_metadata m, read_metadata(st));
   struct item {
     std::string label, key;
@@ -536,6 +538,9 @@ inline result<std::vector<verify_problem>> verify_checkpoint_impl(storage_ref st
     }
   }
   std::vector<std::optional<error>> found(items.size());
+  std::uint64_t total = 0;
+  for (const auto& it : items) total += it.e->nbytes;
+  progress_meter meter(&progress, "verify", total);
   // Per item, read in bounded pieces so memory stays small.
   auto r = [&]() -> result<void> {
     std::uint64_t blocks_per_io = std::max<std::uint64_t>(1, max_io_bytes / m.block_size);
@@ -551,11 +556,13 @@ inline result<std::vector<verify_problem>> verify_checkpoint_impl(storage_ref st
           found[i] = std::move(v).err();
           break;
         }
+        meter.add(len);
       }
       return ok();
     });
   }();
   if (!r) return std::move(r).err();
+  meter.finish();  // items that failed part way count as checked
   for (std::size_t i = 0; i < items.size(); ++i)
     if (found[i]) problems.push_back({items[i].label, std::move(*found[i])});
   return problems;
@@ -564,10 +571,11 @@ inline result<std::vector<verify_problem>> verify_checkpoint_impl(storage_ref st
 
 /// Recomputes every checksum of every chunk, object and the common state, and checks every
 /// data file's size. Returns all problems found (empty when the checkpoint is intact); fails
-/// only when the metadata itself cannot be read.
-inline result<std::vector<verify_problem>> verify_checkpoint(storage_ref st, int threads = 2) {
+/// only when the metadata itself cannot be read. `progress` is told the bytes checked ("verify").
+inline result<std::vector<verify_problem>> verify_checkpoint(
+    storage_ref st, int threads = 2, const progress_callback& progress = {}) {
   return detail::catch_all("verifying the checkpoint",
-                           [&] { return detail::verify_checkpoint_impl(st, threads); });
+                           [&] { return detail::verify_checkpoint_impl(st, threads, progress); });
 }
 
 }  // namespace cairn

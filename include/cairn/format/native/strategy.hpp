@@ -42,8 +42,11 @@ class native_strategy final : public save_strategy {
     std::uint64_t file_size = 0;
     if (index.writes(rank)) {
       const std::string name = data_file_name(rank, plan.save_id);
+      std::uint64_t total = 0;
+      for (const auto& it : plan.items) total += it.nbytes;
+      detail::progress_meter progress(&opt.progress, "write", total);
       CAIRN_TRY(detail::write_items(st, name, plan.items, opt.block_size, opt.io_threads, buffers,
-                                    opt.zstd_level, &file_size));
+                                    opt.zstd_level, &file_size, &progress));
       for (const auto& it : plan.items) plan.stats.bytes_written += it.nbytes;
       plan.stats.chunks_written = plan.items.size();
     }

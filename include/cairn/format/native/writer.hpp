@@ -19,6 +19,7 @@
 #include "cairn/core/bytes.hpp"
 #include "cairn/core/checksum.hpp"
 #include "cairn/core/error.hpp"
+#include "cairn/core/progress.hpp"
 #include "cairn/detail/parallel.hpp"
 #include "cairn/format/commit.hpp"
 #include "cairn/format/native/metadata.hpp"
@@ -266,7 +267,7 @@ inline result<void> finish_object(storage_ref st,
 /// that does not make it smaller), and runs of blocks are appended to the object in task
 /// order, so the same items give the same bytes: items' `file_offset` is then an output, set with
 /// `block_offsets` and `block_stored`; `*file_size` receives the object's size. Objects are stored
-/// raw.
+/// raw. `progress`, when given, is told each task's item bytes as it is written.
 inline result<void> write_items(storage_ref st,
                                 const std::string& name,
                                 std::vector<write_item>& items,
@@ -274,7 +275,8 @@ inline result<void> write_items(storage_ref st,
                                 int threads,
                                 buffer_pool* buffers = nullptr,
                                 int zstd_level = 0,
-                                std::uint64_t* file_size = nullptr) {
+                                std::uint64_t* file_size = nullptr,
+                                progress_meter* progress = nullptr) {
   std::optional<buffer_pool> own;
   if (!buffers || buffers->size() < block_size)
     buffers = &own.emplace(std::max<std::size_t>(std::size_t{8} << 20, block_size));
@@ -290,6 +292,7 @@ inline result<void> write_items(storage_ref st,
     auto w = it.tiles.empty() ? write_plain_task(t, it, block_size, sink, turn)
                               : write_tiled_task(t, it, tiles[t.item], *buffers, sink, turn);
     if (!w) return std::move(w).err().with_key(it.key);
+    if (progress) progress->add(t.end - t.begin);
     return ok();
   });
   if (!r) return std::move(r).err().with_file(st.describe(name));

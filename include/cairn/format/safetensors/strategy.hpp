@@ -96,10 +96,17 @@ class safetensors_strategy final : public save_strategy {
     auto& written = out.local.emplace<std::vector<std::string>>();  // for abandon
     convert::convert_stats stats;
     convert::slab_buffers buffers;
+    std::uint64_t total = 0;
+    for (std::size_t f = 0; f < files.size(); ++f)
+      if (owner[f] == plan.rank)
+        for (const auto& t : files[f].tensors)
+          total += static_cast<std::uint64_t>(numel(t.dims)) * dtype_size(t.type);
+    detail::progress_meter progress(&opt.progress, "assemble", total);
     for (std::size_t f = 0; f < files.size(); ++f) {
       if (owner[f] != plan.rank) continue;
       written.push_back(files[f].name);
-      CAIRN_TRY(convert::write_safetensors_file(*src, st, files[f], copt, stats, 0, &buffers));
+      CAIRN_TRY(
+          convert::write_safetensors_file(*src, st, files[f], copt, stats, &progress, &buffers));
     }
     return ok();
   }
