@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "cairn/core/bytes.hpp"
 #include "cairn/core/common_value.hpp"
 #include "cairn/core/progress.hpp"
 #include "cairn/core/sharded_tensor.hpp"
@@ -161,6 +162,13 @@ struct load_options {
   /// the tree does not declare, and those left out by `ignore_keys`, `edit_keys` or a preset
   /// (`with_preset`). Decode them with `common_value::as<T>()`.
   std::map<std::string, common_value>* client_state = nullptr;
+  /// When set, filled on every rank with the checkpoint's sharded objects that this load does
+  /// not put into the tree: keys the tree does not declare, and those left out by
+  /// `ignore_keys`, `edit_keys` or a preset. By unique key (`object_unique_key`:
+  /// `rng/shard_1_4`, the object at position 1 of a grid of 4), as the bytes the object was
+  /// saved as (what its `encode` wrote; a `byte_object`'s bytes as they were). Every rank reads
+  /// every such object; not with `common_only`.
+  std::map<std::string, bytes>* client_objects = nullptr;
   /// Told how much of the tensor data this rank reads from storage is read ("read").
   progress_callback progress;
 };

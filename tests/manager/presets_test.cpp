@@ -17,9 +17,11 @@ struct trainer {
   cairn::state_dict sd;
   cairn::common_value* last_epoch = nullptr;
   cairn::common_value* step = nullptr;
-  explicit trainer(int gen) : w(8, static_cast<float>(gen)), m(8, static_cast<float>(gen) * 10) {
-    sd.child("model").add("w", cairn::replicated("model.w", std::span(w), {8}, 0));
-    sd.child("optim").add("m", cairn::replicated("optim.m", std::span(m), {8}, 0));
+  /// `replica`: this rank's replica id when several ranks save it.
+  explicit trainer(int gen, int replica = 0)
+      : w(8, static_cast<float>(gen)), m(8, static_cast<float>(gen) * 10) {
+    sd.child("model").add("w", cairn::replicated("model.w", std::span(w), {8}, replica));
+    sd.child("optim").add("m", cairn::replicated("optim.m", std::span(m), {8}, replica));
     last_epoch = &sd.child("sched").add("last_epoch", std::int64_t{gen * 100});
     step = &sd.add("step", std::int64_t{gen * 1000});
   }
@@ -102,4 +104,47 @@ TEST_CASE("client state: common values the tree does not declare come back from 
   CHECK(client.size() == 4);
   CHECK(client.at("step").as<std::int64_t>() == 2000);
   CHECK(client.at("sched.last_epoch").as<std::int64_t>() == 200);
+}
+
+TEST_CASE("client objects: sharded objects the tree does not load come back as their bytes") {
+  cairn::memory_storage mem;
+  cairn::run_ranks(2, [&](cairn::thread_communicator& comm) {
+    trainer saved(3, comm.rank());
+    const std::byte r{static_cast<unsigned char>(comm.rank())};
+    saved.sd.add("rng", cairn::per_rank("rng", cairn::bytes{r, std::byte{7}}, comm.rank(), 2));
+    saved.sd.child("client").add(
+        "loader", cairn::per_rank("loader.state", cairn::bytes{std::byte{9}, r}, comm.rank(), 2));
+    cairn::save(saved.sd, mem, comm);
+  });
+  cairn::single_communicator one;
+  using bytes = cairn::bytes;
+  const bytes rng0{std::byte{0}, std::byte{7}}, rng1{std::byte{1}, std::byte{7}};
+  const bytes loader0{std::byte{9}, std::byte{0}}, loader1{std::byte{9}, std::byte{1}};
+  // A tree that declares no objects: every one comes back, by unique key.
+  trainer t(0);
+  std::map<std::string, bytes> objects;
+  objects["stale"] = bytes{std::byte{1}};  // cleared by the load
+  cairn::load_options lo;
+  lo.client_objects = &objects;
+  REQUIRE(cairn::try_load(t.sd, mem, one, lo));
+  CHECK(t.parts_of(3) == std::vector<std::string>{"model", "optim", "sched", "step"});
+  CHECK(objects == std::map<std::string, bytes>{{"loader.state/shard_1_2", loader1},
+                                                {"loader.state/shard_0_2", loader0},
+                                                {"rng/shard_0_2", rng0},
+                                                {"rng/shard_1_2", rng1}});
+  // A tree that loads `rng` (rank 1 of 2): only the loader's come back.
+  trainer u(0);
+  u.sd.add("rng", cairn::per_rank("rng", bytes(2), 1, 2));
+  REQUIRE(cairn::try_load(u.sd, mem, one, lo));
+  CHECK(std::get<cairn::byte_object>(*u.sd.find("rng")).value == rng1);
+  CHECK(objects == std::map<std::string, bytes>{{"loader.state/shard_0_2", loader0},
+                                                {"loader.state/shard_1_2", loader1}});
+  // Left out by ignore_keys: returned, and the tree keeps its value.
+  trainer v(0);
+  v.sd.add("rng", cairn::per_rank("rng", bytes(2), 0, 2));
+  lo.ignore_keys = {"rng"};
+  REQUIRE(cairn::try_load(v.sd, mem, one, lo));
+  CHECK(std::get<cairn::byte_object>(*v.sd.find("rng")).value == bytes(2));
+  CHECK(objects.size() == 4);
+  CHECK(objects.at("rng/shard_0_2") == rng0);
 }

@@ -149,7 +149,7 @@ struct stage_ends {
 
 }  // namespace
 
-TEST_CASE("checkpointer under MPI: presets, client state, files reported, progress") {
+TEST_CASE("checkpointer under MPI: presets, client state and objects, files reported, progress") {
   cairn::mpi_communicator comm(MPI_COMM_WORLD);
   const int rank = comm.rank(), world = comm.size();
   const std::string dir = shared_temp_dir(comm);
@@ -162,6 +162,8 @@ TEST_CASE("checkpointer under MPI: presets, client state, files reported, progre
     cairn::checkpointer ckpt(root, comm, opt);
     trainer t(rank, world, 1);
     t.sd.add("data_seed", std::int64_t{1234});  // not declared by the trees that load
+    const auto mine = static_cast<unsigned char>(rank);
+    t.sd.add("rng", cairn::per_rank("rng", cairn::bytes{std::byte{mine}}, rank, world));
     auto r = ckpt.try_save(t.sd, {.step = 1000});
     REQUIRE(r);
     REQUIRE(r->committed);
@@ -171,7 +173,7 @@ TEST_CASE("checkpointer under MPI: presets, client state, files reported, progre
   REQUIRE(saving.last.count("write"));
   CHECK(saving.monotone);
   CHECK(saving.last["write"].first == saving.last["write"].second);
-  CHECK(saving.last["write"].second == 2 * 4 * 16 * sizeof(float));
+  CHECK(saving.last["write"].second == 2 * 4 * 16 * sizeof(float) + 1);  // and its RNG state
   // Files: every process reports its data file; together they are the checkpoint.
   std::string mine;
   for (const auto& f : files) mine += f + "\n";
@@ -195,9 +197,11 @@ TEST_CASE("checkpointer under MPI: presets, client state, files reported, progre
     cairn::checkpointer ckpt(root, comm);
     trainer t(rank, world, 0);
     std::map<std::string, cairn::common_value> client;
+    std::map<std::string, cairn::bytes> objects;
     stage_ends loading;
     cairn::load_options lo;
     lo.client_state = &client;
+    lo.client_objects = &objects;
     lo.strict = cairn::strict_mode::raise_all;
     lo.progress = loading.callback();
     auto r = ckpt.load_latest(t.sd, cairn::with_preset(cairn::load_preset::model_only, lo));
@@ -211,6 +215,11 @@ TEST_CASE("checkpointer under MPI: presets, client state, files reported, progre
     REQUIRE(client.count("sched.last_epoch"));  // left out by the preset: returned
     CHECK(client.at("sched.last_epoch").as<std::int64_t>() == 100);
     CHECK(client.at("step").as<std::int64_t>() == 1000);
+    // Every process's RNG state, on every process.
+    REQUIRE(objects.size() == static_cast<std::size_t>(world));
+    for (int r = 0; r < world; ++r)
+      CHECK(objects.at("rng/shard_" + std::to_string(r) + "_" + std::to_string(world)) ==
+            cairn::bytes{std::byte{static_cast<unsigned char>(r)}});
     REQUIRE(loading.last.count("read"));
     CHECK(loading.monotone);
     CHECK(loading.last["read"].first == loading.last["read"].second);

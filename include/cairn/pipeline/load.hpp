@@ -262,7 +262,8 @@ inline result<const object_record*> find_saved_object(const object_leaf& o,
       .with_key(o.key);
 }
 
-/// Reads and decodes this rank's sharded objects.
+/// Reads and decodes this rank's sharded objects; hands the bytes of the objects whose keys the
+/// tree does not load to `opt.client_objects` when it is set.
 inline result<void> load_objects(const leaf_list& leaves,
                                  storage_ref st,
                                  const checkpoint_metadata& m,
@@ -275,6 +276,16 @@ inline result<void> load_objects(const leaf_list& leaves,
     CAIRN_TRY_ASSIGN(auto buf, read_extent(st, m, rec->where, o.key, "object " + u));
     stats.bytes_read += buf.size();
     if (auto d = o.decode(buf, o.value); !d) return std::move(d).err().with_key(o.key);
+  }
+  if (!opt.client_objects) return ok();
+  opt.client_objects->clear();
+  std::set<std::string> declared;
+  for (const auto& o : leaves.objects) declared.insert(o.key);
+  for (const auto& [u, rec] : m.objects) {
+    if (declared.count(rec.key)) continue;
+    CAIRN_TRY_ASSIGN(auto buf, read_extent(st, m, rec.where, rec.key, "object " + u));
+    stats.bytes_read += buf.size();
+    opt.client_objects->emplace(u, std::move(buf));
   }
   return ok();
 }
