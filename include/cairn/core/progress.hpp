@@ -72,8 +72,6 @@ class progress_meter {
     done_ = total_;
     (*callback_)({stage_, done_, total_, object_});
   }
-  /// Whether reports go anywhere.
-  bool active() const noexcept { return callback_ != nullptr; }
 
  private:
   const progress_callback* callback_;

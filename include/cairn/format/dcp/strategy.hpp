@@ -87,10 +87,10 @@ class torch_dist_strategy final : public save_strategy {
         report.u64(off);
         report.u64(*len);
         off += *len;
-        plan.stats.bytes_written += it.nbytes;
         progress.add(it.nbytes);
       }
       if (auto f = w->finish(); !f) return std::move(f).err().with_file(where);
+      plan.stats.bytes_written += total;
       plan.stats.chunks_written = plan.items.size();
     }
     out.report = std::move(report.data());

@@ -47,7 +47,7 @@ class native_strategy final : public save_strategy {
       detail::progress_meter progress(&opt.progress, "write", total);
       CAIRN_TRY(detail::write_items(st, name, plan.items, opt.block_size, opt.io_threads, buffers,
                                     opt.zstd_level, &file_size, &progress));
-      for (const auto& it : plan.items) plan.stats.bytes_written += it.nbytes;
+      plan.stats.bytes_written += total;
       plan.stats.chunks_written = plan.items.size();
     }
     written_state state;

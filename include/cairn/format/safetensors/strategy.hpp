@@ -98,9 +98,7 @@ class safetensors_strategy final : public save_strategy {
     convert::slab_buffers buffers;
     std::uint64_t total = 0;
     for (std::size_t f = 0; f < files.size(); ++f)
-      if (owner[f] == plan.rank)
-        for (const auto& t : files[f].tensors)
-          total += static_cast<std::uint64_t>(numel(t.dims)) * dtype_size(t.type);
+      if (owner[f] == plan.rank) total += tensor_bytes(files[f]);
     detail::progress_meter progress(&opt.progress, "assemble", total);
     for (std::size_t f = 0; f < files.size(); ++f) {
       if (owner[f] != plan.rank) continue;
@@ -157,6 +155,13 @@ class safetensors_strategy final : public save_strategy {
   static checkpoint_metadata shards(const planned_save& plan, const std::vector<bytes>& reports) {
     return native_strategy::metadata_of(plan.index, plan.save_id, reports);
   }
+  /// The tensor bytes of a planned file.
+  static std::uint64_t tensor_bytes(const safetensors::planned_file& f) {
+    std::uint64_t n = 0;
+    for (const auto& t : f.tensors)
+      n += static_cast<std::uint64_t>(numel(t.dims)) * dtype_size(t.type);
+    return n;
+  }
   /// Which rank writes each output file: largest first, onto the rank with the fewest bytes.
   static std::vector<int> owners(const std::vector<safetensors::planned_file>& files,
                                  std::size_t ranks) {
@@ -164,8 +169,7 @@ class safetensors_strategy final : public save_strategy {
     std::vector<std::uint64_t> size(files.size()), load(std::max<std::size_t>(ranks, 1));
     for (std::size_t f = 0; f < files.size(); ++f) {
       order[f] = f;
-      for (const auto& t : files[f].tensors)
-        size[f] += static_cast<std::uint64_t>(numel(t.dims)) * dtype_size(t.type);
+      size[f] = tensor_bytes(files[f]);
     }
     std::stable_sort(order.begin(), order.end(),
                      [&](std::size_t a, std::size_t b) { return size[a] > size[b]; });
