@@ -196,25 +196,19 @@ class axis_splits {
   std::span<const axis_split> s_;
 };
 
-/// Describes a block of an evenly split tensor, like Megatron's
-/// `ShardedTensor.from_rank_offsets`: `local_shape` is this rank's block (without prepended
-/// axes); each split multiplies the global size of its axis by `count` and offsets the block
-/// by `index * local size`. Axes are global axes (they count prepended axes).
-///
-///     auto w = cairn::from_rank_offsets("layer0.w", std::span(buf), {1024, 256},
-///                                       {{1, tp_rank, tp_size}});
-///
-/// The splits may also be built at run time (a `std::vector<axis_split>`).
-template <element_type T>
-sharded_tensor<T> from_rank_offsets(std::string key,
-                                    std::span<T> data,
-                                    shape local_shape,
-                                    axis_splits splits,
-                                    int replica_id = 0,
-                                    int prepend_axis_num = 0) {
-  sharded_tensor<T> t;
+/// The layout `from_rank_offsets` describes, for a dtype known only at run time: `local_shape`
+/// is this rank's block (without prepended axes); each split multiplies the global size of its
+/// axis by `count` and offsets the block by `index * local size`. Throws `cairn::exception`
+/// (naming the key) for a split outside the axes or an index outside [0, count).
+inline tensor_sharding rank_offsets_sharding(std::string key,
+                                             dtype type,
+                                             shape local_shape,
+                                             axis_splits splits,
+                                             int replica_id = 0,
+                                             int prepend_axis_num = 0) {
+  tensor_sharding t;
   t.key = std::move(key);
-  t.type = dtype_of<T>;
+  t.type = type;
   t.local_shape = std::move(local_shape);
   t.prepend_axis_num = prepend_axis_num;
   t.global_shape = t.global_block_shape();
@@ -234,6 +228,28 @@ sharded_tensor<T> from_rank_offsets(std::string key,
     t.axis_fragmentations[a] *= s.count;
   }
   t.replica_id = replica_id;
+  return t;
+}
+
+/// Describes a block of an evenly split tensor, like Megatron's
+/// `ShardedTensor.from_rank_offsets`: `local_shape` is this rank's block (without prepended
+/// axes); each split multiplies the global size of its axis by `count` and offsets the block
+/// by `index * local size`. Axes are global axes (they count prepended axes).
+///
+///     auto w = cairn::from_rank_offsets("layer0.w", std::span(buf), {1024, 256},
+///                                       {{1, tp_rank, tp_size}});
+///
+/// The splits may also be built at run time (a `std::vector<axis_split>`).
+template <element_type T>
+sharded_tensor<T> from_rank_offsets(std::string key,
+                                    std::span<T> data,
+                                    shape local_shape,
+                                    axis_splits splits,
+                                    int replica_id = 0,
+                                    int prepend_axis_num = 0) {
+  sharded_tensor<T> t;
+  static_cast<tensor_sharding&>(t) = rank_offsets_sharding(
+      std::move(key), dtype_of<T>, std::move(local_shape), splits, replica_id, prepend_axis_num);
   t.data = data;
   return t;
 }

@@ -24,9 +24,27 @@ class state_dict;
 /// A sharded object whose value is raw bytes, the dynamic form of `sharded_object<T>`.
 using byte_object = sharded_object<std::vector<std::byte>>;
 
-/// One entry of a state_dict: a tensor, a common value, an object, or a nested state_dict.
+/// A leaf that expands into other leaves when saved and loaded, and is merged back after a
+/// load (Megatron's ShardedTensorFactory). `build` returns the leaves to save or load in its
+/// place (visited under the factory's path); after a successful load, `merge` receives those
+/// leaves, now filled, and writes the result into the user's data. Nothing extra goes to disk.
+///
+///     // a fused QKV weight saved as three tensors
+///     cairn::factory qkv{
+///         [&] { cairn::state_dict d; /* q, k, v views of the fused buffer */ return d; },
+///         [&](cairn::state_dict& d) { /* copy back if the views were copies */ return cairn::ok();
+///         }};
+struct factory {
+  std::function<state_dict()> build;
+  std::function<result<void>(state_dict&)>
+      merge;  ///< may be empty when build's leaves view the data
+};
+
+/// One entry of a state_dict: a tensor, a common value, an object, a nested state_dict, or a
+/// factory. An entry named "" sits at the state_dict's own path rather than below it (a
+/// factory that stands for one tensor builds `{"": tensor}`).
 using state_dict_entry =
-    std::variant<sharded_tensor<>, common_value, byte_object, std::unique_ptr<state_dict>>;
+    std::variant<sharded_tensor<>, common_value, byte_object, std::unique_ptr<state_dict>, factory>;
 
 /// A string-keyed tree of leaves built at run time. Entries are kept sorted by name. It is
 /// visited like any other tree, saved, and loaded in place:
@@ -59,6 +77,15 @@ class state_dict {
   /// Adds (or replaces) a sharded object holding raw bytes.
   byte_object& add(std::string name, byte_object o) {
     return std::get<byte_object>(set(std::move(name), std::move(o)));
+  }
+  /// Adds (or replaces) a factory: leaves built when the tree is saved or loaded.
+  factory& add(std::string name, factory f) {
+    return std::get<factory>(set(std::move(name), std::move(f)));
+  }
+  /// Adds (or replaces) a nested state_dict built elsewhere.
+  state_dict& add(std::string name, state_dict child) {
+    return *std::get<std::unique_ptr<state_dict>>(
+        set(std::move(name), std::make_unique<state_dict>(std::move(child))));
   }
   /// The nested state_dict called `name`, created when missing.
   state_dict& child(std::string name) {
@@ -103,6 +130,9 @@ class state_dict {
     owned_.push_back(std::move(buf));
     return view;
   }
+  /// Keeps `owner` alive as long as this state_dict: memory of another kind its leaves view
+  /// (a staging copy a factory made, a tensor handle).
+  void keep_alive(std::shared_ptr<void> owner) { owned_.push_back(std::move(owner)); }
 
  private:
   state_dict_entry& set(std::string name, state_dict_entry e) {
@@ -111,22 +141,6 @@ class state_dict {
   }
   std::map<std::string, state_dict_entry, std::less<>> entries_;
   std::vector<std::shared_ptr<void>> owned_;
-};
-
-/// A leaf that expands into other leaves when saved and loaded, and is merged back after a
-/// load (Megatron's ShardedTensorFactory). `build` returns the leaves to save or load in its
-/// place (visited under the factory's path); after a successful load, `merge` receives those
-/// leaves, now filled, and writes the result into the user's data. Nothing extra goes to disk.
-///
-///     // a fused QKV weight saved as three tensors
-///     cairn::factory qkv{
-///         [&] { cairn::state_dict d; /* q, k, v views of the fused buffer */ return d; },
-///         [&](cairn::state_dict& d) { /* copy back if the views were copies */ return cairn::ok();
-///         }};
-struct factory {
-  std::function<state_dict()> build;
-  std::function<result<void>(state_dict&)>
-      merge;  ///< may be empty when build's leaves view the data
 };
 
 }  // namespace cairn

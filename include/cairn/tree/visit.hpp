@@ -84,8 +84,10 @@ inline constexpr bool directly_visitable =
     common_type<T> || is_string_map<T>::value || is_sequence<T>::value || is_tuple<T>::value ||
     is_optional<T>::value || has_fields<T>;
 
+/// `parent.name`; a state_dict entry named "" stands at its parent's path.
 inline std::string join_path(const std::string& parent, std::string_view name) {
   if (parent.empty()) return std::string(name);
+  if (name.empty()) return parent;
   std::string p = parent;
   p += '.';
   p += name;
