@@ -1,0 +1,451 @@
+// gpt_trainer: a small GPT trained with libtorch over MPI ranks, tensor-parallel (attention
+// heads and MLP units split over --tp ranks) and data-parallel with a distributed optimizer
+// (each data-parallel rank keeps AdamW state for a flat slice of every parameter), checkpointed
+// through cairn's checkpointer and resumed on other world sizes.
+//
+// Each phase is one mpirun (examples/gpt/README section of the top-level README):
+//   mpirun -np 4 gpt_trainer --phase reference --tp 2   uninterrupted run: loss curve, logits
+//   mpirun -np 4 gpt_trainer --phase train --tp 2       checkpoints every --save-every steps,
+//                                                       "crashes" at --interrupt-at
+//   mpirun -np 2 gpt_trainer --phase resume --tp 2      resumes from the latest checkpoint
+//   mpirun -np 3 gpt_trainer --phase resume --tp 1      (any tp dividing the heads, dp the
+//                                                       micro-batches)
+//   gpt_trainer --phase compare                         resumes against the reference
+// Flags: --dir DIR --steps N --interrupt-at N --save-every N --layers N --width N
+//        --micro-batches N
+#include <mpi.h>
+#include <torch/torch.h>
+
+#include <cinttypes>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cairn/cairn.hpp"
+#include "cairn/comm/mpi.hpp"
+#include "cairn/libtorch.hpp"
+#include "model.hpp"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct options {
+  fs::path dir = "gpt-ckpt";
+  std::string phase;
+  int tp = 1;
+  std::int64_t steps = 60, interrupt_at = 37, save_every = 10, micro_batches = 6, micro_batch = 4,
+               warmup = 10, seed = 1234;
+  double lr = 3e-3;
+  gpt::config model;
+};
+
+/// The checkpointed training state: the model (tensor-parallel pieces), the distributed
+/// optimizer's state (flat slices), the step and the data position.
+struct train_state {
+  cairn::state_dict model;
+  cairn::factory optim;
+  std::int64_t step = 0;
+  std::int64_t samples_seen = 0;  // data position: samples consumed so far
+  static constexpr auto fields = cairn::field_names("model", "optim", "step", "samples_seen");
+};
+
+std::uint64_t mix(std::uint64_t x) {  // splitmix64
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+/// Sample `s` of the synthetic token stream: a walk t -> 5t + 7 (mod vocab), one token in ten
+/// replaced by noise. The same sample index gives the same tokens on any world size.
+torch::Tensor sample_tokens(std::int64_t s, std::int64_t len, std::int64_t vocab) {
+  torch::Tensor out = torch::empty({len}, torch::kLong);
+  auto* p = out.data_ptr<std::int64_t>();
+  std::int64_t t = static_cast<std::int64_t>(mix(static_cast<std::uint64_t>(s)) % vocab);
+  for (std::int64_t i = 0; i < len; ++i) {
+    p[i] = t;
+    std::uint64_t h = mix(static_cast<std::uint64_t>(s) * 131 + static_cast<std::uint64_t>(i));
+    t = h % 10 == 0 ? static_cast<std::int64_t>((h >> 8) % vocab) : (5 * t + 7) % vocab;
+  }
+  return out;
+}
+
+/// Micro-batch `g` of step `step`: [micro_batch, context + 1] tokens.
+torch::Tensor micro_batch(const options& o, std::int64_t step, std::int64_t g) {
+  std::vector<torch::Tensor> rows;
+  for (std::int64_t i = 0; i < o.micro_batch; ++i)
+    rows.push_back(sample_tokens((step * o.micro_batches + g) * o.micro_batch + i,
+                                 o.model.context + 1, o.model.vocab));
+  return torch::stack(rows);
+}
+
+/// Warmup, then cosine decay to a tenth of the peak at the last step.
+double learning_rate(const options& o, std::int64_t step) {
+  if (step < o.warmup) return o.lr * static_cast<double>(step + 1) / static_cast<double>(o.warmup);
+  double progress = static_cast<double>(step - o.warmup) /
+                    static_cast<double>(std::max<std::int64_t>(1, o.steps - o.warmup));
+  return o.lr * (0.1 + 0.45 * (1 + std::cos(M_PI * std::min(1.0, progress))));
+}
+
+/// One process's place: tensor-parallel rank `tp.rank` of `tp.size`, data-parallel rank
+/// `dp_rank` of `dp_size`.
+struct layout {
+  gpt::tp_group tp;
+  MPI_Comm dp_comm = MPI_COMM_NULL;
+  int dp_rank = 0, dp_size = 1;
+};
+
+layout make_layout(int tp_size) {
+  int rank = 0, world = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  if (tp_size < 1 || world % tp_size != 0)
+    throw std::runtime_error("--tp must divide the number of processes");
+  layout l;
+  l.tp.rank = rank % tp_size;
+  l.tp.size = tp_size;
+  l.dp_rank = rank / tp_size;
+  l.dp_size = world / tp_size;
+  MPI_Comm_split(MPI_COMM_WORLD, l.dp_rank, l.tp.rank, &l.tp.comm);
+  MPI_Comm_split(MPI_COMM_WORLD, l.tp.rank, l.dp_rank, &l.dp_comm);
+  return l;
+}
+
+/// The slice [begin, end) of `n` elements data-parallel rank `r` of `dp` owns: about n / dp,
+/// cut at multiples of 64 elements (possibly empty). Aligned cuts keep each element in the same
+/// SIMD lane of libtorch's AdamW kernels whatever `dp` is, so the update is bit-identical.
+cairn::flat_range owned(std::int64_t n, int r, int dp) {
+  auto cut = [&](int k) { return std::min(n, (n * k / dp + 63) / 64 * 64); };
+  return {cut(r), cut(r + 1)};
+}
+
+/// The trainer of one process: model, distributed optimizer, and the state tree over them.
+struct trainer {
+  const options& o;
+  layout l;
+  gpt::model net;
+  cairn::libtorch::sharding placing;
+  std::vector<cairn::libtorch::named_tensor> params;  // the model's, named, with placements
+  std::vector<torch::Tensor> main;                    // this rank's slice of each parameter
+  std::unique_ptr<torch::optim::AdamW> opt;
+  train_state state;
+
+  trainer(const options& opts, int tp_size)
+      : o(opts),
+        l(make_layout(tp_size)),
+        net(o.model, l.tp),
+        placing(gpt::model_sharding(l.tp, l.dp_rank)) {
+    for (auto& p : net->named_parameters())
+      params.push_back({p.key(), p.value(), placing.place(p.key())});
+    init_weights();
+    // The distributed optimizer: AdamW over this rank's flat slice of every parameter. Slices
+    // differ across data-parallel ranks, so only tensor-parallel replicas skip writing them.
+    const auto slice_placing = gpt::model_sharding(l.tp, /*dp_rank=*/0);
+    std::vector<cairn::libtorch::named_tensor> slices;
+    for (auto& p : params) {
+      auto r = owned(p.tensor.numel(), l.dp_rank, l.dp_size);
+      main.push_back(p.tensor.detach().reshape(-1).narrow(0, r.begin, r.end - r.begin).clone());
+      cairn::libtorch::placement place = slice_placing.place(p.name);
+      place.block_shape = cairn::shape(p.tensor.sizes().begin(), p.tensor.sizes().end());
+      place.flat = r;
+      slices.push_back({p.name, main.back(), place});
+    }
+    opt = std::make_unique<torch::optim::AdamW>(
+        main, torch::optim::AdamWOptions(o.lr).betas({0.9, 0.95}).weight_decay(0.1));
+    state.model = cairn::libtorch::module_state(*net, placing);
+    state.optim = cairn::libtorch::optimizer_state(*opt, slices);
+  }
+
+  /// Each parameter is this rank's piece of a global tensor drawn from (seed, name): the same
+  /// model on any number of tensor-parallel ranks.
+  void init_weights() {
+    torch::NoGradGuard no_grad;
+    for (auto& p : params) {
+      std::vector<std::int64_t> global(p.tensor.sizes().begin(), p.tensor.sizes().end());
+      for (auto& s : p.place.splits) global[static_cast<std::size_t>(s.axis)] *= s.count;
+      torch::Tensor full;
+      if (p.name.find("ln") != std::string::npos) {
+        full = p.name.ends_with("weight") ? torch::ones(global) : torch::zeros(global);
+      } else if (p.name.ends_with("bias")) {
+        full = torch::zeros(global);
+      } else {
+        auto gen = at::make_generator<at::CPUGeneratorImpl>(
+            mix(static_cast<std::uint64_t>(o.seed) ^ std::hash<std::string>{}(p.name)));
+        full = torch::randn(global, gen) * 0.02;
+      }
+      for (auto& s : p.place.splits)
+        full = full.narrow(s.axis, s.index * p.tensor.size(s.axis), p.tensor.size(s.axis));
+      p.tensor.copy_(full);
+    }
+  }
+
+  /// After a load: this rank's slices of the main parameters from the loaded model.
+  void refresh_slices() {
+    torch::NoGradGuard no_grad;
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      auto r = owned(params[i].tensor.numel(), l.dp_rank, l.dp_size);
+      main[i].copy_(params[i].tensor.reshape(-1).narrow(0, r.begin, r.end - r.begin));
+    }
+  }
+
+  /// One optimizer step; returns the mean loss over the step's micro-batches. Gradients of the
+  /// micro-batches are gathered and summed in micro-batch order, so the step does not depend on
+  /// how many data-parallel ranks share them.
+  double step() {
+    const std::int64_t G = o.micro_batches;
+    if (G % l.dp_size != 0)
+      throw std::runtime_error("data-parallel size must divide --micro-batches");
+    const std::int64_t mine = G / l.dp_size, first = l.dp_rank * mine;
+    std::int64_t numel = 0;
+    for (auto& p : params) numel += p.tensor.numel();
+    torch::Tensor rows = torch::zeros({G, numel});
+    torch::Tensor losses = torch::zeros({G}, torch::kDouble);
+    for (std::int64_t g = first; g < first + mine; ++g) {
+      net->zero_grad();
+      torch::Tensor tokens = micro_batch(o, state.step, g);
+      torch::Tensor logits = net->forward(tokens.narrow(1, 0, o.model.context));
+      torch::Tensor loss = torch::nn::functional::cross_entropy(
+          logits.reshape({-1, o.model.vocab}), tokens.narrow(1, 1, o.model.context).reshape(-1));
+      (loss / static_cast<double>(G)).backward();
+      losses[g] = loss.item<double>();
+      std::int64_t at = 0;
+      for (auto& p : params) {
+        rows[g].narrow(0, at, p.tensor.numel()).copy_(p.tensor.grad().reshape(-1));
+        at += p.tensor.numel();
+      }
+    }
+    // Every micro-batch's gradient on every data-parallel rank, then one sum in fixed order.
+    MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, rows.data_ptr<float>(),
+                  static_cast<int>(mine * numel), MPI_FLOAT, l.dp_comm);
+    MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, losses.data_ptr<double>(),
+                  static_cast<int>(mine), MPI_DOUBLE, l.dp_comm);
+    torch::Tensor grad = rows[0].clone();
+    for (std::int64_t g = 1; g < G; ++g) grad.add_(rows[g]);
+    double mean = 0;
+    for (std::int64_t g = 0; g < G; ++g) mean += losses[g].item<double>();
+    // The distributed optimizer updates this rank's slices, then every rank gathers them.
+    std::int64_t at = 0;
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      auto r = owned(params[i].tensor.numel(), l.dp_rank, l.dp_size);
+      main[i].mutable_grad() = grad.narrow(0, at + r.begin, r.end - r.begin).clone();
+      at += params[i].tensor.numel();
+    }
+    static_cast<torch::optim::AdamWOptions&>(opt->param_groups()[0].options())
+        .lr(learning_rate(o, state.step));
+    opt->step();
+    torch::NoGradGuard no_grad;
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      std::int64_t n = params[i].tensor.numel();
+      std::vector<int> counts, displs;
+      for (int r = 0; r < l.dp_size; ++r) {
+        auto rr = owned(n, r, l.dp_size);
+        counts.push_back(static_cast<int>(rr.end - rr.begin));
+        displs.push_back(static_cast<int>(rr.begin));
+      }
+      MPI_Allgatherv(main[i].data_ptr<float>(), static_cast<int>(main[i].numel()), MPI_FLOAT,
+                     params[i].tensor.data_ptr<float>(), counts.data(), displs.data(), MPI_FLOAT,
+                     l.dp_comm);
+    }
+    state.step += 1;
+    state.samples_seen += G * o.micro_batch;
+    return mean / static_cast<double>(G);
+  }
+
+  /// Logits of a fixed evaluation batch (the same on every rank).
+  torch::Tensor eval_logits() {
+    torch::NoGradGuard no_grad;
+    return net->forward(eval_tokens(o));
+  }
+
+  static torch::Tensor eval_tokens(const options& o) {
+    std::vector<torch::Tensor> rows;
+    for (std::int64_t i = 0; i < 3; ++i)
+      rows.push_back(sample_tokens(1'000'000'000 + i, o.model.context, o.model.vocab));
+    return torch::stack(rows);
+  }
+};
+
+/// Checkpoints under DIR/ckpt: every --save-every steps, in the background, keeping three.
+cairn::checkpointer_options checkpointing(int world, int tp) {
+  cairn::checkpointer_options c;
+  c.name = "step_{step:06}";
+  c.keep_last = 3;
+  c.async = true;
+  c.overwrite = true;
+  c.save.content_metadata = {{"example", "gpt_trainer"},
+                             {"world_size", std::to_string(world)},
+                             {"tensor_parallel", std::to_string(tp)}};
+  return c;
+}
+
+void write_file(const fs::path& p, const void* data, std::size_t n) {
+  std::ofstream f(p, std::ios::binary);
+  f.write(static_cast<const char*>(data), static_cast<std::streamsize>(n));
+  if (!f) throw std::runtime_error("cannot write " + p.string());
+}
+
+/// Runs one phase on this process.
+int run(const options& o) {
+  int rank = 0, world = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  torch::set_num_threads(1);  // ranks share the machine's cores
+  cairn::mpi_communicator comm(MPI_COMM_WORLD);
+  trainer t(o, o.tp);
+  const std::string label = o.phase == "resume"
+                                ? "resume_" + std::to_string(world) + "x" + std::to_string(o.tp)
+                                : o.phase;
+  if (rank == 0) fs::create_directories(o.dir);
+  MPI_Barrier(MPI_COMM_WORLD);
+  cairn::file_storage root(o.dir / "ckpt");
+  cairn::checkpointer ckpt(root, comm, checkpointing(world, o.tp));
+  std::FILE* log =
+      rank == 0 ? std::fopen((o.dir / ("loss_" + label + ".txt")).c_str(), "w") : nullptr;
+  if (o.phase == "resume") {
+    auto loaded = ckpt.load_latest(t.state).value();
+    if (!loaded)
+      throw std::runtime_error("no checkpoint to resume from in " + (o.dir / "ckpt").string());
+    t.refresh_slices();
+    if (rank == 0)
+      std::printf("[%s] resumed %s at step %" PRId64 " (%" PRId64
+                  " samples seen) on %d ranks "
+                  "(tp %d x dp %d)\n",
+                  label.c_str(), loaded->name.c_str(), t.state.step, t.state.samples_seen, world,
+                  t.l.tp.size, t.l.dp_size);
+  }
+  const std::int64_t stop = o.phase == "train" ? o.interrupt_at : o.steps;
+  while (t.state.step < stop) {
+    double loss = t.step();
+    if (log) std::fprintf(log, "%" PRId64 " %.9g %a\n", t.state.step, loss, loss);
+    if (rank == 0 && (t.state.step % 10 == 0 || t.state.step == stop))
+      std::printf("[%s] step %" PRId64 " loss %.4f lr %.2e\n", label.c_str(), t.state.step, loss,
+                  learning_rate(o, t.state.step - 1));
+    if (o.phase == "train" && t.state.step % o.save_every == 0)
+      ckpt.save(t.state, {.step = t.state.step});
+  }
+  if (log) std::fclose(log);
+  if (o.phase == "train") {
+    // A crash: the checkpointer is never finalized, so the save in flight never commits.
+    if (rank == 0)
+      std::printf("[%s] interrupted at step %" PRId64 " with a save in flight\n", label.c_str(),
+                  t.state.step);
+    return 0;
+  }
+  // The final state, for the comparisons and for Python: DIR/final_<label>.
+  cairn::file_storage fin(o.dir / ("final_" + label));
+  cairn::save_options so;
+  so.overwrite = true;
+  cairn::save(t.state, fin, comm, so);
+  torch::Tensor logits = t.eval_logits().contiguous();
+  if (rank == 0) {
+    write_file(o.dir / ("logits_" + label + ".bin"), logits.data_ptr<float>(),
+               static_cast<std::size_t>(logits.numel()) * sizeof(float));
+    torch::Tensor tokens = trainer::eval_tokens(o).contiguous();
+    write_file(o.dir / "eval_tokens.bin", tokens.data_ptr<std::int64_t>(),
+               static_cast<std::size_t>(tokens.numel()) * sizeof(std::int64_t));
+    std::printf("[%s] finished at step %" PRId64 "; final state in %s\n", label.c_str(),
+                t.state.step, (o.dir / ("final_" + label)).c_str());
+  }
+  return 0;
+}
+
+/// The loss curve of a run: step -> (loss, its exact bits as text).
+std::map<std::int64_t, std::pair<double, std::string>> read_losses(const fs::path& p) {
+  std::map<std::int64_t, std::pair<double, std::string>> out;
+  std::ifstream f(p);
+  std::int64_t step = 0;
+  double loss = 0;
+  std::string hex;
+  while (f >> step >> loss >> hex) out[step] = {loss, hex};
+  return out;
+}
+
+/// Compares each resume's loss curve with the reference's from the step it resumed at: equal
+/// bits when the tensor-parallel size is the reference's, close otherwise.
+int compare(const options& o) {
+  auto ref = read_losses(o.dir / "loss_reference.txt");
+  if (ref.empty()) throw std::runtime_error("no loss_reference.txt in " + o.dir.string());
+  bool all = true;
+  int runs = 0;
+  for (const auto& e : fs::directory_iterator(o.dir)) {
+    std::string name = e.path().filename().string();
+    if (!name.starts_with("loss_resume_")) continue;
+    ++runs;
+    auto got = read_losses(e.path());
+    bool same_tp = name.ends_with("x" + std::to_string(o.tp) + ".txt");
+    int exact = 0, steps = 0;
+    double worst = 0;
+    for (const auto& [step, v] : got) {
+      auto it = ref.find(step);
+      if (it == ref.end()) continue;
+      ++steps;
+      exact += v.second == it->second.second;
+      worst = std::max(worst, std::abs(v.first - it->second.first));
+    }
+    bool ok = steps > 0 && (same_tp ? exact == steps : worst < 0.05);
+    std::printf("%s: %d steps after the resume, %d bit-exact, largest loss difference %.3g -> %s\n",
+                name.c_str(), steps, exact, worst,
+                ok ? (exact == steps ? "bit-exact"
+                                     : "continues the curve (tensor-parallel size "
+                                       "changed: sums split differently)")
+                   : "MISMATCH");
+    all = all && ok;
+  }
+  return all && runs > 0 ? 0 : 1;
+}
+
+bool parse(int argc, char** argv, options& o) {
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (i + 1 >= argc) return false;
+    std::string v = argv[++i];
+    auto num = [&] { return std::stoll(v); };
+    if (a == "--phase")
+      o.phase = v;
+    else if (a == "--dir")
+      o.dir = v;
+    else if (a == "--tp")
+      o.tp = static_cast<int>(num());
+    else if (a == "--steps")
+      o.steps = num();
+    else if (a == "--interrupt-at")
+      o.interrupt_at = num();
+    else if (a == "--save-every")
+      o.save_every = num();
+    else if (a == "--micro-batches")
+      o.micro_batches = num();
+    else if (a == "--layers")
+      o.model.layers = num();
+    else if (a == "--width")
+      o.model.width = num();
+    else
+      return false;
+  }
+  return !o.phase.empty();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  options o;
+  if (!parse(argc, argv, o)) {
+    std::fprintf(stderr,
+                 "usage: gpt_trainer --phase reference|train|resume|compare [--tp N] [--dir DIR] "
+                 "[--steps N] [--interrupt-at N] [--save-every N] [--micro-batches N] "
+                 "[--layers N] [--width N]\n");
+    return 2;
+  }
+  try {
+    if (o.phase == "compare") return compare(o);
+    cairn::mpi_environment env(argc, argv);
+    return run(o);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "gpt_trainer: %s\n", e.what());
+    return 1;
+  }
+}

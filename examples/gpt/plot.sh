@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Draws the GPT trainer's loss curves (WORK_DIR/loss_*.txt) as an SVG:
+#   examples/gpt/plot.sh WORK_DIR OUT.svg
+# The uninterrupted run is the wide grey line; the interrupted run stops where it was killed;
+# each resumed run is drawn as points from the checkpoint it resumed from, so they can be seen
+# lying on the grey line.
+set -euo pipefail
+dir="$1" out="$2"
+interrupted="$(tail -n 1 "$dir/loss_train.txt" | cut -d' ' -f1)"
+plots=("'$dir/loss_reference.txt' using 1:2 with lines lw 6 lc rgb '#cccccc' title 'uninterrupted (tp 2 x dp 2)'")
+plots+=("'$dir/loss_train.txt' using 1:2 with lines lw 1.5 lc rgb '#1f77b4' title 'interrupted at step $interrupted'")
+points=(7 2 6 4)
+colors=("#d62728" "#2ca02c" "#ff7f0e" "#9467bd")
+resumed=0
+i=0
+for f in "$dir"/loss_resume_*.txt; do
+  name="$(basename "$f" .txt)"
+  layout="${name#loss_resume_}"  # NxT: N processes, tensor-parallel T
+  n="${layout%x*}" t="${layout#*x}"
+  resumed=$(($(head -n 1 "$f" | cut -d' ' -f1) - 1))
+  plots+=("'$f' using 1:2 with points pt ${points[i % 4]} ps 0.5 lc rgb '${colors[i % 4]}' title 'resumed on $n processes (tp $t x dp $((n / t)))'")
+  i=$((i + 1))
+done
+joined="$(printf '%s, ' "${plots[@]}")"
+gnuplot <<GNUPLOT
+set terminal svg size 860,460 dynamic font 'sans,12'
+set output '$out'
+set title 'GPT reference trainer (examples/gpt): loss per step'
+set xlabel 'step'
+set ylabel 'training loss'
+set key top right
+set grid
+set arrow from $resumed, graph 0 to $resumed, graph 1 nohead dt 2 lc rgb '#555555'
+set label 'last committed checkpoint (step $resumed)' at $resumed, graph 0.55 offset 0.5,0
+set arrow from $interrupted, graph 0 to $interrupted, graph 1 nohead dt 3 lc rgb '#1f77b4'
+set label 'killed (save in flight)' at $interrupted, graph 0.45 offset 0.5,0
+plot ${joined%, }
+GNUPLOT
+echo "wrote $out"
