@@ -8,23 +8,11 @@
 #include "cairn/comm/mpi.hpp"
 #include "cairn/strategies.hpp"
 #include "tests/api/property.hpp"
+#include "tests/mpi/first_n.hpp"
 
 using namespace cairn_test;
 
 namespace {
-
-/// A sub-communicator of the first `n` processes (nullopt on the others).
-struct first_n {
-  MPI_Comm comm = MPI_COMM_NULL;
-  explicit first_n(int n) {
-    int rank = 0;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_split(MPI_COMM_WORLD, rank < n ? 0 : MPI_UNDEFINED, rank, &comm);
-  }
-  ~first_n() {
-    if (comm != MPI_COMM_NULL) MPI_Comm_free(&comm);
-  }
-};
 
 /// Saves `c` on the first `n` processes and loads it on the first `m` (shards laid out as
 /// `save_kind` and `load_kind`) in directory `dir`; returns what differs on this process. A

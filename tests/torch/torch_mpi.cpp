@@ -7,28 +7,11 @@
 #include "cairn/comm/mpi.hpp"
 #include "cairn/libtorch.hpp"
 #include "tests/api/test_util.hpp"
+#include "tests/mpi/first_n.hpp"
 #include "tests/torch/doctest_after_torch.hpp"
 #include "tests/torch/tp_model.hpp"
 
-namespace lt = cairn::libtorch;
 using namespace cairn_test;
-
-namespace {
-
-/// A sub-communicator of the first `n` processes (MPI_COMM_NULL on the others).
-struct first_n {
-  MPI_Comm comm = MPI_COMM_NULL;
-  explicit first_n(int n) {
-    int rank = 0;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_split(MPI_COMM_WORLD, rank < n ? 0 : MPI_UNDEFINED, rank, &comm);
-  }
-  ~first_n() {
-    if (comm != MPI_COMM_NULL) MPI_Comm_free(&comm);
-  }
-};
-
-}  // namespace
 
 TEST_CASE("a tensor-parallel module and its AdamW state on N processes load on M") {
   int world = 0;
@@ -54,12 +37,8 @@ TEST_CASE("a tensor-parallel module and its AdamW state on N processes load on M
             fill(b, comm.rank(), n, 2.0);
             torch::optim::AdamW opt(b->parameters(), torch::optim::AdamWOptions(1e-2));
             adamw_step(b, opt, comm.rank(), n, 2.0);
-            auto tp = tp_sharding(comm.rank(), n);
-            cairn::state_dict sd;
-            sd.add("model", lt::module_state(*b, tp));
-            sd.add("optim", lt::optimizer_state(opt, *b, tp));
             cairn::file_storage disk(dir);
-            cairn::save(sd, disk, comm);
+            cairn::save(tp_state(b, opt, comm.rank(), n), disk, comm);
           } catch (const std::exception& e) {
             failures.push_back(std::string("save threw: ") + e.what());
           }
@@ -73,19 +52,10 @@ TEST_CASE("a tensor-parallel module and its AdamW state on N processes load on M
             cairn::mpi_communicator comm(sub.comm);
             tp_block b(m);
             torch::optim::AdamW opt(b->parameters(), torch::optim::AdamWOptions(0.5));
-            auto tp = tp_sharding(comm.rank(), m);
-            cairn::state_dict sd;
-            sd.add("model", lt::module_state(*b, tp));
-            sd.add("optim", lt::optimizer_state(opt, *b, tp));
+            auto sd = tp_state(b, opt, comm.rank(), m);
             cairn::file_storage disk(dir);
             cairn::load(sd, disk, comm);
-            for (auto& f : state_mismatches(b, opt, ref, ref_opt, comm.rank(), m))
-              failures.push_back(f);
-            auto ref_params = ref->named_parameters();
-            for (auto& p : b->named_parameters())
-              if (!torch::allclose(p.value(), piece(p.key(), ref_params[p.key()], comm.rank(), m),
-                                   1e-6, 1e-9))
-                failures.push_back(p.key());
+            failures = loaded_mismatches(b, opt, ref, ref_opt, comm.rank(), m);
           } catch (const std::exception& e) {
             failures.push_back(std::string("load threw: ") + e.what());
           }

@@ -214,30 +214,16 @@ TEST_CASE("a tensor-parallel module and its AdamW state saved on N thread ranks 
         fill(b, comm.rank(), n, 1.0);
         torch::optim::AdamW opt(b->parameters(), torch::optim::AdamWOptions(1e-2));
         adamw_step(b, opt, comm.rank(), n, 1.0);
-        auto tp = tp_sharding(comm.rank(), n);
-        cairn::state_dict sd;
-        sd.add("model", lt::module_state(*b, tp));
-        sd.add("optim", lt::optimizer_state(opt, *b, tp));
-        cairn::save(sd, mem, comm);
+        cairn::save(tp_state(b, opt, comm.rank(), n), mem, comm);
       });
       std::vector<std::vector<std::string>> bad(static_cast<std::size_t>(m));
       cairn::run_ranks(m, [&](cairn::thread_communicator& comm) {
         tp_block b(m);  // fresh: default init, no optimizer state
         torch::optim::AdamW opt(b->parameters(), torch::optim::AdamWOptions(0.5));
-        auto tp = tp_sharding(comm.rank(), m);
-        cairn::state_dict sd;
-        sd.add("model", lt::module_state(*b, tp));
-        sd.add("optim", lt::optimizer_state(opt, *b, tp));
+        auto sd = tp_state(b, opt, comm.rank(), m);
         cairn::load(sd, mem, comm);
         auto& out = bad[static_cast<std::size_t>(comm.rank())];
-        for (auto& name : state_mismatches(b, opt, ref, ref_opt, comm.rank(), m))
-          out.push_back(name);
-        // The parameters after the step: pieces of the reference's (close: see state_mismatches).
-        auto ref_params = ref->named_parameters();
-        for (auto& p : b->named_parameters())
-          if (!torch::allclose(p.value(), piece(p.key(), ref_params[p.key()], comm.rank(), m), 1e-6,
-                               1e-9))
-            out.push_back(p.key());
+        out = loaded_mismatches(b, opt, ref, ref_opt, comm.rank(), m);
         if (opt.param_groups()[0].options().get_lr() != 1e-2) out.push_back("lr");
       });
       for (auto& r : bad) CHECK(r.empty());

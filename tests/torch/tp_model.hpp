@@ -89,17 +89,29 @@ inline void adamw_step(tp_block& m, torch::optim::AdamW& opt, int tp_rank, int t
   opt.step();
 }
 
-/// The names (`<param>.exp_avg`, ...) whose AdamW state in `opt` is not its piece of the
-/// reference state `ref` (the state of a one-rank block after the same steps).
-inline std::vector<std::string> state_mismatches(tp_block& m,
-                                                 torch::optim::AdamW& opt,
-                                                 tp_block& ref_m,
-                                                 torch::optim::AdamW& ref,
-                                                 int tp_rank,
-                                                 int tp) {
+/// The tree each rank saves and loads: the block placed by `tp_sharding` and its AdamW state.
+inline cairn::state_dict tp_state(tp_block& b, torch::optim::AdamW& opt, int tp_rank, int tp) {
+  auto placing = tp_sharding(tp_rank, tp);
+  cairn::state_dict sd;
+  sd.add("model", cairn::libtorch::module_state(*b, placing));
+  sd.add("optim", cairn::libtorch::optimizer_state(opt, *b, placing));
+  return sd;
+}
+
+/// The names (`<param>`, `<param>.exp_avg`, ...) whose parameter or AdamW state in `m` and
+/// `opt` is not its piece of the reference `ref_m` and `ref` (a one-rank block after the same
+/// steps).
+inline std::vector<std::string> loaded_mismatches(tp_block& m,
+                                                  torch::optim::AdamW& opt,
+                                                  tp_block& ref_m,
+                                                  torch::optim::AdamW& ref,
+                                                  int tp_rank,
+                                                  int tp) {
   std::vector<std::string> out;
   auto ref_params = ref_m->named_parameters();
   for (auto& p : m->named_parameters()) {
+    if (!torch::allclose(p.value(), piece(p.key(), ref_params[p.key()], tp_rank, tp), 1e-6, 1e-9))
+      out.push_back(p.key());
     auto key = c10::guts::to_string(p.value().unsafeGetTensorImpl());
     auto ref_key = c10::guts::to_string(ref_params[p.key()].unsafeGetTensorImpl());
     if (!opt.state().count(key)) {
