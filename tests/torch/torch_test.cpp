@@ -74,6 +74,25 @@ TEST_CASE("every libtorch dtype saves and loads in place, complex as its real vi
     CHECK_FALSE(lt::to_scalar_type(t));
 }
 
+TEST_CASE("to_tensor: whole tensors from load_tensors as new torch tensors") {
+  cairn::memory_storage mem;
+  cairn::state_dict sd;
+  torch::Tensor w = torch::randn({3, 5}, torch::kFloat64);
+  torch::Tensor ids = torch::arange(7, torch::kInt16);
+  sd.add("w", lt::tensor(w));
+  sd.add("ids", lt::tensor(ids));
+  std::vector<std::uint16_t> u16(4, 9);
+  sd.add("u16", cairn::from_rank_offsets("u16", std::span(u16), {4}, {}));
+  cairn::save(sd, mem, solo);
+  auto all = cairn::load_tensors(mem).value();
+  CHECK(torch::equal(lt::to_tensor(all.at("w")), w));
+  CHECK(torch::equal(lt::to_tensor(all.at("ids")), ids));
+  CHECK_THROWS_WITH_AS(lt::to_tensor(all.at("u16")), doctest::Contains("U16"), cairn::exception);
+  cairn::tensor_data bad = all.at("w");
+  bad.data.pop_back();
+  CHECK_THROWS_AS(lt::to_tensor(bad), cairn::exception);
+}
+
 TEST_CASE("quantized, undefined and mismatched tensors are refused with the key named") {
   auto q = torch::quantize_per_tensor(torch::rand({4}), 0.1, 0, torch::kQUInt8);
   auto r = round_trip(q, torch::zeros({4}));

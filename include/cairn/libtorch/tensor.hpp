@@ -11,6 +11,7 @@
 #include <torch/types.h>
 
 #include <cstdint>
+#include <cstring>
 #include <optional>
 #include <string>
 #include <utility>
@@ -19,6 +20,7 @@
 #include "cairn/core/dtype.hpp"
 #include "cairn/core/error.hpp"
 #include "cairn/core/sharded_tensor.hpp"
+#include "cairn/load.hpp"
 #include "cairn/tree/fields.hpp"
 #include "cairn/tree/state_dict.hpp"
 
@@ -178,6 +180,28 @@ inline factory tensor(::torch::Tensor t, placement p = {}) {
     return ok();
   };
   return f;
+}
+
+/// A new CPU tensor holding a whole tensor read by `cairn::load_tensors` (a copy of its bytes),
+/// the way `torch::load` returns fresh tensors:
+///
+///     for (auto& [key, t] : cairn::load_tensors(storage).value())
+///       named[key] = cairn::libtorch::to_tensor(t);
+///
+/// Throws `cairn::exception` for dtypes libtorch 1.13 lacks (U16, U32, U64, F8) and for data
+/// whose size does not match the shape.
+inline ::torch::Tensor to_tensor(const tensor_data& t) {
+  std::optional<c10::ScalarType> type = to_scalar_type(t.type);
+  if (!type)
+    throw exception(make_error(errc::invalid_argument, "libtorch 1.13 has no dtype for " +
+                                                           std::string(dtype_name(t.type))));
+  std::optional<std::int64_t> n = checked_numel(t.global_shape, dtype_size(t.type));
+  if (!n || static_cast<std::size_t>(*n) * dtype_size(t.type) != t.data.size())
+    throw exception(make_error(errc::corrupt, "tensor data holds " + std::to_string(t.data.size()) +
+                                                  " bytes, not what its shape needs"));
+  ::torch::Tensor out = ::torch::empty(t.global_shape, ::torch::TensorOptions().dtype(*type));
+  if (!t.data.empty()) std::memcpy(out.data_ptr(), t.data.data(), t.data.size());
+  return out;
 }
 
 }  // namespace cairn::libtorch
