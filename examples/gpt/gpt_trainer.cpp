@@ -132,6 +132,15 @@ struct trainer {
   cairn::libtorch::sharding placing;
   std::vector<cairn::libtorch::named_tensor> params;  // the model's, named, with placements
   std::vector<torch::Tensor> main;                    // this rank's slice of each parameter
+  /// Where each parameter's gradient sits in the flat gradient, and how the parameter is cut
+  /// over the data-parallel ranks (this rank's slice; every rank's sizes and offsets).
+  struct slicing {
+    std::int64_t offset = 0;
+    cairn::flat_range mine;
+    std::vector<int> counts, displs;
+  };
+  std::vector<slicing> slices_of;
+  std::int64_t flat_numel = 0;  // elements of all parameters together
   std::unique_ptr<torch::optim::AdamW> opt;
   train_state state;
 
@@ -148,7 +157,16 @@ struct trainer {
     const auto slice_placing = gpt::model_sharding(l.tp, /*dp_rank=*/0);
     std::vector<cairn::libtorch::named_tensor> slices;
     for (auto& p : params) {
-      auto r = owned(p.tensor.numel(), l.dp_rank, l.dp_size);
+      slicing& sl = slices_of.emplace_back();
+      sl.offset = flat_numel;
+      flat_numel += p.tensor.numel();
+      for (int r = 0; r < l.dp_size; ++r) {
+        auto rr = owned(p.tensor.numel(), r, l.dp_size);
+        sl.counts.push_back(static_cast<int>(rr.end - rr.begin));
+        sl.displs.push_back(static_cast<int>(rr.begin));
+        if (r == l.dp_rank) sl.mine = rr;
+      }
+      auto r = sl.mine;
       main.push_back(p.tensor.detach().reshape(-1).narrow(0, r.begin, r.end - r.begin).clone());
       cairn::libtorch::placement place = slice_placing.place(p.name);
       place.block_shape = cairn::shape(p.tensor.sizes().begin(), p.tensor.sizes().end());
@@ -188,7 +206,7 @@ struct trainer {
   void refresh_slices() {
     torch::NoGradGuard no_grad;
     for (std::size_t i = 0; i < params.size(); ++i) {
-      auto r = owned(params[i].tensor.numel(), l.dp_rank, l.dp_size);
+      auto r = slices_of[i].mine;
       main[i].copy_(params[i].tensor.reshape(-1).narrow(0, r.begin, r.end - r.begin));
     }
   }
@@ -201,9 +219,7 @@ struct trainer {
     if (G % l.dp_size != 0)
       throw std::runtime_error("data-parallel size must divide --micro-batches");
     const std::int64_t mine = G / l.dp_size, first = l.dp_rank * mine;
-    std::int64_t numel = 0;
-    for (auto& p : params) numel += p.tensor.numel();
-    torch::Tensor rows = torch::zeros({G, numel});
+    torch::Tensor rows = torch::zeros({G, flat_numel});
     torch::Tensor losses = torch::zeros({G}, torch::kDouble);
     for (std::int64_t g = first; g < first + mine; ++g) {
       net->zero_grad();
@@ -213,15 +229,14 @@ struct trainer {
           logits.reshape({-1, o.model.vocab}), tokens.narrow(1, 1, o.model.context).reshape(-1));
       (loss / static_cast<double>(G)).backward();
       losses[g] = loss.item<double>();
-      std::int64_t at = 0;
-      for (auto& p : params) {
-        rows[g].narrow(0, at, p.tensor.numel()).copy_(p.tensor.grad().reshape(-1));
-        at += p.tensor.numel();
-      }
+      for (std::size_t i = 0; i < params.size(); ++i)
+        rows[g]
+            .narrow(0, slices_of[i].offset, params[i].tensor.numel())
+            .copy_(params[i].tensor.grad().reshape(-1));
     }
     // Every micro-batch's gradient on every data-parallel rank, then one sum in fixed order.
     MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, rows.data_ptr<float>(),
-                  static_cast<int>(mine * numel), MPI_FLOAT, l.dp_comm);
+                  static_cast<int>(mine * flat_numel), MPI_FLOAT, l.dp_comm);
     MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, losses.data_ptr<double>(),
                   static_cast<int>(mine), MPI_DOUBLE, l.dp_comm);
     torch::Tensor grad = rows[0].clone();
@@ -229,28 +244,18 @@ struct trainer {
     double mean = 0;
     for (std::int64_t g = 0; g < G; ++g) mean += losses[g].item<double>();
     // The distributed optimizer updates this rank's slices, then every rank gathers them.
-    std::int64_t at = 0;
     for (std::size_t i = 0; i < params.size(); ++i) {
-      auto r = owned(params[i].tensor.numel(), l.dp_rank, l.dp_size);
-      main[i].mutable_grad() = grad.narrow(0, at + r.begin, r.end - r.begin).clone();
-      at += params[i].tensor.numel();
+      auto r = slices_of[i].mine;
+      main[i].mutable_grad() = grad.narrow(0, slices_of[i].offset + r.begin, r.end - r.begin);
     }
     static_cast<torch::optim::AdamWOptions&>(opt->param_groups()[0].options())
         .lr(learning_rate(o, state.step));
     opt->step();
     torch::NoGradGuard no_grad;
-    for (std::size_t i = 0; i < params.size(); ++i) {
-      std::int64_t n = params[i].tensor.numel();
-      std::vector<int> counts, displs;
-      for (int r = 0; r < l.dp_size; ++r) {
-        auto rr = owned(n, r, l.dp_size);
-        counts.push_back(static_cast<int>(rr.end - rr.begin));
-        displs.push_back(static_cast<int>(rr.begin));
-      }
+    for (std::size_t i = 0; i < params.size(); ++i)
       MPI_Allgatherv(main[i].data_ptr<float>(), static_cast<int>(main[i].numel()), MPI_FLOAT,
-                     params[i].tensor.data_ptr<float>(), counts.data(), displs.data(), MPI_FLOAT,
-                     l.dp_comm);
-    }
+                     params[i].tensor.data_ptr<float>(), slices_of[i].counts.data(),
+                     slices_of[i].displs.data(), MPI_FLOAT, l.dp_comm);
     state.step += 1;
     state.samples_seen += G * o.micro_batch;
     return mean / static_cast<double>(G);

@@ -87,20 +87,19 @@ struct param_state_view {
 /// Adam's and AdamW's state of `p`, created as their first step creates it when missing.
 template <class State, class Options>
 param_state_view adam_state(::torch::optim::Optimizer& opt, const ::torch::Tensor& p, Options& o) {
+  auto zeros = [&] { return ::torch::zeros_like(p, ::torch::MemoryFormat::Preserve); };
   auto& slot = opt.state()[optimizer_state_key(p)];
   if (!slot) {
     auto s = std::make_unique<State>();
     s->step(0);
-    s->exp_avg(::torch::zeros_like(p, ::torch::MemoryFormat::Preserve));
-    s->exp_avg_sq(::torch::zeros_like(p, ::torch::MemoryFormat::Preserve));
-    if (o.amsgrad()) s->max_exp_avg_sq(::torch::zeros_like(p, ::torch::MemoryFormat::Preserve));
+    s->exp_avg(zeros());
+    s->exp_avg_sq(zeros());
     slot = std::move(s);
   }
   auto& s = static_cast<State&>(*slot);
   param_state_view v{{{"exp_avg", s.exp_avg()}, {"exp_avg_sq", s.exp_avg_sq()}}, nullptr};
   if (o.amsgrad()) {
-    if (!s.max_exp_avg_sq().defined())
-      s.max_exp_avg_sq(::torch::zeros_like(p, ::torch::MemoryFormat::Preserve));
+    if (!s.max_exp_avg_sq().defined()) s.max_exp_avg_sq(zeros());
     v.tensors.emplace_back("max_exp_avg_sq", s.max_exp_avg_sq());
   }
   v.step = &s.step();
@@ -208,6 +207,21 @@ inline std::vector<group_option> group_options(::torch::optim::Optimizer& opt,
 
 #undef CAIRN_TORCH_OPTION
 
+/// A leaf that saves `get()` as a common value at its own path and, after a load, hands the
+/// loaded value to `set`: how a step or an option goes back into the optimizer.
+inline factory common_factory(std::function<common_value()> get,
+                              std::function<result<void>(const common_value&)> set) {
+  return {[get = std::move(get)] {
+            state_dict d;
+            d.add("", get());
+            return d;
+          },
+          [set = std::move(set)](state_dict& d) -> result<void> {
+            const auto* v = std::get_if<common_value>(d.find(""));
+            return v ? set(*v) : ok();
+          }};
+}
+
 }  // namespace detail
 
 /// The state of `opt` as a tree over the parameters `params` names: each parameter the
@@ -221,11 +235,11 @@ inline std::vector<group_option> group_options(::torch::optim::Optimizer& opt,
 /// Common values must be equal on every rank: every rank names every parameter (a
 /// distributed optimizer's rank that holds none of a parameter passes an empty slice).
 inline factory optimizer_state(::torch::optim::Optimizer& opt, std::vector<named_tensor> params) {
-  auto named = std::make_shared<std::vector<named_tensor>>(std::move(params));
+  // The parameters by identity; the handles in `params` keep their TensorImpls alive.
+  auto named = std::make_shared<std::unordered_map<const void*, named_tensor>>();
+  for (named_tensor& t : params) (*named)[t.tensor.unsafeGetTensorImpl()] = std::move(t);
   factory f;
   f.build = [&opt, named] {
-    std::unordered_map<const void*, const named_tensor*> by_impl;
-    for (const named_tensor& t : *named) by_impl[t.tensor.unsafeGetTensorImpl()] = &t;
     state_dict d;
     state_dict& states = d.child("state");
     state_dict& groups = d.child("param_groups");
@@ -233,53 +247,32 @@ inline factory optimizer_state(::torch::optim::Optimizer& opt, std::vector<named
     for (std::size_t g = 0; g < param_groups.size(); ++g) {
       auto& group = param_groups[g];
       state_dict& options = groups.child(std::to_string(g));
-      for (auto& o : detail::group_options(opt, group.options())) options.add(o.name, o.get());
+      for (auto& o : detail::group_options(opt, group.options()))
+        options.add(o.name, detail::common_factory(std::move(o.get), std::move(o.set)));
       for (std::size_t i = 0; i < group.params().size(); ++i) {
         const ::torch::Tensor& p = group.params()[i];
-        auto it = by_impl.find(p.unsafeGetTensorImpl());
-        if (it == by_impl.end())
+        auto it = named->find(p.unsafeGetTensorImpl());
+        if (it == named->end())
           throw exception(make_error(
               errc::invalid_argument,
               "optimizer_state: parameter " + std::to_string(i) + " of group " + std::to_string(g) +
                   " (shape " + c10::str(p.sizes()) + ") is not among the named tensors given"));
-        const named_tensor& nt = *it->second;
+        const named_tensor& nt = it->second;
         detail::param_state_view v = detail::param_state(opt, p, group.options());
         if (v.tensors.empty() && !v.step) continue;
         state_dict& st = states.child(nt.name);
         for (auto& [field, t] : v.tensors) {
           placement place = nt.place;
-          if (!place.key.empty()) place.key = "";  // keyed by path: state.<name>.<field>
+          place.key.clear();  // keyed by path: state.<name>.<field>
           st.add(field, tensor(t, std::move(place)));
         }
-        if (v.step) st.add("step", common_value::of(*v.step));
+        if (std::int64_t* step = v.step)
+          st.add("step",
+                 detail::common_factory([step] { return common_value::of(*step); },
+                                        [step](const common_value& c) { return c.get(*step); }));
       }
     }
     return d;
-  };
-  f.merge = [&opt, named](state_dict& d) -> result<void> {
-    std::unordered_map<const void*, const named_tensor*> by_impl;
-    for (const named_tensor& t : *named) by_impl[t.tensor.unsafeGetTensorImpl()] = &t;
-    auto& param_groups = opt.param_groups();
-    state_dict* groups = std::get<std::unique_ptr<state_dict>>(*d.find("param_groups")).get();
-    state_dict* states = std::get<std::unique_ptr<state_dict>>(*d.find("state")).get();
-    for (std::size_t g = 0; g < param_groups.size(); ++g) {
-      auto& group = param_groups[g];
-      auto* options = std::get_if<std::unique_ptr<state_dict>>(groups->find(std::to_string(g)));
-      for (auto& o : detail::group_options(opt, group.options())) {
-        const auto* v =
-            options && *options ? std::get_if<common_value>((*options)->find(o.name)) : nullptr;
-        if (v) CAIRN_TRY(o.set(*v));
-      }
-      for (const ::torch::Tensor& p : group.params()) {
-        const named_tensor& nt = *by_impl.at(p.unsafeGetTensorImpl());
-        auto* st = std::get_if<std::unique_ptr<state_dict>>(states->find(nt.name));
-        if (!st || !*st) continue;
-        const auto* step = std::get_if<common_value>((*st)->find("step"));
-        detail::param_state_view v = detail::param_state(opt, p, group.options());
-        if (step && v.step) CAIRN_TRY(step->get(*v.step));
-      }
-    }
-    return ok();
   };
   return f;
 }

@@ -88,8 +88,13 @@ inline exception tensor_error(errc code, const std::string& key, std::string mes
   return exception(key.empty() ? std::move(e) : std::move(e).with_key(key));
 }
 
-/// The real tensor whose bytes are stored for `t`: `t` itself, or its real view when complex.
-/// Throws for undefined, quantized, sparse and non-CPU/CUDA tensors.
+/// The real tensor whose bytes stand for `t`: `t` itself, or its real view when complex.
+inline ::torch::Tensor real_view(const ::torch::Tensor& t) {
+  return t.is_complex() ? ::torch::view_as_real(t) : t;
+}
+
+/// `real_view(t)` of a tensor that can be saved and loaded; throws for undefined, quantized,
+/// sparse and non-CPU/CUDA tensors and for conjugate or negative views.
 inline ::torch::Tensor storable(const ::torch::Tensor& t, const std::string& key) {
   if (!t.defined())
     throw tensor_error(errc::invalid_argument, key,
@@ -107,7 +112,7 @@ inline ::torch::Tensor storable(const ::torch::Tensor& t, const std::string& key
   if (t.is_conj() || t.is_neg())
     throw tensor_error(errc::invalid_argument, key,
                        "conjugate or negative view: call resolve_conj()/resolve_neg() first");
-  return t.is_complex() ? ::torch::view_as_real(t) : t;
+  return real_view(t);
 }
 
 /// The sharding of the block `real` (the storable form of a tensor) holds, as `p` says.
@@ -164,7 +169,7 @@ inline factory tensor(::torch::Tensor t, placement p = {}) {
   f.merge = [t, p](state_dict& built) -> result<void> {
     const auto* leaf = std::get_if<sharded_tensor<>>(built.find(""));
     if (!leaf) return ok();
-    ::torch::Tensor real = t.is_complex() ? ::torch::view_as_real(t) : t;
+    ::torch::Tensor real = detail::real_view(t);
     if (leaf->data.data() == static_cast<std::byte*>(real.data_ptr())) {
       if (!t.is_inference()) t.unsafeGetTensorImpl()->bump_version();  // written behind autograd
       return ok();
