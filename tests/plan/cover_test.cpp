@@ -37,6 +37,11 @@ TEST_CASE("check_exact_cover: simple cases") {
   CHECK(gap->what == cairn::cover_problem::kind::gap);
   CHECK(gap->covered == 3);
   CHECK(gap->wanted == 4);
+  CHECK(gap->missing == box{{3}, {1}});
+  // No box at all, and only empty boxes: the whole target is missing.
+  CHECK(cairn::check_exact_cover(std::vector<box>{}, target)->missing == target);
+  CHECK(cairn::check_exact_cover(std::vector<box>{{{1}, {0}}, {{2}, {0}}}, target)->missing ==
+        target);
   // Empty boxes hold nothing; a scalar needs exactly one box.
   CHECK(!cairn::check_exact_cover(std::vector<box>{{{0}, {4}}, {{2}, {0}}}, target));
   CHECK(!cairn::check_exact_cover(std::vector<box>{box{}}, box{}));
@@ -107,6 +112,11 @@ TEST_CASE("check_exact_cover agrees with counting every element") {
       REQUIRE(p);
       CHECK(p->what == cairn::cover_problem::kind::gap);
       CHECK(p->covered < p->wanted);
+      // The missing box lies in the target and no box holds any of its elements.
+      REQUIRE(p->missing);
+      CHECK(target.contains(*p->missing));
+      CHECK(p->missing->volume() > 0);
+      for (const auto& b : boxes) CHECK(!(b.volume() > 0 && cairn::intersect(b, *p->missing)));
       ++gaps;
     }
   }

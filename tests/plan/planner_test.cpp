@@ -118,3 +118,57 @@ TEST_CASE("plan_copies: overlapping or missing chunks are refused before any rea
   CHECK(r.err().key == "x");
   CHECK(jobs.empty());
 }
+
+TEST_CASE("plan_copies: a piece that meets no chunk is a gap naming the missing elements") {
+  // x[0:2] listed twice, x[2:4] nowhere: a rank loading x[2:4] meets no chunk at all (this
+  // formatted the names of two chunks of an empty job list and crashed).
+  cairn::tensor_record rec;
+  rec.type = cairn::dtype::f32;
+  rec.global_shape = {4};
+  rec.chunks.push_back({box{{0}, {2}}, cairn::extent{}, {}});
+  rec.chunks.push_back({box{{0}, {2}}, cairn::extent{}, {}});
+  for (const box& piece : {box{{2}, {2}}, box{{3}, {1}}, box{{1}, {2}}, box{{0}, {2}}}) {
+    CAPTURE(piece.str());
+    std::vector<cairn::detail::copy_job> jobs(1);  // a job of an earlier tensor stays
+    auto r = cairn::detail::plan_copies(rec, "x", piece, nullptr, jobs);
+    REQUIRE(!r);
+    CHECK(r.err().code == cairn::errc::integrity);
+    CHECK(r.err().key == "x");
+    CHECK(jobs.size() == 1);
+    if (piece.offset[0] >= 2) {
+      CHECK(r.err().message.find("no chunk of the checkpoint holds " + piece.str()) !=
+            std::string::npos);
+    } else {  // both copies of x[0:2] meet the piece: an overlap, named by its two chunks
+      CHECK(r.err().message.find("[0:2] and [0:2] both hold " +
+                                 box{{piece.offset[0]}, {2 - piece.offset[0]}}.str()) !=
+            std::string::npos);
+    }
+  }
+  // A tensor with no chunks at all, and a scalar with none.
+  rec.chunks.clear();
+  std::vector<cairn::detail::copy_job> jobs;
+  auto r = cairn::detail::plan_copies(rec, "x", box{{1}, {2}}, nullptr, jobs);
+  REQUIRE(!r);
+  CHECK(r.err().message.find("holds [1:3]") != std::string::npos);
+  rec.global_shape = {};
+  r = cairn::detail::plan_copies(rec, "x", box{}, nullptr, jobs);
+  REQUIRE(!r);
+  CHECK(r.err().code == cairn::errc::integrity);
+  CHECK(jobs.empty());
+}
+
+TEST_CASE("validate_integrity: a gap names elements no rank writes") {
+  std::vector<rank_desc> ranks{holding({box{{0, 0}, {3, 4}}}), holding({box{{4, 0}, {4, 4}}}),
+                               holding({box{{4, 0}, {4, 4}}}, 1)};
+  auto r = cairn::validate_integrity(ranks);
+  REQUIRE(!r);
+  CHECK(r.err().code == cairn::errc::integrity);
+  CHECK(r.err().key == "w");
+  CHECK(r.err().message.find("cover 28 of 32 elements; none holds [3:4, 0:4]") !=
+        std::string::npos);
+  // Nobody holds any of it: the whole tensor is named.
+  std::vector<rank_desc> none{holding({}), holding({box{{0, 0}, {8, 4}}}, 1)};
+  r = cairn::validate_integrity(none);
+  REQUIRE(!r);
+  CHECK(r.err().message.find("none holds [0:8, 0:4]") != std::string::npos);
+}

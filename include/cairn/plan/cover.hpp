@@ -19,7 +19,8 @@
 namespace cairn {
 
 /// Why boxes do not tile a target exactly: two of them overlap, or together they cover less
-/// than the target.
+/// than the target. Only the fields of its kind are set: a gap names no box (there may be none
+/// at all), so `first` and `second` are meaningful for an overlap only.
 struct cover_problem {
   enum class kind { overlap, gap };
   kind what = kind::gap;
@@ -27,7 +28,13 @@ struct cover_problem {
   box shared;                         ///< overlap: the elements both hold
   std::int64_t covered = 0;           ///< gap: elements the boxes cover
   std::int64_t wanted = 0;            ///< gap: elements of the target
+  /// gap: a box of the target that no box holds any element of (nullopt when finding one took
+  /// more than `uncovered_search_budget` box comparisons).
+  std::optional<box> missing;
 };
+
+/// How many box comparisons `check_exact_cover` spends at most on naming a missing box.
+inline constexpr std::size_t uncovered_search_budget = std::size_t{1} << 20;
 
 namespace detail {
 
@@ -39,10 +46,10 @@ namespace detail {
 inline std::optional<std::pair<std::size_t, std::size_t>> find_overlap(std::span<const box> boxes,
                                                                        std::vector<std::size_t> idx,
                                                                        std::size_t axis) {
-  const std::size_t d = boxes.empty() ? 0 : boxes[idx.front()].size.size();
+  if (idx.size() < 2) return std::nullopt;
+  const std::size_t d = boxes[idx.front()].size.size();
   auto lo = [&](std::size_t i, std::size_t a) { return boxes[i].offset[a]; };
   auto hi = [&](std::size_t i, std::size_t a) { return boxes[i].offset[a] + boxes[i].size[a]; };
-  if (idx.size() < 2) return std::nullopt;
   if (axis + 1 == d) {  // intervals on one axis: sorted, each must end before the next starts
     std::sort(idx.begin(), idx.end(),
               [&](std::size_t a, std::size_t b) { return lo(a, axis) < lo(b, axis); });
@@ -109,14 +116,62 @@ inline std::optional<std::pair<std::size_t, std::size_t>> find_overlap(std::span
   return std::nullopt;
 }
 
+/// A box of `target` that none of `boxes[idx]` meets, or nullopt when they cover it (or the
+/// search took more than `budget` box comparisons). Depth first: a piece is split around the
+/// first box that meets it (into at most two slabs per axis), and its slabs need only be
+/// compared with the boxes after that one (the earlier ones missed the whole piece).
+inline std::optional<box> find_uncovered(std::span<const box> boxes,
+                                         const std::vector<std::size_t>& idx,
+                                         const box& target,
+                                         std::size_t budget) {
+  struct piece {
+    box region;
+    std::size_t from;  ///< the first position of `idx` that may meet it
+  };
+  std::vector<piece> todo{{target, 0}};
+  while (!todo.empty()) {
+    piece p = std::move(todo.back());
+    todo.pop_back();
+    std::size_t k = p.from;
+    std::optional<box> x;
+    for (; k < idx.size(); ++k) {
+      if (budget-- == 0) return std::nullopt;
+      if ((x = intersect(p.region, boxes[idx[k]]))) break;
+    }
+    if (k == idx.size()) return p.region;  // no box meets this piece
+    // p minus x: for each axis, the slabs below and above x, with earlier axes cut to x.
+    box rest = p.region;
+    for (std::size_t a = 0; a < rest.size.size(); ++a) {
+      const std::int64_t lo = rest.offset[a], hi = lo + rest.size[a];
+      const std::int64_t xlo = x->offset[a], xhi = xlo + x->size[a];
+      if (xlo > lo) {
+        box below = rest;
+        below.size[a] = xlo - lo;
+        todo.push_back({std::move(below), k + 1});
+      }
+      if (xhi < hi) {
+        box above = rest;
+        above.offset[a] = xhi;
+        above.size[a] = hi - xhi;
+        todo.push_back({std::move(above), k + 1});
+      }
+      rest.offset[a] = xlo;
+      rest.size[a] = xhi - xlo;
+    }
+  }
+  return std::nullopt;
+}
+
 }  // namespace detail
 
 /// Checks that `boxes`, every one inside `target`, are pairwise disjoint and together hold every
 /// element of `target`. Returns the first problem found, or nullopt when they tile it exactly.
-/// Empty boxes are ignored. For rank-0 (scalar) boxes, exactly one box must be given.
+/// Empty boxes are ignored. For rank-0 (scalar) boxes, exactly one box must be given. A gap
+/// comes with a box that no box holds (`missing`), found within a bounded search.
 ///
 /// ```
 /// check_exact_cover({{{0}, {2}}, {{1}, {2}}}, {{0}, {4}})  // overlap of boxes 0 and 1 at [1:2]
+/// check_exact_cover({{{0}, {2}}}, {{0}, {4}})              // gap: 2 of 4 covered, [2:4] missing
 /// ```
 inline std::optional<cover_problem> check_exact_cover(std::span<const box> boxes,
                                                       const box& target) {
@@ -124,7 +179,9 @@ inline std::optional<cover_problem> check_exact_cover(std::span<const box> boxes
   if (target.size.empty()) {  // a scalar
     if (boxes.size() > 1) return cover_problem{cover_problem::kind::overlap, 0, 1, target, 0, 1};
     if (boxes.size() == 1) return std::nullopt;
-    return cover_problem{cover_problem::kind::gap, 0, 0, {}, 0, 1};
+    cover_problem p{cover_problem::kind::gap, 0, 0, {}, 0, 1};
+    p.missing = target;
+    return p;
   }
   std::vector<std::size_t> idx;
   std::int64_t covered = 0;
@@ -135,12 +192,16 @@ inline std::optional<cover_problem> check_exact_cover(std::span<const box> boxes
     covered += v;  // each box lies inside the target, so no overflow until the sum passes it
     if (covered > wanted) break;  // some must overlap; find_overlap names them
   }
-  if (auto o = detail::find_overlap(boxes, std::move(idx), 0)) {
+  if (auto o = detail::find_overlap(boxes, idx, 0)) {
     cover_problem p{cover_problem::kind::overlap, o->first, o->second, {}, 0, wanted};
     p.shared = intersect(boxes[o->first], boxes[o->second]).value_or(box{});
     return p;
   }
-  if (covered != wanted) return cover_problem{cover_problem::kind::gap, 0, 0, {}, covered, wanted};
+  if (covered != wanted) {
+    cover_problem p{cover_problem::kind::gap, 0, 0, {}, covered, wanted};
+    p.missing = detail::find_uncovered(boxes, idx, target, uncovered_search_budget);
+    return p;
+  }
   return std::nullopt;
 }
 

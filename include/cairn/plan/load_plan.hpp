@@ -54,20 +54,26 @@ inline result<void> plan_copies(const tensor_record& rec,
     jobs.push_back(copy_job{&c, std::move(*x), dst, dst_box, dtype_size(rec.type), key});
   }
   if (auto p = check_exact_cover(parts, *inside)) {
-    std::string a = jobs[first + p->first].chunk->region.str();
-    std::string b = jobs[first + p->second].chunk->region.str();
-    jobs.resize(first);
-    if (p->what == cover_problem::kind::overlap)
+    if (p->what == cover_problem::kind::overlap) {
+      // The two boxes are parts of this call's jobs (an overlap needs two of them).
+      std::string a = jobs[first + p->first].chunk->region.str();
+      std::string b = jobs[first + p->second].chunk->region.str();
+      jobs.resize(first);
       return make_error(errc::integrity,
                         "the checkpoint's chunks " + a + " and " + b + " both hold " +
                             p->shared.str() + " (elements of " + inside->str() +
                             " this rank loads): the checkpoint is corrupt or was saved "
                             "with overlapping shards")
           .with_key(key);
+    }
+    // A gap may lie where no chunk is at all: it is named by the cover check's own result.
+    jobs.resize(first);
     return make_error(errc::integrity,
-                      "the checkpoint's chunks cover " + std::to_string(p->covered) + " of the " +
+                      (p->missing ? "no chunk of the checkpoint holds " + p->missing->str() + "; "
+                                  : std::string()) +
+                          "the chunks cover " + std::to_string(p->covered) + " of the " +
                           std::to_string(p->wanted) + " elements of " + inside->str() +
-                          " (it was saved with gaps, or its metadata is corrupt)")
+                          " this rank loads (it was saved with gaps, or its metadata is corrupt)")
         .with_key(key);
   }
   return ok();

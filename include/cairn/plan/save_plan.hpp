@@ -19,6 +19,7 @@
 #include "cairn/core/sharded_object.hpp"
 #include "cairn/detail/binary.hpp"
 #include "cairn/plan/box.hpp"
+#include "cairn/plan/cover.hpp"
 #include "cairn/plan/index.hpp"
 
 namespace cairn {
@@ -244,11 +245,22 @@ inline result<void> check_covered(const std::string& key, const integrity_tensor
   for (const auto& [p, r] : v.pieces) covered += p.volume();
   if (covered != numel(v.global_shape)) {
     std::vector<int> holders;
-    for (const auto& [p, r] : v.pieces)
+    std::vector<box> boxes;
+    std::vector<std::size_t> idx;
+    for (const auto& [p, r] : v.pieces) {
       if (holders.empty() || holders.back() != r) holders.push_back(r);
+      if (p.volume() > 0) idx.push_back(boxes.size());
+      boxes.push_back(p);
+    }
+    // The pieces are disjoint (check_no_overlap ran first): name elements nobody writes.
+    const box whole{shape(v.global_shape.size(), 0), v.global_shape};
+    std::optional<box> missing = v.global_shape.empty()
+                                     ? std::optional<box>(whole)
+                                     : find_uncovered(boxes, idx, whole, uncovered_search_budget);
     return integrity_error(key, "shards leave a gap: main replicas (replica_id 0) on ranks [" +
                                     rank_list(holders) + "] cover " + std::to_string(covered) +
-                                    " of " + std::to_string(numel(v.global_shape)) + " elements");
+                                    " of " + std::to_string(numel(v.global_shape)) + " elements" +
+                                    (missing ? "; none holds " + missing->str() : ""));
   }
   return ok();
 }

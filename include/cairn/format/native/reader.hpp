@@ -502,7 +502,8 @@ inline std::vector<verify_problem> tiling_problems(storage_ref st,
                             ? "chunks " + regions[p->first].str() + " and " +
                                   regions[p->second].str() + " overlap at " + p->shared.str()
                             : "chunks cover " + std::to_string(p->covered) + " of " +
-                                  std::to_string(p->wanted) + " elements";
+                                  std::to_string(p->wanted) + " elements" +
+                                  (p->missing ? "; none holds " + p->missing->str() : "");
       error e = make_error(errc::integrity, std::move(msg));
       e.key = k;
       e.file = st.describe(metadata_file);
