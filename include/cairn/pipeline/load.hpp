@@ -413,14 +413,11 @@ inline void broadcast_shared_pieces(const std::vector<shared_piece>& shared, com
   }
 }
 
-/// The outcome of a load step on every rank: this rank's own failure, or "load failed on rank
-/// R" when another rank failed. Collective.
+/// The outcome of a load step on every rank: the failure of the lowest failing rank, tagged
+/// with that rank, on every rank alike (as a save reports it), so that every rank takes the
+/// same branch on the error's code. Collective.
 inline result<void> agree_on_load(comm_ref comm, const std::optional<error>& failure) {
-  rank_statuses statuses = agree(comm, failure);
-  if (failure) return *failure;
-  if (auto f = statuses.first_failure())
-    return make_error(errc::comm,
-                      "load failed on rank " + std::to_string(f->rank) + ": " + f->describe());
+  if (auto f = agree(comm, failure).first_failure()) return std::move(*f);
   return ok();
 }
 
