@@ -2,7 +2,10 @@
 // torch.save zips, Megatron's common.pt, safetensors) on input built to crash them, hang them or
 // exhaust memory: reference cycles, a million-deep nest, memo bombs, huge claimed shapes and
 // offsets. Each case runs in a forked child under 2 GiB and a time limit (tests/hostile/
-// bounded.hpp) and must end in a clear cairn error.
+// bounded.hpp) and must end in a clear cairn error. Each is also loaded as a checkpoint on 2
+// and 3 thread ranks, every rank asking for its own piece (tests/hostile/ranks.hpp): the
+// hostile bytes as the checkpoint's own file, or, for a bare pickle or archive, as the
+// common.pt of an otherwise valid DCP checkpoint, which every load reads.
 #include "cairn/format/foreign.hpp"
 
 #include <doctest/doctest.h>
@@ -13,6 +16,7 @@
 #include "cairn/convert/unshard.hpp"
 #include "tests/hostile/bounded.hpp"
 #include "tests/hostile/pickle_asm.hpp"
+#include "tests/hostile/ranks.hpp"
 
 namespace {
 using namespace pickle_asm;
@@ -50,6 +54,54 @@ void dcp_with_item(cairn::memory_storage& m,
                dict({{k, v}})));
 }
 
+/// Loads `t` from `m` on 2 and 3 thread ranks in every layout: each load ends in the same clear
+/// error on every rank (or succeeds on every rank), within the limits.
+/// `max_layouts` limits the layouts per world size, for inputs that take seconds to refuse before
+/// any rank asks for a piece (a million-deep nest is refused while the metadata is read).
+void check_on_ranks(cairn::storage_ref m,
+                    const hb::tensor_claim& t,
+                    std::size_t max_layouts = SIZE_MAX) {
+  hb::bounds b;
+  b.seconds = 30;
+  for (const auto& run : hb::load_on_ranks(m, t, {2, 3}, {}, b, max_layouts))
+    CHECK_MESSAGE(run.clean(), run.describe());
+}
+void check_on_ranks(cairn::memory_storage&& m,
+                    const hb::tensor_claim& t,
+                    std::size_t max_layouts = SIZE_MAX) {
+  check_on_ranks(cairn::storage_ref(m), t, max_layouts);
+}
+
+/// The tensor the checkpoints below hold (or claim): "w", one f32 element.
+const hb::tensor_claim one_float{"w", cairn::dtype::f32, {1}, std::nullopt};
+
+/// A valid DCP checkpoint holding `one_float` whose common.pt (Megatron's common state, read
+/// by every load) is the torch.save archive around pickle `common_pkl`, or the raw bytes
+/// `common_file` when given.
+cairn::memory_storage dcp_with_common(const std::string& common_pkl,
+                                      const std::string& common_file = {}) {
+  cairn::memory_storage m;
+  auto len = static_cast<std::int64_t>(put_archive(
+      m, "__0_0.distcp", program(body(tensor_v2(cairn::dtype::f32, {1}, {1}))), "abcd"));
+  auto [k, v] = storage_entry("w", {0}, "__0_0.distcp", 0, len);
+  put(m, ".metadata",
+      metadata(dict({{str("w"),
+                      tensor_meta(cairn::dtype::f32, size({1}), "(" + chunk({0}, {1}) + "l")}}),
+               dict({{k, v}})));
+  if (common_file.empty())
+    put_archive(m, "common.pt", common_pkl);
+  else
+    put(m, "common.pt", common_file);
+  return m;
+}
+
+/// A DCP checkpoint whose `.metadata` is `meta` (and no other file).
+cairn::memory_storage dcp_metadata_only(const std::string& meta) {
+  cairn::memory_storage m;
+  put(m, ".metadata", meta);
+  return m;
+}
+
 /// `Parameter(L)` where `L = [the Parameter itself]`.
 std::string self_wrapping_parameter() {
   return program(global("torch._utils", "_rebuild_parameter") + "]" + put(0) + "R" + put(1) +
@@ -76,6 +128,7 @@ TEST_CASE("the 14-byte pickle: BUILD of a dict with itself read freed memory") {
     return cairn::ok();
   });
   CHECK_MESSAGE(r.what == hb::outcome::succeeded, r.describe());
+  check_on_ranks(dcp_with_common(p), one_float);
 }
 
 // --- reference cycles ----------------------------------------------------------------------------
@@ -84,6 +137,7 @@ TEST_CASE("a pickled list that contains itself is a corrupt error naming the off
   std::string p = program("]" + put(0) + get(0) + "a");
   expect_clear_error([&] { return discard(pk::load(bytes(p), "l.pkl")); }, errc::corrupt,
                      "reference cycle");
+  check_on_ranks(dcp_with_common(p), one_float);
 }
 
 TEST_CASE("a DCP .metadata whose torch.Size contains itself (as_shape recursed forever)") {
@@ -95,6 +149,7 @@ TEST_CASE("a DCP .metadata whose torch.Size contains itself (as_shape recursed f
       "}");
   expect_clear_error([&] { return cairn::dcp::decode(bytes(meta), ".metadata"); }, errc::corrupt,
                      "reference cycle");
+  check_on_ranks(dcp_metadata_only(meta), {"w", cairn::dtype::f32, {4}, std::nullopt});
 }
 
 TEST_CASE("a torch.save Parameter that wraps itself (as_tensor recursed forever)") {
@@ -107,12 +162,14 @@ TEST_CASE("a torch.save Parameter that wraps itself (as_tensor recursed forever)
         return cairn::ok();
       },
       errc::corrupt, "reference cycle");
+  check_on_ranks(dcp_with_common(self_wrapping_parameter()), one_float);
 }
 
 TEST_CASE("a DCP .distcp item whose data.pkl wraps itself") {
   cairn::memory_storage m;
   dcp_with_item(m, self_wrapping_parameter(), 1, std::string(4, '\0'));
   expect_clear_error([&] { return cairn::dcp_as_metadata(m); }, errc::corrupt, "reference cycle");
+  check_on_ranks(m, one_float);
 }
 
 TEST_CASE("find_tensors over a torch.save dict that contains itself (recursed forever)") {
@@ -125,6 +182,7 @@ TEST_CASE("find_tensors over a torch.save dict that contains itself (recursed fo
             errc::io, std::to_string(cairn::torch_zip::find_tensors(a.root).size()) + " tensors");
       },
       errc::corrupt, "reference cycle");
+  check_on_ranks(dcp_with_common(self_containing_dict("self")), one_float);
 }
 
 TEST_CASE("Megatron's common.pt holding a dict that contains itself (leaked on every load)") {
@@ -132,6 +190,8 @@ TEST_CASE("Megatron's common.pt holding a dict that contains itself (leaked on e
   put(m, ".metadata", metadata("}", "}"));
   put_archive(m, "common.pt", self_containing_dict("model"));
   expect_clear_error([&] { return cairn::dcp_as_metadata(m); }, errc::corrupt, "reference cycle");
+  check_on_ranks(m, one_float);
+  check_on_ranks(dcp_with_common(self_containing_dict("model")), one_float);
 }
 
 // --- depth ---------------------------------------------------------------------------------------
@@ -140,12 +200,14 @@ TEST_CASE("a list nested a million deep (the destructor overflowed the stack)") 
   std::string p = program(nested_lists(1'000'000));
   expect_clear_error([&] { return discard(pk::load(bytes(p), "deep.pkl")); }, errc::resource,
                      "nest deeper");
+  check_on_ranks(dcp_with_common(p), one_float, 1);
 }
 
 TEST_CASE("a DCP .metadata whose planner_data nests a million deep") {
   std::string meta = metadata("}", "}", dict({{str("w"), nested_lists(1'000'000)}}));
   expect_clear_error([&] { return cairn::dcp::decode(bytes(meta), ".metadata"); }, errc::resource,
                      "nest deeper");
+  check_on_ranks(dcp_metadata_only(meta), {"w", cairn::dtype::f32, {4}, std::nullopt}, 1);
 }
 
 // --- memo bombs ----------------------------------------------------------------------------------
@@ -169,6 +231,8 @@ TEST_CASE("a memo-bomb DCP .metadata: 300 KB that would expand into 10^8 chunk r
   put(m, ".metadata", meta);
   expect_clear_error([&] { return cairn::convert::open_source(m); }, errc::resource, "memo bomb");
   expect_clear_error([&] { return cairn::dcp_as_metadata(m); }, errc::resource, "memo bomb");
+  check_on_ranks(m, {"w0", cairn::dtype::f32, {4}, std::nullopt});
+  check_on_ranks(m, {"w19999", cairn::dtype::f32, {4}, std::nullopt});
 }
 
 TEST_CASE("a pickle that copies one 1 MB string 20000 times by memo GET (20 GB)") {
@@ -177,6 +241,7 @@ TEST_CASE("a pickle that copies one 1 MB string 20000 times by memo GET (20 GB)"
   p = program(p + "l");
   expect_clear_error([&] { return discard(pk::load(bytes(p), "strings.pkl")); }, errc::resource,
                      "memo bomb");
+  check_on_ranks(dcp_with_common(p), one_float);
 }
 
 TEST_CASE("a torch.save pickle sharing one tensor under 2^40 paths (find_tensors ran forever)") {
@@ -193,6 +258,7 @@ TEST_CASE("a torch.save pickle sharing one tensor under 2^40 paths (find_tensors
             errc::io, std::to_string(cairn::torch_zip::find_tensors(a.root).size()) + " tensors");
       },
       errc::resource, "memo bomb");
+  check_on_ranks(dcp_with_common(p), one_float);
 }
 
 // --- huge claimed shapes and offsets -------------------------------------------------------------
@@ -214,6 +280,7 @@ TEST_CASE("DCP .metadata claiming tensors whose element counts overflow") {
         "}");
     expect_clear_error([&] { return cairn::dcp::decode(bytes(meta), ".metadata"); }, errc::corrupt,
                        "w");
+    check_on_ranks(dcp_metadata_only(meta), {"w", c.type, c.size, std::nullopt});
   }
 }
 
@@ -222,6 +289,7 @@ TEST_CASE("a DCP .distcp item at storage offset 2^62 (its byte offset wrapped to
   dcp_with_item(m, program(body(tensor_v2(cairn::dtype::f32, {1}, {1}, std::int64_t{1} << 62))), 1,
                 std::string(4, '\0'));
   expect_clear_error([&] { return cairn::dcp_as_metadata(m); }, errc::corrupt, "w");
+  check_on_ranks(m, one_float);
 }
 
 TEST_CASE("a DCP .distcp item claiming [2^32, 2^32] elements") {
@@ -230,6 +298,7 @@ TEST_CASE("a DCP .distcp item claiming [2^32, 2^32] elements") {
   dcp_with_item(m, program(body(tensor_v2(cairn::dtype::f32, {e32, e32}, {e32, 1}))), 1,
                 std::string(4, '\0'));
   expect_clear_error([&] { return cairn::dcp_as_metadata(m); }, errc::corrupt, "w");
+  check_on_ranks(m, one_float);
 }
 
 TEST_CASE("DCP _StorageInfo offset and length near 2^63") {
@@ -242,6 +311,7 @@ TEST_CASE("DCP _StorageInfo offset and length near 2^63") {
                       tensor_meta(cairn::dtype::f32, size({1}), "(" + chunk({0}, {1}) + "l")}}),
                dict({{k, v}})));
   expect_clear_error([&] { return cairn::dcp_as_metadata(m); }, errc::corrupt, "past the end");
+  check_on_ranks(m, one_float);
 }
 
 TEST_CASE("read_tensor of a view claiming 3 x (2^62 + 1) elements (allocated its product)") {
@@ -255,6 +325,11 @@ TEST_CASE("read_tensor of a view claiming 3 x (2^62 + 1) elements (allocated its
         return cairn::torch_zip::read_tensor(a, t);
       },
       errc::corrupt, "2^62");
+  // The same view as the tensor of a DCP checkpoint's item.
+  cairn::memory_storage item;
+  dcp_with_item(item, program(body(tensor_v2(cairn::dtype::f32, {3, big}, {big, 1}))), 3,
+                std::string(12, '\0'));
+  check_on_ranks(item, {"w", cairn::dtype::f32, {3}, std::nullopt});
 }
 
 TEST_CASE("safetensors headers claiming more than the file holds") {
@@ -286,6 +361,8 @@ TEST_CASE("safetensors headers claiming more than the file holds") {
     put(m, "model.safetensors", f);
     expect_clear_error([&] { return cairn::safetensors_as_metadata(m); }, errc::corrupt,
                        "safetensors");
+    check_on_ranks(m, {"a", cairn::dtype::f32, {1}, std::nullopt});
+    check_on_ranks(m, {"a", cairn::dtype::u8, {4}, std::nullopt});
   }
 }
 
@@ -295,6 +372,7 @@ TEST_CASE("a safetensors index claiming total_size 1e300") {
       R"({"metadata":{"total_size":1e300},"weight_map":{"a":"model.safetensors"}})");
   expect_clear_error([&] { return cairn::safetensors_as_metadata(m); }, errc::corrupt,
                      "total_size");
+  check_on_ranks(m, {"a", cairn::dtype::f32, {1}, std::nullopt});
 }
 
 TEST_CASE("a zip whose zip64 locator points near 2^64") {
@@ -311,6 +389,7 @@ TEST_CASE("a zip whose zip64 locator points near 2^64") {
   eocd[10] = eocd[11] = '\xff';  // 0xFFFF records: look for the zip64 end record
   put(m, "z.pt", s.substr(0, s.size() - 22) + locator + eocd);
   expect_clear_error([&] { return cairn::torch_zip::open_zip(m, "z.pt"); }, errc::corrupt, "zip");
+  check_on_ranks(dcp_with_common("", s.substr(0, s.size() - 22) + locator + eocd), one_float);
 }
 
 TEST_CASE("a DCP checkpoint of tiny files claiming a 4 TB tensor (consolidate allocated it)") {
@@ -332,5 +411,6 @@ TEST_CASE("a DCP checkpoint of tiny files claiming a 4 TB tensor (consolidate al
         },
         errc::corrupt, "w");
     expect_clear_error([&] { return cairn::dcp_as_metadata(m); }, errc::corrupt, "w");
+    check_on_ranks(m, {"w", cairn::dtype::f32, {e40}, cairn::box{{1}, {e40 - 1}}});
   }
 }

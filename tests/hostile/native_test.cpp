@@ -1,6 +1,8 @@
-// Hostile native checkpoints: a few hundred bytes of metadata.json that claim terabytes, run
-// under a memory and time limit (tests/hostile/bounded.hpp). Each must end in a clear cairn
-// error, quickly, without allocating what it claims.
+// Hostile native checkpoints: a few hundred bytes of metadata.json that claim terabytes, or
+// chunks that overlap and leave gaps, run under a memory and time limit
+// (tests/hostile/bounded.hpp). Each must end in a clear cairn error, quickly, without allocating
+// what it claims — on one rank and on 2 and 3 thread ranks that each load their own piece
+// (tests/hostile/ranks.hpp).
 #include <doctest/doctest.h>
 
 #include <cstdint>
@@ -9,6 +11,7 @@
 
 #include "cairn/cairn.hpp"
 #include "tests/hostile/bounded.hpp"
+#include "tests/hostile/ranks.hpp"
 
 namespace {
 
@@ -37,7 +40,65 @@ cairn_hostile::bounds tight() {
   return b;
 }
 
+/// Loads `t` on 2 and 3 thread ranks in every layout (tests/hostile/ranks.hpp): each ends in
+/// the same clear error on every rank, or succeeds on every rank (a layout whose pieces avoid
+/// the damage may), within the limits.
+void check_on_ranks(cairn::storage_ref st, const cairn_hostile::tensor_claim& t) {
+  for (const auto& run : cairn_hostile::load_on_ranks(st, t, {2, 3}, {}, tight()))
+    CHECK_MESSAGE(run.clean(), run.describe());
+}
+
 }  // namespace
+
+TEST_CASE("hostile native: a chunk listed twice and none for the rest, on 1, 2 and 3 ranks") {
+  // x of shape [4] saved on two ranks (version 3: the chunks are in metadata.json), then x[0:2]
+  // listed twice and x[2:4] nowhere. A 2-rank load whose rank 1 asks for x[2:4] met no chunk
+  // there and crashed formatting the names of two chunks of an empty list.
+  for (bool sealed : {true, false}) {
+    CAPTURE(sealed);
+    cairn::memory_storage mem;
+    cairn::save_options so;
+    so.index_files = false;
+    cairn::run_ranks(2, [&](cairn::thread_communicator& comm) {
+      std::vector<float> buf{1, 2};
+      cairn::state_dict sd;
+      sd.add("x", cairn::block("x", std::span(buf), {2}, {4}, {2 * comm.rank()}));
+      cairn::save(sd, mem, comm, so);
+    });
+    auto m = cairn::read_metadata(mem).value();
+    auto& chunks = m.tensors.at("x").chunks;
+    REQUIRE(chunks.size() == 2);
+    chunks[1] = chunks[0];
+    std::string json = cairn::to_json(m);
+    if (!sealed) {  // no metadata_checksum at all: read as an older, unsealed document
+      json.resize(json.rfind(cairn::metadata_checksum_member));
+      json.resize(json.find_last_not_of(",\n") + 1);
+      json += "\n}\n";
+    }
+    REQUIRE(mem.put("metadata.json", std::as_bytes(std::span(json))));
+    const cairn_hostile::tensor_claim x{"x", cairn::dtype::f32, {4}, cairn::box{{2}, {2}}};
+    // Every piece meets the gap or the doubled chunk: an integrity error on every rank.
+    std::size_t runs = 0;
+    for (const auto& run : cairn_hostile::load_on_ranks(mem, x, {1, 2, 3}, {}, tight())) {
+      ++runs;
+      CHECK_MESSAGE(run.ended.clear_error(), run.describe());
+      CHECK_MESSAGE(run.ended.code == cairn::errc::integrity, run.describe());
+      CHECK_MESSAGE(run.ended.detail.find("key=x") != std::string::npos, run.describe());
+    }
+    CHECK(runs >= 9);
+    // The layout of the crash itself, by name: rank 0 x[0:2], rank 1 x[2:4].
+    cairn_hostile::rank_layout crash{"the crash", {cairn::box{{0}, {2}}, cairn::box{{2}, {2}}}};
+    auto r = cairn_hostile::run_bounded([&] { return cairn_hostile::load_pieces(mem, x, crash); },
+                                        tight());
+    CHECK_MESSAGE(r.clear_error(), r.describe());
+    CHECK(r.code == cairn::errc::integrity);
+    CHECK_MESSAGE((r.detail.find("no chunk of the checkpoint holds [2:4]") != std::string::npos ||
+                   r.detail.find("both hold [0:2]") != std::string::npos),
+                  r.describe());
+    CHECK(!cairn::verify_checkpoint(mem).value().empty());
+    CHECK(!cairn::load_tensors(mem));
+  }
+}
 
 TEST_CASE("hostile native: a tensor claiming 4 TiB is refused before anything is allocated") {
   cairn::memory_storage mem;
@@ -54,6 +115,11 @@ TEST_CASE("hostile native: a tensor claiming 4 TiB is refused before anything is
   CHECK(r.code == cairn::errc::integrity);
   auto v = cairn_hostile::run_bounded([&] { return cairn::verify_checkpoint(mem); }, tight());
   CHECK_MESSAGE(v.what == cairn_hostile::outcome::succeeded, v.describe());  // lists problems
+  // Ranks asking for pieces inside the one real chunk [0:32], across its end and far past it.
+  check_on_ranks(mem, {"w",
+                       cairn::dtype::f32,
+                       {std::int64_t{1} << 40},
+                       cairn::box{{32}, {(std::int64_t{1} << 40) - 32}}});
 }
 
 TEST_CASE("hostile native: shapes whose size overflows are corrupt") {
@@ -70,6 +136,8 @@ TEST_CASE("hostile native: shapes whose size overflows are corrupt") {
     auto r = cairn_hostile::run_bounded([&] { return cairn::load_tensors(mem); }, tight());
     CHECK_MESSAGE(r.clear_error(), r.describe());
     CHECK(r.code == cairn::errc::corrupt);
+    check_on_ranks(mem, {"w", cairn::dtype::f32, s, std::nullopt});
+    check_on_ranks(mem, {"w", cairn::dtype::f32, {8, 4}, std::nullopt});
   }
 }
 
@@ -99,6 +167,7 @@ TEST_CASE("hostile native: a common extent claiming 3 GiB in a tiny file ends ea
     CHECK_MESSAGE(r.clear_error(), r.describe());
     CHECK(r.code == cairn::errc::corrupt);
     CHECK(r.peak_rss_bytes < 256 * (std::uint64_t{1} << 20));
+    check_on_ranks(mem, {"w", cairn::dtype::f32, {8, 4}, std::nullopt});
   }
 }
 
@@ -120,6 +189,7 @@ TEST_CASE("hostile native: a block size beyond the bound is corrupt, not a buffe
         tight());
     CHECK_MESSAGE(r.clear_error(), r.describe());
     CHECK(r.code == cairn::errc::corrupt);
+    check_on_ranks(mem, {"w", cairn::dtype::f32, {8, 4}, std::nullopt});
   }
 }
 
@@ -142,4 +212,5 @@ TEST_CASE("hostile native: a file size claim larger than the file is caught befo
   CHECK_MESSAGE(r.clear_error(), r.describe());
   CHECK(r.code == cairn::errc::corrupt);
   CHECK(r.detail.find("truncated") != std::string::npos);
+  check_on_ranks(mem, {"w", cairn::dtype::f32, t.global_shape, cairn::box{{8, 0}, {8, 4}}});
 }
