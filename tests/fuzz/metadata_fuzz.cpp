@@ -3,17 +3,20 @@
 // metadata_checksum, when present, rejects almost every mutation) and resealed with a correct
 // checksum (reseal_metadata_json), so that mutations reach the JSON decoding: whoever can
 // rewrite the file can rewrite its checksum. What it accepts must encode (to_json) to a
-// document that decodes again and encodes to the same text.
+// document that decodes again and encodes to the same text, and the load planner runs on it
+// for every rank of worlds of 1, 2 and 3 (tests/fuzz/plan_layouts.hpp).
 #include <string>
 
 #include "cairn/format/native/metadata.hpp"
 #include "tests/fuzz/fuzz.hpp"
+#include "tests/fuzz/plan_layouts.hpp"
 
 namespace {
 
 void decode(std::string_view json, bool allow_unverified) {
   auto m = cairn::metadata_from_json(json, "fuzz/metadata.json", allow_unverified);
   if (!m) return;
+  cairn_fuzz::plan_on_ranks(*m);
   const std::string encoded = cairn::to_json(*m);
   auto again = cairn::metadata_from_json(encoded, "fuzz/re-encoded.json", allow_unverified);
   cairn_fuzz::check(bool(again), "metadata that decoded does not decode after to_json");

@@ -1,12 +1,16 @@
 // Fuzz target "safetensors": a whole safetensors file in a memory_storage, read as a loader
 // does: safetensors::read_header (8-byte length, JSON header, every validation rule), then each
 // tensor of at most 1 MiB with read_tensor and a partial read_range. An accepted header must
-// describe tensors that lie inside the file.
+// describe tensors that lie inside the file. The file as a checkpoint
+// (safetensors_as_metadata) then goes through the load planner for every rank of worlds of 1,
+// 2 and 3 (tests/fuzz/plan_layouts.hpp).
 #include <vector>
 
 #include "cairn/format/safetensors/file.hpp"
+#include "cairn/format/safetensors/reader.hpp"
 #include "cairn/storage/memory.hpp"
 #include "tests/fuzz/fuzz.hpp"
+#include "tests/fuzz/plan_layouts.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   cairn::memory_storage mem;
@@ -28,5 +32,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       cairn_fuzz::check(bool(r), "read_range failed inside a tensor of an accepted header");
     }
   }
+  auto m = cairn::safetensors_as_metadata(st);
+  cairn_fuzz::check(bool(m), "a file whose header reads is not a checkpoint");
+  cairn_fuzz::plan_on_ranks(*m);
   return 0;
 }
