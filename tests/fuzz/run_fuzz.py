@@ -1,11 +1,12 @@
 """Runs cairn's libFuzzer targets and reports what they executed and found (used by scripts/fuzz).
 
     run_fuzz.py --bin build-fuzz/bin --work build-fuzz [--time S | --runs N] [--jobs J]
-                [--smoke] TARGET...
+                [--timeout S] [--smoke] TARGET...
 
 Each target fuzzes its corpus WORK/fuzz-corpus/<target>/ (what libFuzzer adds stays there for
 later runs) seeded from WORK/fuzz-seeds/<target>/ (make_corpus.py), tests/fuzz/seeds/<target>/
-and tests/fuzz/regressions/<target>/, with ASan + UBSan, -timeout=25 s per input and
+and tests/fuzz/regressions/<target>/, with ASan + UBSan, -timeout=25 s per input (--timeout: a
+soak that shares the machine with builds needs more, or starved inputs count as slow) and
 -rss_limit_mb=2048 (also the malloc limit).
 
 A finding is a crash, a sanitizer report, a violated property, a slow input or an out-of-memory;
@@ -27,7 +28,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MAX_FINDINGS = 20
 # libFuzzer's options; -timeout and -rss_limit_mb make slow and greedy inputs findings.
-OPTIONS = ["-timeout=25", "-rss_limit_mb=2048", "-print_final_stats=1", "-reload=0"]
+OPTIONS = ["-rss_limit_mb=2048", "-print_final_stats=1", "-reload=0"]
 
 
 def first_cairn_frame(log):
@@ -104,7 +105,8 @@ def fuzz_target(name, args):
             os.remove(os.path.join(artifacts, f))
         # After a finding, the seeds that reproduce it are left out so fuzzing can go on.
         dirs = [corpus] + (seeds if attempt == 1 else [d for d in seeds if d != regressions])
-        cmd = [binary, *OPTIONS, *budget, f"-artifact_prefix={artifacts}/", *dirs]
+        cmd = [binary, f"-timeout={args.timeout}", *OPTIONS, *budget,
+               f"-artifact_prefix={artifacts}/", *dirs]
         with open(log_path, "w") as log_file:
             rc = subprocess.run(cmd, stdout=log_file, stderr=subprocess.STDOUT).returncode
         with open(log_path, errors="replace") as f:
@@ -139,6 +141,7 @@ def main():
     ap.add_argument("--time", type=int, default=60)
     ap.add_argument("--runs", type=int, default=0)
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--timeout", type=int, default=25)
     ap.add_argument("--smoke", action="store_true")
     ap.add_argument("targets", nargs="+")
     args = ap.parse_args()
