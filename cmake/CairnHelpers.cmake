@@ -14,12 +14,12 @@ function(cairn_target_warnings target)
 endfunction()
 
 # cairn_add_executable(<target> [OUTPUT_NAME <name>] SOURCES <src>...)
-# An executable linking cairn::cairn and Threads; it lands in ${CMAKE_BINARY_DIR}/bin when cairn is
-# the top-level project.
+# An executable linking cairn::compiled (cairn's bodies compiled once) and Threads; it lands in
+# ${CMAKE_BINARY_DIR}/bin when cairn is the top-level project.
 function(cairn_add_executable target)
   cmake_parse_arguments(arg "" "OUTPUT_NAME" "SOURCES" ${ARGN})
   add_executable(${target} ${arg_SOURCES})
-  target_link_libraries(${target} PRIVATE cairn::cairn Threads::Threads)
+  target_link_libraries(${target} PRIVATE cairn::compiled Threads::Threads)
   cairn_target_warnings(${target})
   if(arg_OUTPUT_NAME)
     set_target_properties(${target} PROPERTIES OUTPUT_NAME ${arg_OUTPUT_NAME})

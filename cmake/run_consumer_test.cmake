@@ -6,7 +6,8 @@
 #   INSTALL_PREFIX  (find_package) where cairn is installed (wiped first)
 #   GENERATOR, CXX_COMPILER, LAUNCHER, BUILD_TYPE   forwarded to the consumer's configure
 #   EXPECT_MPI      1 when cairn::mpi was built: the consumer must find and build against it
-# Every step must succeed, and the consumer program must exit 0. Never runs cairn's own tests.
+# Every step must succeed, and the consumer programs (header-only and cairn::compiled) must exit
+# 0. Never runs cairn's own tests.
 cmake_minimum_required(VERSION 3.25)
 
 function(step what)
@@ -53,3 +54,4 @@ endif()
 step("configure" "${CMAKE_COMMAND}" ${configure_args})
 step("build" "${CMAKE_COMMAND}" --build "${WORK_DIR}/build")
 step("run" "${WORK_DIR}/build/cairn_consumer")
+step("run the compiled-mode program" "${WORK_DIR}/build/cairn_consumer_compiled")

@@ -35,6 +35,7 @@
 
 #include "cairn/convert/diff.hpp"
 #include "cairn/convert/unshard.hpp"
+#include "cairn/format/detail/format_util.hpp"
 #include "cairn/format/native/metadata.hpp"
 #include "cairn/format/native/reader.hpp"
 #include "cairn/manager/checkpointer.hpp"
@@ -114,9 +115,9 @@ cairn::progress_callback progress_bar() {
 }
 
 std::string json_str(std::string_view s) {
-  fmt::memory_buffer b;
-  cairn::detail::json_string(b, s);
-  return fmt::to_string(b);
+  std::string out;
+  cairn::format_detail::json_string(out, s);
+  return out;
 }
 
 std::string shape_str(const cairn::shape& s) { return fmt::format("[{}]", fmt::join(s, ", ")); }

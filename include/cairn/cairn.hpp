@@ -23,6 +23,7 @@
 #include "cairn/format/native/strategy.hpp"
 #include "cairn/load.hpp"
 #include "cairn/manager/checkpointer.hpp"
+#include "cairn/manager/presets.hpp"
 #include "cairn/options.hpp"
 #include "cairn/save.hpp"
 #include "cairn/storage/file.hpp"

@@ -21,6 +21,7 @@
 #include "cairn/cairn.hpp"
 #include "cairn/convert/source.hpp"
 #include "cairn/convert/unshard.hpp"
+#include "cairn/plan/cover.hpp"
 #include "cairn/strategies.hpp"
 #include "tests/api/property.hpp"
 

@@ -1,6 +1,7 @@
 // safetensors: layout, streaming writes, validation of corrupt headers, index files.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>

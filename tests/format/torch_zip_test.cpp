@@ -1,6 +1,7 @@
 // torch_zip: stored ZIP with torch's alignment, torch.save archives of tensors, views.
 #include <doctest/doctest.h>
 
+#include <cstring>
 #include <numeric>
 
 #include "cairn/format/torch/zip.hpp"

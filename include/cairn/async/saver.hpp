@@ -20,22 +20,17 @@
 // write's error is held for that call, where every rank sees it.
 #pragma once
 
-#include <atomic>
-#include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
 #include <utility>
 #include <vector>
 
-#include "cairn/comm/agree.hpp"
 #include "cairn/cuda/staging_pool.hpp"
+#include "cairn/detail/config.hpp"
 #include "cairn/save.hpp"
-#include "cairn/storage/writer_slots.hpp"
 
 namespace cairn {
 
@@ -117,9 +112,7 @@ class async_saver {
   async_saver& operator=(const async_saver&) = delete;
   /// Waits for the background write of a save that was never committed, and drops it: that
   /// save is not committed (the previous checkpoint, if any, stays the loadable one).
-  ~async_saver() {
-    if (worker_.joinable()) worker_.join();
-  }
+  ~async_saver();
 
   /// Plans the save (collective), stages this rank's bytes, starts writing them in the
   /// background and returns. The tree's memory may change as soon as it returns. A save still
@@ -139,30 +132,7 @@ class async_saver {
 
   /// Commits the save in flight, if any (collective), and returns its result; with none in
   /// flight, the result of the last one committed.
-  result<save_stats> finalize() {
-    if (!flight_) {
-      if (last_) return *last_;
-      return make_error(errc::invalid_argument, "async_saver: no save was started");
-    }
-    flight& f = *flight_;
-    if (worker_.joinable()) worker_.join();
-    result<save_stats> r = [&]() -> result<save_stats> {
-      try {
-        CAIRN_TRY_ASSIGN(save_stats stats,
-                         detail::commit_phase(f.plan, f.written, *f.st, f.comm, f.opt));
-        stats.files = f.st->names();
-        return stats;
-      } catch (...) {
-        return detail::current_exception_error("committing an async save").with_rank(f.comm.rank());
-      }
-    }();
-    pool_->reset();
-    committed_seq_ = f.seq;
-    spare_plan_ = std::move(f.plan);
-    flight_.reset();
-    last_ = r;
-    return r;
-  }
+  result<save_stats> finalize();
 
   /// Whether a save was started and not yet committed.
   bool in_flight() const noexcept { return flight_.has_value(); }
@@ -185,86 +155,9 @@ class async_saver {
   result<save_handle> save_leaves(const leaf_list& leaves,
                                   storage_ref st,
                                   comm_ref comm,
-                                  const save_options& requested) {
-    const save_options opt = detail::effective_options(requested);
-    using clock = std::chrono::steady_clock;
-    auto ms = [](clock::time_point a, clock::time_point b) {
-      return std::chrono::duration<double, std::milli>(b - a).count();
-    };
-    const auto t0 = clock::now();
-    if (flight_) {
-      if (opt_.in_flight == on_save_in_flight::fail) {
-        // Every rank has a save in flight (they started it together), so every rank fails here.
-        return make_error(errc::invalid_argument,
-                          "async_saver: a save is still in flight (finalize() it first, "
-                          "or use on_save_in_flight::wait)")
-            .with_rank(comm.rank());
-      }
-      // A failure of the previous save is that save's: report it here, where every rank sees it.
-      if (auto prev = finalize(); !prev) return std::move(prev).err();
-    }
-    // Reuse the last plan's storage (its vectors keep their capacity).
-    planned_save plan = std::move(spare_plan_);
-    auto recorded = std::make_unique<detail::recording_storage>(st);
-    CAIRN_TRY(detail::plan_phase(leaves, *recorded, comm, opt, plan));
-    const auto t1 = clock::now();
+                                  const save_options& requested);
 
-    // Stage every tensor item (objects and common values are owned copies already).
-    std::vector<cuda::stage_item>& items = stage_items_;
-    std::vector<std::size_t>& which = stage_index_;
-    items.clear();
-    which.clear();
-    for (std::size_t i = 0; i < plan.items.size(); ++i) {
-      const write_item& it = plan.items[i];
-      if (it.is_object || it.nbytes == 0) continue;
-      items.push_back(cuda::stage_item{it.src, static_cast<std::size_t>(it.nbytes), it.key});
-      which.push_back(i);
-    }
-    std::optional<error> stage_failure;
-    pool_->reset();
-    if (auto staged = stager_.stage(items); !staged) {
-      stage_failure = std::move(staged).err();
-    } else {
-      for (std::size_t k = 0; k < which.size(); ++k) plan.items[which[k]].src = (*staged)[k].data();
-      if (auto w = stager_.wait(); !w) stage_failure = std::move(w).err();
-    }
-    // Staging is local; a failure on one rank must stop every rank before anything is written.
-    if (stage_failure) stage_failure = std::move(*stage_failure).with_rank(comm.rank());
-    if (auto f = agree(comm, stage_failure).first_failure()) {
-      pool_->reset();
-      return std::move(*f);
-    }
-    const auto t2 = clock::now();
-    async_save_stats started;
-    started.plan_ms = ms(t0, t1);
-    started.stage_ms = ms(t1, t2);
-    started.staged_bytes = 0;
-    for (const auto& it : items) started.staged_bytes += it.bytes;
-    started.plan_reused = plan.stats.plan_reused;
-
-    const std::uint64_t seq = ++seq_;
-    flight_.emplace(flight{seq, std::move(plan), {}, std::move(recorded), comm, opt});
-    flight* f = &*flight_;
-    worker_ = std::thread([this, f] {
-      try {
-        writer_slot slot = writer_slots(opt_.max_writers_per_node, opt_.writer_lock_dir).acquire();
-        f->written = detail::write_phase(f->plan, *f->st, f->opt, &buffers_);
-      } catch (...) {
-        f->written.failure =
-            detail::current_exception_error("writing an async save").with_rank(f->plan.rank);
-      }
-    });
-    started.stall_ms = ms(t0, clock::now());
-    return save_handle(this, seq, started);
-  }
-
-  result<save_stats> wait_for(std::uint64_t seq) {
-    if (flight_ && flight_->seq == seq) return finalize();
-    if (seq <= committed_seq_ && last_ && seq == committed_seq_) return *last_;
-    return make_error(errc::invalid_argument,
-                      "save_handle: this save was committed by a later call; its result was "
-                      "returned there");
-  }
+  result<save_stats> wait_for(std::uint64_t seq);
 
   async_saver_options opt_;
   std::optional<cuda::staging_pool> own_pool_;
@@ -283,3 +176,7 @@ class async_saver {
 inline result<save_stats> save_handle::wait() { return saver_->wait_for(seq_); }
 
 }  // namespace cairn
+
+#if CAIRN_HEADER_ONLY
+#  include "cairn/async/saver-inl.hpp"
+#endif

@@ -14,6 +14,7 @@
 #include "cairn/comm/communicator.hpp"
 #include "cairn/core/error.hpp"
 #include "cairn/detail/binary.hpp"
+#include "cairn/detail/config.hpp"
 
 namespace cairn {
 
@@ -23,49 +24,22 @@ struct rank_statuses {
   std::vector<bytes> payloads;               ///< each rank's payload (empty when none was sent)
 
   /// The failure of the lowest failing rank, tagged with that rank; nullopt when all succeeded.
-  std::optional<error> first_failure() const {
-    for (std::size_t r = 0; r < status.size(); ++r)
-      if (status[r]) return error(*status[r]).with_rank(static_cast<int>(r));
-    return std::nullopt;
-  }
+  std::optional<error> first_failure() const;
 };
 
 /// Collective: every rank sends its status `mine` (nullopt: success) and `payload`; returns what
 /// every rank sent. Every rank gets the same answer, so every rank can take the same branch.
-inline rank_statuses agree(comm_ref comm,
-                           const std::optional<error>& mine,
-                           std::span<const std::byte> payload = {}) {
-  detail::binary_writer w;
-  detail::put_error(w, mine);
-  w.blob(payload);
-  rank_statuses out;
-  for (const auto& b : comm.all_gather(w.data())) {
-    detail::binary_reader r(b);
-    out.status.push_back(detail::get_error(r));
-    out.payloads.push_back(r.blob());
-  }
-  return out;
-}
+CAIRN_INLINE rank_statuses agree(comm_ref comm,
+                                 const std::optional<error>& mine,
+                                 std::span<const std::byte> payload = {});
 
 /// Collective: rank `root` tells every rank an outcome, `mine` and `payload` there (the other
 /// ranks' arguments are ignored). Returns root's status, tagged with its rank, and payload.
-inline std::pair<std::optional<error>, bytes> announce(comm_ref comm,
-                                                       int root,
-                                                       const std::optional<error>& mine,
-                                                       std::span<const std::byte> payload = {}) {
-  bytes msg;
-  if (comm.rank() == root) {
-    detail::binary_writer w;
-    detail::put_error(w, mine);
-    w.blob(payload);
-    msg = std::move(w.data());
-  }
-  comm.broadcast(msg, root);
-  detail::binary_reader r(msg);
-  std::optional<error> status = detail::get_error(r);
-  if (status && status->rank < 0) status->rank = root;
-  return {std::move(status), r.blob()};
-}
+CAIRN_INLINE std::pair<std::optional<error>, bytes> announce(
+    comm_ref comm,
+    int root,
+    const std::optional<error>& mine,
+    std::span<const std::byte> payload = {});
 
 /// Collective, with traffic that does not grow with the world on any rank but `root`: every
 /// rank sends its status `mine` and `payload` to `root` (a gather); there, when every rank
@@ -106,3 +80,7 @@ std::pair<std::optional<error>, bytes> agree_at_root(comm_ref comm,
 }
 
 }  // namespace cairn
+
+#if CAIRN_HEADER_ONLY
+#  include "cairn/comm/agree-inl.hpp"
+#endif

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "cairn/comm/communicator.hpp"
-#include "cairn/core/error.hpp"
+#include "cairn/detail/config.hpp"
 
 namespace cairn {
 
@@ -24,49 +24,26 @@ class single_communicator {
   int size() const noexcept { return 1; }
 
   /// Returns one buffer: a copy of `data`.
-  std::vector<bytes> all_gather(std::span<const std::byte> data) {
-    std::vector<bytes> out(1);
-    out[0].assign(data.begin(), data.end());
-    return out;
-  }
+  std::vector<bytes> all_gather(std::span<const std::byte> data);
 
   /// Leaves `buf` unchanged. Throws `cairn::exception` (errc::invalid_argument) when `root` is
   /// not 0.
-  void broadcast(bytes& buf, int root) {
-    (void)buf;
-    if (root != 0) {
-      throw exception(
-          make_error(errc::invalid_argument, "broadcast root " + std::to_string(root) +
-                                                 " is out of range for a communicator of size 1")
-              .with_rank(0));
-    }
-  }
+  void broadcast(bytes& buf, int root);
 
   /// Returns at once.
   void barrier() noexcept {}
 
   /// One copy of `data` (root must be 0).
-  std::vector<bytes> gather(std::span<const std::byte> data, int root) {
-    if (root != 0) {
-      throw exception(
-          make_error(errc::invalid_argument, "gather root " + std::to_string(root) +
-                                                 " is out of range for a communicator of size 1")
-              .with_rank(0));
-    }
-    return all_gather(data);
-  }
+  std::vector<bytes> gather(std::span<const std::byte> data, int root);
 
   /// `to[0]`, sent to itself.
-  std::vector<bytes> all_to_all(const std::vector<bytes>& to) {
-    if (to.size() != 1)
-      throw exception(
-          make_error(errc::invalid_argument,
-                     "all_to_all needs one buffer per rank (1), got " + std::to_string(to.size()))
-              .with_rank(0));
-    return to;
-  }
+  std::vector<bytes> all_to_all(const std::vector<bytes>& to);
 };
 
 static_assert(scalable_communicator<single_communicator>);
 
 }  // namespace cairn
+
+#if CAIRN_HEADER_ONLY
+#  include "cairn/comm/single-inl.hpp"
+#endif

@@ -40,19 +40,17 @@
 #include <cstdint>
 #include <exception>
 #include <functional>
-#include <memory>
 #include <mutex>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
-#include <thread>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "cairn/comm/communicator.hpp"
-#include "cairn/core/error.hpp"
+#include "cairn/detail/config.hpp"
 
 namespace cairn {
 
@@ -61,15 +59,7 @@ class thread_communicator;
 namespace detail {
 
 // what() of the exception in `ep`, or "unknown exception".
-inline std::string what_of(const std::exception_ptr& ep) {
-  try {
-    std::rethrow_exception(ep);
-  } catch (const std::exception& e) {
-    return e.what();
-  } catch (...) {
-    return "unknown exception";
-  }
-}
+CAIRN_INLINE std::string what_of(const std::exception_ptr& ep);
 
 }  // namespace detail
 
@@ -82,17 +72,7 @@ inline std::string what_of(const std::exception_ptr& ep) {
 class thread_group {
  public:
   /// A group of `size` ranks. Throws `cairn::exception` (errc::invalid_argument) if size < 1.
-  explicit thread_group(int size)
-      : size_(size),
-        slots_(size > 0 ? static_cast<std::size_t>(size) : 0),
-        messages_(slots_.size(), nullptr),
-        saw_abort_(size > 0 ? static_cast<std::size_t>(size) : 0, 0) {
-    if (size < 1) {
-      throw exception(
-          make_error(errc::invalid_argument,
-                     "thread_group needs at least one rank, got " + std::to_string(size)));
-    }
-  }
+  explicit thread_group(int size);
   thread_group(const thread_group&) = delete;
   thread_group& operator=(const thread_group&) = delete;
 
@@ -105,46 +85,23 @@ class thread_group {
   /// Marks the group failed because of `rank` (or, with rank < 0, because of something outside
   /// any rank) and wakes every waiting rank; they, and every later collective, throw
   /// errc::comm with "rank <rank> failed: <what>". Only the first call has an effect.
-  void abort(int rank, std::string_view what) {
-    std::lock_guard lk(mu_);
-    abort_locked(rank < 0 ? "thread group aborted: " + std::string(what)
-                          : "rank " + std::to_string(rank) + " failed: " + std::string(what));
-  }
+  void abort(int rank, std::string_view what);
 
   /// Declares that `rank` will call no more collectives (its thread is done). Any collective
   /// that would wait for it fails with errc::comm instead of hanging. `run_ranks` calls it when
   /// a rank's function returns.
-  void finish(int rank) {
-    check_rank(rank);
-    std::lock_guard lk(mu_);
-    if (finished_rank_ < 0) finished_rank_ = rank;
-    if (arrived_ > 0) {
-      abort_locked("rank " + std::to_string(rank) + " returned while rank " +
-                   std::to_string(first_rank_) + " waits in " + describe(first_op_) +
-                   " (collective #" + std::to_string(collectives_) + ")");
-    }
-  }
+  void finish(int rank);
 
   /// True once the group has been aborted.
-  bool aborted() const {
-    std::lock_guard lk(mu_);
-    return aborted_;
-  }
+  bool aborted() const;
 
   /// The message every collective of an aborted group throws with; empty while not aborted.
-  std::string abort_message() const {
-    std::lock_guard lk(mu_);
-    return abort_message_;
-  }
+  std::string abort_message() const;
 
   /// True when a collective on `rank` has thrown because the group was aborted: a failure of
   /// that rank after this point is a consequence, not a cause. `run_ranks` uses it to rethrow
   /// the cause.
-  bool saw_abort(int rank) const {
-    check_rank(rank);
-    std::lock_guard lk(mu_);
-    return saw_abort_[static_cast<std::size_t>(rank)] != 0;
-  }
+  bool saw_abort(int rank) const;
 
  private:
   friend class thread_communicator;
@@ -156,42 +113,13 @@ class thread_group {
     bool operator==(const op&) const = default;
   };
 
-  static std::string describe(op o) {
-    switch (o.kind) {
-      case op_kind::barrier:
-        return "barrier";
-      case op_kind::all_gather:
-        return "all_gather";
-      case op_kind::broadcast:
-        return "broadcast(root " + std::to_string(o.root) + ")";
-      case op_kind::gather:
-        return "gather(root " + std::to_string(o.root) + ")";
-      case op_kind::all_to_all:
-        return "all_to_all";
-    }
-    return "?";
-  }
+  static std::string describe(op o);
 
-  void check_rank(int rank) const {
-    if (rank < 0 || rank >= size_) {
-      throw exception(
-          make_error(errc::invalid_argument, "rank " + std::to_string(rank) +
-                                                 " is out of range for a thread group of size " +
-                                                 std::to_string(size_)));
-    }
-  }
+  void check_rank(int rank) const;
 
-  void abort_locked(std::string message) {
-    if (aborted_) return;
-    aborted_ = true;
-    abort_message_ = std::move(message);
-    cv_.notify_all();
-  }
+  void abort_locked(std::string message);
 
-  [[noreturn]] void throw_aborted_locked(int rank) {
-    saw_abort_[static_cast<std::size_t>(rank)] = 1;
-    throw exception(make_error(errc::comm, abort_message_).with_rank(rank));
-  }
+  [[noreturn]] void throw_aborted_locked(int rank);
 
   // Entry phase of a collective: deposits `payload` in the rank's slot and waits until every
   // rank has arrived. Throws errc::comm when the group is (or becomes) aborted before that, or
@@ -199,60 +127,16 @@ class thread_group {
   void enter(int rank,
              op o,
              std::span<const std::byte> payload,
-             const std::vector<bytes>* messages = nullptr) {
-    std::unique_lock lk(mu_);
-    if (aborted_) throw_aborted_locked(rank);
-    if (finished_rank_ >= 0) {
-      abort_locked("rank " + std::to_string(rank) + " called " + describe(o) + " after rank " +
-                   std::to_string(finished_rank_) + " returned (collective #" +
-                   std::to_string(collectives_) + ")");
-      throw_aborted_locked(rank);
-    }
-    if (arrived_ == 0) {
-      first_op_ = o;
-      first_rank_ = rank;
-    } else if (!(o == first_op_)) {
-      abort_locked("collective mismatch at collective #" + std::to_string(collectives_) +
-                   ": rank " + std::to_string(first_rank_) + " called " + describe(first_op_) +
-                   ", rank " + std::to_string(rank) + " called " + describe(o));
-      throw_aborted_locked(rank);
-    }
-    slots_[static_cast<std::size_t>(rank)] = payload;
-    messages_[static_cast<std::size_t>(rank)] = messages;
-    const std::uint64_t gen = generation_;
-    if (++arrived_ == size_) {
-      arrived_ = 0;
-      ++generation_;
-      ++collectives_;
-      cv_.notify_all();
-      return;
-    }
-    cv_.wait(lk, [&] { return generation_ != gen || aborted_; });
-    if (generation_ == gen) throw_aborted_locked(rank);
-  }
+             const std::vector<bytes>* messages = nullptr);
 
   // Exit phase: waits until every rank has finished reading the slots. Not abortable: once the
   // entry phase completed, every rank is between the two phases and arrives here (failures
   // while copying are caught and carried past this point), so it cannot hang, and no rank's
   // buffer is released while another still reads it.
-  void leave() {
-    std::unique_lock lk(mu_);
-    const std::uint64_t gen = generation_;
-    if (++arrived_ == size_) {
-      arrived_ = 0;
-      ++generation_;
-      cv_.notify_all();
-      return;
-    }
-    cv_.wait(lk, [&] { return generation_ != gen; });
-  }
+  void leave();
 
   // After the exit phase: a failure while copying aborts the group and is rethrown.
-  void finish_collective(int rank, std::exception_ptr copy_error) {
-    if (!copy_error) return;
-    abort(rank, detail::what_of(copy_error));
-    std::rethrow_exception(copy_error);
-  }
+  void finish_collective(int rank, std::exception_ptr copy_error);
 
   std::span<const std::byte> slot(int rank) const { return slots_[static_cast<std::size_t>(rank)]; }
   // What `from` addressed to `to` in the current all_to_all.
@@ -293,52 +177,21 @@ class thread_communicator {
   thread_group& group() const noexcept { return *group_; }
 
   /// Every rank's `data`, indexed by rank. Throws errc::comm if the group is aborted.
-  std::vector<bytes> all_gather(std::span<const std::byte> data) {
-    return collect({thread_group::op_kind::all_gather, -1}, data, nullptr, true,
-                   [&](int r) { return group_->slot(r); });
-  }
+  std::vector<bytes> all_gather(std::span<const std::byte> data);
 
   /// Copies `buf` from `root` into `buf` on every other rank (resizing it). Throws errc::comm
   /// if the group is aborted, errc::invalid_argument (and aborts the group) if `root` is out
   /// of range.
-  void broadcast(bytes& buf, int root) {
-    check_root(root, "broadcast");
-    group_->enter(rank_, {thread_group::op_kind::broadcast, root},
-                  rank_ == root ? std::span<const std::byte>(buf) : std::span<const std::byte>());
-    std::exception_ptr copy_error;
-    if (rank_ != root) {
-      try {
-        auto s = group_->slot(root);
-        buf.assign(s.begin(), s.end());
-      } catch (...) {
-        copy_error = std::current_exception();
-      }
-    }
-    group_->leave();
-    group_->finish_collective(rank_, copy_error);
-  }
+  void broadcast(bytes& buf, int root);
 
   /// Every rank's `data` on `root`, indexed by rank; an empty vector on the other ranks.
   /// Throws errc::comm if the group is aborted, errc::invalid_argument (and aborts the group)
   /// if `root` is out of range.
-  std::vector<bytes> gather(std::span<const std::byte> data, int root) {
-    check_root(root, "gather");
-    return collect({thread_group::op_kind::gather, root}, data, nullptr, rank_ == root,
-                   [&](int r) { return group_->slot(r); });
-  }
+  std::vector<bytes> gather(std::span<const std::byte> data, int root);
 
   /// `to[r]` goes to rank r; returns what every rank sent to this one, by sender. Throws
   /// errc::invalid_argument (and aborts the group) unless `to` has one buffer per rank.
-  std::vector<bytes> all_to_all(const std::vector<bytes>& to) {
-    if (to.size() != static_cast<std::size_t>(size())) {
-      std::string what = "all_to_all needs one buffer per rank (" + std::to_string(size()) +
-                         "), got " + std::to_string(to.size());
-      group_->abort(rank_, what);
-      throw exception(make_error(errc::invalid_argument, std::move(what)).with_rank(rank_));
-    }
-    return collect({thread_group::op_kind::all_to_all, -1}, {}, &to, true,
-                   [&](int r) { return group_->message(r, rank_); });
-  }
+  std::vector<bytes> all_to_all(const std::vector<bytes>& to);
 
   /// Returns once every rank has entered it. Throws errc::comm if the group is aborted.
   void barrier() { group_->enter(rank_, {thread_group::op_kind::barrier, -1}, {}); }
@@ -372,13 +225,7 @@ class thread_communicator {
   }
 
   // Aborts the group and throws errc::invalid_argument when `root` is not a rank.
-  void check_root(int root, const char* collective) {
-    if (root >= 0 && root < size()) return;
-    std::string what = std::string(collective) + " root " + std::to_string(root) +
-                       " is out of range for a thread group of size " + std::to_string(size());
-    group_->abort(rank_, what);
-    throw exception(make_error(errc::invalid_argument, std::move(what)).with_rank(rank_));
-  }
+  void check_root(int root, const char* collective);
 
   thread_group* group_;
   int rank_;
@@ -399,46 +246,7 @@ template <class F>
 using rank_result_t = std::decay_t<std::invoke_result_t<F&, thread_communicator&>>;
 
 // The body of run_ranks, not a template: runs `call(ctx, comm)` on n threads.
-inline void run_ranks_erased(int n, void (*call)(void*, thread_communicator&), void* ctx) {
-  thread_group group(n);
-  const auto un = static_cast<std::size_t>(n);
-  std::vector<std::exception_ptr> errors(un);
-  std::vector<char> is_cause(un, 0);
-  std::vector<std::thread> threads;
-  threads.reserve(un);
-
-  auto body = [&](int rank) {
-    const auto ur = static_cast<std::size_t>(rank);
-    try {
-      thread_communicator comm(group, rank);
-      call(ctx, comm);
-      group.finish(rank);
-    } catch (...) {
-      errors[ur] = std::current_exception();
-      is_cause[ur] = group.saw_abort(rank) ? 0 : 1;
-      group.abort(rank, detail::what_of(errors[ur]));
-    }
-  };
-
-  std::exception_ptr start_error;
-  for (int r = 0; r < n; ++r) {
-    try {
-      threads.emplace_back(body, r);
-    } catch (...) {
-      start_error = std::current_exception();
-      group.abort(r, "could not start its thread: " + detail::what_of(start_error));
-      break;
-    }
-  }
-  for (auto& t : threads) t.join();
-  if (start_error) std::rethrow_exception(start_error);
-  for (std::size_t r = 0; r < un; ++r) {
-    if (errors[r] && is_cause[r]) std::rethrow_exception(errors[r]);
-  }
-  for (std::size_t r = 0; r < un; ++r) {
-    if (errors[r]) std::rethrow_exception(errors[r]);
-  }
-}
+CAIRN_INLINE void run_ranks_erased(int n, void (*call)(void*, thread_communicator&), void* ctx);
 
 }  // namespace detail
 
@@ -483,3 +291,7 @@ auto run_ranks_collect(int n, F&& f) {
 }
 
 }  // namespace cairn
+
+#if CAIRN_HEADER_ONLY
+#  include "cairn/comm/threads-inl.hpp"
+#endif

@@ -12,6 +12,7 @@
 
 #include "cairn/core/dtype.hpp"
 #include "cairn/core/error.hpp"
+#include "cairn/detail/config.hpp"
 
 namespace cairn {
 
@@ -144,12 +145,13 @@ struct common_value {
   }
 
   /// "I64 scalar", "F32 vector", "string".
-  std::string describe_type() const {
-    if (kind == common_kind::string) return "string";
-    return std::string(dtype_name(type)) + (kind == common_kind::scalar ? " scalar" : " vector");
-  }
+  std::string describe_type() const;
 
   friend bool operator==(const common_value&, const common_value&) = default;
 };
 
 }  // namespace cairn
+
+#if CAIRN_HEADER_ONLY
+#  include "cairn/core/common_value-inl.hpp"
+#endif

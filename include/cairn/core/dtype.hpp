@@ -5,10 +5,11 @@
 #include <array>
 #include <bit>
 #include <cstdint>
-#include <cstring>
 #include <optional>
 #include <string_view>
 #include <type_traits>
+
+#include "cairn/detail/config.hpp"
 
 namespace cairn {
 
@@ -116,67 +117,15 @@ struct f16 {
   explicit operator float() const noexcept { return to_float(bits); }
   friend bool operator==(f16 a, f16 b) noexcept { return a.bits == b.bits; }
 
-  static std::uint16_t from_float(float f) noexcept {
-    std::uint32_t x = std::bit_cast<std::uint32_t>(f);
-    std::uint32_t sign = (x >> 16) & 0x8000u;
-    std::uint32_t exp = (x >> 23) & 0xffu;
-    std::uint32_t man = x & 0x7fffffu;
-    if (exp == 0xff) return static_cast<std::uint16_t>(sign | 0x7c00u | (man ? 0x200u : 0u));
-    int e = static_cast<int>(exp) - 127 + 15;
-    if (e >= 31) return static_cast<std::uint16_t>(sign | 0x7c00u);
-    if (e <= 0) {
-      if (e < -10) return static_cast<std::uint16_t>(sign);
-      man |= 0x800000u;
-      int shift = 14 - e;
-      std::uint32_t half = man >> shift;
-      std::uint32_t rem = man & ((1u << shift) - 1);
-      std::uint32_t mid = 1u << (shift - 1);
-      if (rem > mid || (rem == mid && (half & 1u))) ++half;
-      return static_cast<std::uint16_t>(sign | half);
-    }
-    std::uint32_t half = (static_cast<std::uint32_t>(e) << 10) | (man >> 13);
-    std::uint32_t rem = man & 0x1fffu;
-    if (rem > 0x1000u || (rem == 0x1000u && (half & 1u))) ++half;
-    return static_cast<std::uint16_t>(sign | half);
-  }
-  static float to_float(std::uint16_t h) noexcept {
-    std::uint32_t sign = (h & 0x8000u) << 16;
-    std::uint32_t exp = (h >> 10) & 0x1fu;
-    std::uint32_t man = h & 0x3ffu;
-    std::uint32_t out;
-    if (exp == 0) {
-      if (man == 0) {
-        out = sign;
-      } else {
-        int e = -1;
-        do {
-          ++e;
-          man <<= 1;
-        } while (!(man & 0x400u));
-        out = sign | (static_cast<std::uint32_t>(127 - 15 - e) << 23) | ((man & 0x3ffu) << 13);
-      }
-    } else if (exp == 31) {
-      out = sign | 0x7f800000u | (man << 13);
-    } else {
-      out = sign | ((exp - 15 + 127) << 23) | (man << 13);
-    }
-    return std::bit_cast<float>(out);
-  }
+  static std::uint16_t from_float(float f) noexcept;
+  static float to_float(std::uint16_t h) noexcept;
 };
 
 /// bfloat16, stored as its bits. Converts to and from float (round to nearest even).
 struct bf16 {
   std::uint16_t bits = 0;
   bf16() = default;
-  explicit bf16(float f) noexcept {
-    std::uint32_t x = std::bit_cast<std::uint32_t>(f);
-    if ((x & 0x7fffffffu) > 0x7f800000u) {
-      bits = static_cast<std::uint16_t>((x >> 16) | 0x40u);  // quiet NaN
-    } else {
-      x += 0x7fffu + ((x >> 16) & 1u);
-      bits = static_cast<std::uint16_t>(x >> 16);
-    }
-  }
+  explicit bf16(float f) noexcept;
   explicit operator float() const noexcept {
     return std::bit_cast<float>(static_cast<std::uint32_t>(bits) << 16);
   }
@@ -243,3 +192,7 @@ inline constexpr dtype dtype_of = detail::dtype_of_impl<std::remove_cv_t<T>>::va
 static_assert(sizeof(f16) == 2 && sizeof(bf16) == 2 && sizeof(f8_e4m3) == 1);
 
 }  // namespace cairn
+
+#if CAIRN_HEADER_ONLY
+#  include "cairn/core/dtype-inl.hpp"
+#endif

@@ -4,13 +4,13 @@
 #pragma once
 
 #include <cstdint>
-#include <new>
 #include <optional>
 #include <stdexcept>
 #include <string>
-#include <type_traits>
 #include <utility>
 #include <variant>
+
+#include "cairn/detail/config.hpp"
 
 namespace cairn {
 
@@ -70,50 +70,18 @@ struct error {
 
   /// One line naming everything known: "corrupt: checksum mismatch [key=w rank=1 file=...
   /// offset=...]".
-  std::string describe() const {
-    std::string s = errc_name(code);
-    s += ": ";
-    s += message;
-    std::string ctx;
-    auto add = [&](const char* name, const std::string& v) {
-      if (v.empty()) return;
-      if (!ctx.empty()) ctx += ' ';
-      ctx += name;
-      ctx += '=';
-      ctx += v;
-    };
-    add("key", key);
-    add("rank", rank >= 0 ? std::to_string(rank) : std::string());
-    add("file", file);
-    add("offset", offset ? std::to_string(*offset) : std::string());
-    if (!ctx.empty()) s += " [" + ctx + "]";
-    return s;
-  }
+  std::string describe() const;
 
   /// Fluent setters used while an error travels up through layers that know more context: each
   /// sets its field when still empty and returns the error by value (so `e = std::move(e)...`
   /// and chains on temporaries are safe).
-  error with_key(std::string k) && {
-    if (key.empty()) key = std::move(k);
-    return std::move(*this);
-  }
-  error with_rank(int r) && {
-    if (rank < 0) rank = r;
-    return std::move(*this);
-  }
-  error with_file(std::string f) && {
-    if (file.empty()) file = std::move(f);
-    return std::move(*this);
-  }
+  error with_key(std::string k) &&;
+  error with_rank(int r) &&;
+  error with_file(std::string f) &&;
 };
 
 /// Builds an error in one expression: `make_error(errc::corrupt, "bad magic")`.
-inline error make_error(errc code, std::string message) {
-  error e;
-  e.code = code;
-  e.message = std::move(message);
-  return e;
-}
+CAIRN_INLINE error make_error(errc code, std::string message);
 
 /// The exception the throwing forms of the API raise; it carries the structured `error`.
 class exception : public std::runtime_error {
@@ -197,19 +165,7 @@ namespace detail {
 /// The exception being handled (call only inside a `catch`) as an error: `cairn::exception`
 /// gives its error, `std::bad_alloc` errc::resource ("out of memory while <what>"), any other
 /// `std::exception` errc::io with its message.
-inline error current_exception_error(const char* what) noexcept {
-  try {
-    throw;
-  } catch (const exception& e) {
-    return e.err();
-  } catch (const std::bad_alloc&) {
-    return make_error(errc::resource, std::string("out of memory while ") + what);
-  } catch (const std::exception& e) {
-    return make_error(errc::io, std::string(what) + " failed: " + e.what());
-  } catch (...) {
-    return make_error(errc::io, std::string(what) + " failed: unknown exception");
-  }
-}
+CAIRN_INLINE error current_exception_error(const char* what) noexcept;
 
 /// Runs `f` (which returns a result) and turns anything it throws into an error (see
 /// `current_exception_error`), so that no exception other than `cairn::exception` leaves a
@@ -243,3 +199,7 @@ auto catch_all(const char* what, F&& f) noexcept -> decltype(f()) {
   auto tmp = (expr);                            \
   if (!tmp) return std::move(tmp).err();        \
   decl = std::move(tmp).value()
+
+#if CAIRN_HEADER_ONLY
+#  include "cairn/core/error-inl.hpp"
+#endif

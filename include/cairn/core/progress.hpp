@@ -7,6 +7,8 @@
 #include <mutex>
 #include <string_view>
 
+#include "cairn/detail/config.hpp"
+
 namespace cairn {
 
 /// One report of how far a long operation has come on this rank, handed to a
@@ -43,35 +45,15 @@ class progress_meter {
   progress_meter(const progress_callback* callback,
                  std::string_view stage,
                  std::uint64_t total,
-                 std::string_view object = {})
-      : callback_(callback && *callback && total > 0 ? callback : nullptr),
-        stage_(stage),
-        object_(object),
-        total_(total),
-        step_(total / 1000 > 0 ? total / 1000 : 1) {
-    if (callback_) (*callback_)({stage_, 0, total_, object_});
-  }
+                 std::string_view object = {});
   progress_meter(const progress_meter&) = delete;
   progress_meter& operator=(const progress_meter&) = delete;
 
   /// Adds `n` bytes done (a sum past the total is reported as the total).
-  void add(std::uint64_t n) {
-    if (!callback_ || n == 0) return;
-    std::lock_guard lock(mu_);
-    done_ = n >= total_ - done_ ? total_ : done_ + n;
-    if (done_ < next_ && done_ < total_) return;
-    next_ = done_ + step_;
-    (*callback_)({stage_, done_, total_, object_});
-  }
+  void add(std::uint64_t n);
   /// Reports the end (`done == total`) unless that was reported already: for a stage whose
   /// counted bytes fell short of its estimate.
-  void finish() {
-    if (!callback_) return;
-    std::lock_guard lock(mu_);
-    if (done_ == total_) return;
-    done_ = total_;
-    (*callback_)({stage_, done_, total_, object_});
-  }
+  void finish();
 
  private:
   const progress_callback* callback_;
@@ -84,3 +66,7 @@ class progress_meter {
 }  // namespace detail
 
 }  // namespace cairn
+
+#if CAIRN_HEADER_ONLY
+#  include "cairn/core/progress-inl.hpp"
+#endif

@@ -7,6 +7,7 @@
 
 #include "cairn/core/codec.hpp"
 #include "cairn/core/sharded_tensor.hpp"
+#include "cairn/detail/config.hpp"
 
 namespace cairn {
 
@@ -25,19 +26,9 @@ struct sharded_object {
 
 /// The object key with its position, as Megatron names it: `key/shard_<offset>_<shape>`
 /// (offset and shape joined by '.').
-inline std::string object_unique_key(const std::string& key,
-                                     const shape& offset,
-                                     const shape& global) {
-  auto join = [](const shape& s) {
-    std::string r;
-    for (std::size_t i = 0; i < s.size(); ++i) {
-      if (i) r += '.';
-      r += std::to_string(s[i]);
-    }
-    return r;
-  };
-  return key + "/shard_" + join(offset) + "_" + join(global);
-}
+CAIRN_INLINE std::string object_unique_key(const std::string& key,
+                                           const shape& offset,
+                                           const shape& global);
 
 /// A per-rank object: grid `{world_size}`, position `{rank}`.
 template <class T>
@@ -46,3 +37,7 @@ sharded_object<T> per_rank(std::string key, T value, int rank, int world_size) {
 }
 
 }  // namespace cairn
+
+#if CAIRN_HEADER_ONLY
+#  include "cairn/core/sharded_object-inl.hpp"
+#endif

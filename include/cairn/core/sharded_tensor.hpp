@@ -5,7 +5,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
-#include <numeric>
 #include <optional>
 #include <span>
 #include <string>
@@ -15,6 +14,7 @@
 
 #include "cairn/core/dtype.hpp"
 #include "cairn/core/error.hpp"
+#include "cairn/detail/config.hpp"
 
 namespace cairn {
 
@@ -23,9 +23,7 @@ using shape = std::vector<std::int64_t>;
 
 /// Number of elements of a shape (1 for a rank-0 shape). The shape must be valid (see
 /// `checked_numel`): shapes read from files are checked when they are parsed.
-inline std::int64_t numel(const shape& s) noexcept {
-  return std::accumulate(s.begin(), s.end(), std::int64_t{1}, std::multiplies<>());
-}
+CAIRN_INLINE std::int64_t numel(const shape& s) noexcept;
 
 /// The most elements, or bytes, one tensor may have (2^62): products and sums of sizes below it
 /// cannot overflow 64-bit arithmetic.
@@ -39,25 +37,8 @@ inline constexpr std::int64_t max_tensor_bytes = std::int64_t{1} << 62;
 /// checked_numel({1 << 20, 1 << 20}, 4)   // 2^40 (elements; 2^42 bytes)
 /// checked_numel({1ll << 32, 1ll << 32})  // nullopt
 /// ```
-inline std::optional<std::int64_t> checked_numel(const shape& s,
-                                                 std::size_t elem_size = 1) noexcept {
-  if (elem_size == 0 || elem_size > static_cast<std::size_t>(max_tensor_bytes)) return std::nullopt;
-  // The non-zero extents must multiply within the bound too: {2^62, 2^62, 0} holds nothing,
-  // but numel() and box arithmetic over it would still overflow on the way.
-  std::int64_t n = static_cast<std::int64_t>(elem_size);
-  bool zero = false;
-  for (std::int64_t d : s) {
-    if (d < 0) return std::nullopt;
-    if (d == 0) {
-      zero = true;
-      continue;
-    }
-    if (d > max_tensor_bytes / n) return std::nullopt;
-    n *= d;
-  }
-  if (zero) return 0;
-  return n / static_cast<std::int64_t>(elem_size);
-}
+CAIRN_INLINE std::optional<std::int64_t> checked_numel(const shape& s,
+                                                       std::size_t elem_size = 1) noexcept;
 
 /// A half-open range [begin, end) of elements of the flattened local block, as a distributed
 /// optimizer stores its slice of a parameter.
@@ -86,53 +67,13 @@ struct tensor_sharding {
     return flattened_range ? flattened_range->end - flattened_range->begin : numel(local_shape);
   }
   /// The block's shape in global coordinates: prepended axes of size 1, then `local_shape`.
-  shape global_block_shape() const {
-    shape s(static_cast<std::size_t>(prepend_axis_num), 1);
-    s.insert(s.end(), local_shape.begin(), local_shape.end());
-    return s;
-  }
+  shape global_block_shape() const;
 };
 
 /// Checks a sharding for internal consistency against a data span of `data_elems` elements:
 /// axis counts agree, the block lies inside the global shape, the flattened range lies inside
 /// the block, and the data has exactly the right number of elements. Errors name the key.
-inline result<void> validate_sharding(const tensor_sharding& t, std::size_t data_elems) {
-  auto fail = [&](std::string msg) {
-    return make_error(errc::invalid_argument, std::move(msg)).with_key(t.key);
-  };
-  if (t.key.empty()) return fail("sharded tensor has an empty key");
-  if (t.prepend_axis_num < 0) return fail("prepend_axis_num is negative");
-  std::size_t rank = t.local_shape.size() + static_cast<std::size_t>(t.prepend_axis_num);
-  if (t.global_shape.size() != rank || t.global_offset.size() != rank)
-    return fail("global_shape and global_offset need " + std::to_string(rank) +
-                " axes (local axes + prepend_axis_num), got " +
-                std::to_string(t.global_shape.size()) + " and " +
-                std::to_string(t.global_offset.size()));
-  if (!t.axis_fragmentations.empty() && t.axis_fragmentations.size() != rank)
-    return fail("axis_fragmentations must be empty or have one entry per global axis");
-  shape block = t.global_block_shape();
-  for (std::size_t a = 0; a < rank; ++a) {
-    if (block[a] < 0 || t.global_offset[a] < 0 || t.global_shape[a] < 0)
-      return fail("negative extent or offset on axis " + std::to_string(a));
-    if (block[a] > t.global_shape[a] || t.global_offset[a] > t.global_shape[a] - block[a])
-      return fail("block [" + std::to_string(t.global_offset[a]) + ", " +
-                  std::to_string(t.global_offset[a] + block[a]) + ") on axis " + std::to_string(a) +
-                  " exceeds global size " + std::to_string(t.global_shape[a]));
-  }
-  if (!checked_numel(t.global_shape, dtype_size(t.type)))
-    return fail("global shape has more than 2^62 bytes");
-  if (t.flattened_range) {
-    auto [b, e] = *t.flattened_range;
-    if (b < 0 || e < b || e > numel(t.local_shape))
-      return fail("flattened_range [" + std::to_string(b) + ", " + std::to_string(e) +
-                  ") is outside the block of " + std::to_string(numel(t.local_shape)) +
-                  " elements");
-  }
-  if (static_cast<std::int64_t>(data_elems) != t.data_numel())
-    return fail("data holds " + std::to_string(data_elems) + " elements but the sharding needs " +
-                std::to_string(t.data_numel()));
-  return ok();
-}
+CAIRN_INLINE result<void> validate_sharding(const tensor_sharding& t, std::size_t data_elems);
 
 /// One rank's piece of a global tensor, viewing memory the user owns. Loading writes into
 /// `data` in place. `T` is the element type; `sharded_tensor<>` (T = void) is the dynamically
@@ -200,36 +141,12 @@ class axis_splits {
 /// is this rank's block (without prepended axes); each split multiplies the global size of its
 /// axis by `count` and offsets the block by `index * local size`. Throws `cairn::exception`
 /// (naming the key) for a split outside the axes or an index outside [0, count).
-inline tensor_sharding rank_offsets_sharding(std::string key,
-                                             dtype type,
-                                             shape local_shape,
-                                             axis_splits splits,
-                                             int replica_id = 0,
-                                             int prepend_axis_num = 0) {
-  tensor_sharding t;
-  t.key = std::move(key);
-  t.type = type;
-  t.local_shape = std::move(local_shape);
-  t.prepend_axis_num = prepend_axis_num;
-  t.global_shape = t.global_block_shape();
-  t.global_offset.assign(t.global_shape.size(), 0);
-  t.axis_fragmentations.assign(t.global_shape.size(), 1);
-  for (const axis_split& s : splits) {
-    if (s.axis < 0 || static_cast<std::size_t>(s.axis) >= t.global_shape.size() || s.count < 1 ||
-        s.index < 0 || s.index >= s.count)
-      throw exception(make_error(errc::invalid_argument, "from_rank_offsets: bad split (axis " +
-                                                             std::to_string(s.axis) + ", index " +
-                                                             std::to_string(s.index) + " of " +
-                                                             std::to_string(s.count) + ")")
-                          .with_key(t.key));
-    auto a = static_cast<std::size_t>(s.axis);
-    t.global_offset[a] += s.index * t.global_shape[a];
-    t.global_shape[a] *= s.count;
-    t.axis_fragmentations[a] *= s.count;
-  }
-  t.replica_id = replica_id;
-  return t;
-}
+CAIRN_INLINE tensor_sharding rank_offsets_sharding(std::string key,
+                                                   dtype type,
+                                                   shape local_shape,
+                                                   axis_splits splits,
+                                                   int replica_id = 0,
+                                                   int prepend_axis_num = 0);
 
 /// Describes a block of an evenly split tensor, like Megatron's
 /// `ShardedTensor.from_rank_offsets`: `local_shape` is this rank's block (without prepended
@@ -323,3 +240,7 @@ sharded_tensor<T> replicated(std::string key,
 }
 
 }  // namespace cairn
+
+#if CAIRN_HEADER_ONLY
+#  include "cairn/core/sharded_tensor-inl.hpp"
+#endif

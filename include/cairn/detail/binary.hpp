@@ -4,13 +4,13 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 #include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "cairn/core/error.hpp"
+#include "cairn/detail/config.hpp"
 
 namespace cairn::detail {
 
@@ -20,29 +20,14 @@ class binary_writer {
   void u8(std::uint8_t v) { raw(&v, 1); }
   void u64(std::uint64_t v) { raw(&v, 8); }
   void i64(std::int64_t v) { raw(&v, 8); }
-  void str(std::string_view s) {
-    u64(s.size());
-    raw(s.data(), s.size());
-  }
-  void blob(std::span<const std::byte> b) {
-    u64(b.size());
-    raw(b.data(), b.size());
-  }
-  void ints(const std::vector<std::int64_t>& v) {
-    u64(v.size());
-    raw(v.data(), v.size() * 8);
-  }
-  void u64s(const std::vector<std::uint64_t>& v) {
-    u64(v.size());
-    raw(v.data(), v.size() * 8);
-  }
+  void str(std::string_view s);
+  void blob(std::span<const std::byte> b);
+  void ints(const std::vector<std::int64_t>& v);
+  void u64s(const std::vector<std::uint64_t>& v);
   std::vector<std::byte>& data() noexcept { return buf_; }
 
  private:
-  void raw(const void* p, std::size_t n) {
-    auto* b = static_cast<const std::byte*>(p);
-    buf_.insert(buf_.end(), b, b + n);
-  }
+  void raw(const void* p, std::size_t n);
   std::vector<std::byte> buf_;
 };
 
@@ -51,53 +36,18 @@ class binary_writer {
 class binary_reader {
  public:
   explicit binary_reader(std::span<const std::byte> b) : b_(b) {}
-  std::uint8_t u8() {
-    std::uint8_t v;
-    raw(&v, 1);
-    return v;
-  }
-  std::uint64_t u64() {
-    std::uint64_t v;
-    raw(&v, 8);
-    return v;
-  }
-  std::int64_t i64() {
-    std::int64_t v;
-    raw(&v, 8);
-    return v;
-  }
-  std::string str() {
-    std::string s(checked_len(u64(), 1), '\0');
-    raw(s.data(), s.size());
-    return s;
-  }
-  std::vector<std::byte> blob() {
-    std::vector<std::byte> v(checked_len(u64(), 1));
-    raw(v.data(), v.size());
-    return v;
-  }
-  std::vector<std::int64_t> ints() {
-    std::vector<std::int64_t> v(checked_len(u64(), 8));
-    raw(v.data(), v.size() * 8);
-    return v;
-  }
-  std::vector<std::uint64_t> u64s() {
-    std::vector<std::uint64_t> v(checked_len(u64(), 8));
-    raw(v.data(), v.size() * 8);
-    return v;
-  }
+  std::uint8_t u8();
+  std::uint64_t u64();
+  std::int64_t i64();
+  std::string str();
+  std::vector<std::byte> blob();
+  std::vector<std::int64_t> ints();
+  std::vector<std::uint64_t> u64s();
   bool done() const noexcept { return pos_ == b_.size(); }
 
  private:
-  std::size_t checked_len(std::uint64_t n, std::size_t elem) {
-    if (n > (b_.size() - pos_) / elem) underflow();
-    return static_cast<std::size_t>(n);
-  }
-  void raw(void* p, std::size_t n) {
-    if (n > b_.size() - pos_) underflow();
-    if (n) std::memcpy(p, b_.data() + pos_, n);
-    pos_ += n;
-  }
+  std::size_t checked_len(std::uint64_t n, std::size_t elem);
+  void raw(void* p, std::size_t n);
   [[noreturn]] static void underflow() {
     throw exception(make_error(errc::comm, "malformed message between ranks (truncated)"));
   }
@@ -106,31 +56,13 @@ class binary_reader {
 };
 
 /// Appends an optional error (a rank's status) to `w`.
-inline void put_error(binary_writer& w, const std::optional<error>& e) {
-  w.u8(e ? 1 : 0);
-  if (!e) return;
-  w.u8(static_cast<std::uint8_t>(e->code));
-  w.str(e->message);
-  w.str(e->key);
-  w.i64(e->rank);
-  w.str(e->file);
-  w.u8(e->offset ? 1 : 0);
-  w.u64(e->offset.value_or(0));
-}
+CAIRN_INLINE void put_error(binary_writer& w, const std::optional<error>& e);
 
 /// Reads an optional error written by `put_error`.
-inline std::optional<error> get_error(binary_reader& r) {
-  if (!r.u8()) return std::nullopt;
-  error e;
-  e.code = static_cast<errc>(r.u8());
-  e.message = r.str();
-  e.key = r.str();
-  e.rank = static_cast<int>(r.i64());
-  e.file = r.str();
-  bool has = r.u8();
-  std::uint64_t off = r.u64();
-  if (has) e.offset = off;
-  return e;
-}
+CAIRN_INLINE std::optional<error> get_error(binary_reader& r);
 
 }  // namespace cairn::detail
+
+#if CAIRN_HEADER_ONLY
+#  include "cairn/detail/binary-inl.hpp"
+#endif

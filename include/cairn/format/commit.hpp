@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "cairn/core/error.hpp"
+#include "cairn/detail/config.hpp"
 #include "cairn/storage/storage.hpp"
 
 namespace cairn {
@@ -16,18 +17,12 @@ namespace cairn {
 /// backend that reports success for a short write (a lying disk) gets one more `put`; if the
 /// object is still wrong, the commit fails (and `save_strategy::committed` decides what that
 /// means).
-inline result<void> put_checked(storage_ref st,
-                                std::string_view name,
-                                std::span<const std::byte> data) {
-  for (int attempt = 0;; ++attempt) {
-    if (auto p = st.put(name, data); !p) return std::move(p).err().with_file(st.describe(name));
-    CAIRN_TRY_ASSIGN(std::uint64_t n, st.size(name));
-    if (n == data.size()) return ok();
-    if (attempt > 0)
-      return make_error(errc::io, "storage reported the write of " + std::to_string(data.size()) +
-                                      " bytes as done, but holds " + std::to_string(n))
-          .with_file(st.describe(name));
-  }
-}
+CAIRN_INLINE result<void> put_checked(storage_ref st,
+                                      std::string_view name,
+                                      std::span<const std::byte> data);
 
 }  // namespace cairn
+
+#if CAIRN_HEADER_ONLY
+#  include "cairn/format/commit-inl.hpp"
+#endif

@@ -13,6 +13,7 @@
 
 #include "cairn/core/bytes.hpp"
 #include "cairn/core/error.hpp"
+#include "cairn/detail/config.hpp"
 #include "cairn/options.hpp"
 #include "cairn/pipeline/buffer_pool.hpp"
 #include "cairn/plan/box.hpp"
@@ -88,10 +89,7 @@ class save_strategy {
   virtual std::string_view name() const noexcept = 0;
   /// Whether planning cuts chunks larger than `block_size` into tiles (only formats that
   /// record tiles can hold them).
-  virtual bool tiles(const save_options& opt) const noexcept {
-    (void)opt;
-    return false;
-  }
+  virtual bool tiles(const save_options& opt) const noexcept;
   /// How planning cuts chunks into tiles (`tiling`): by default block tiles when `tiles`.
   virtual tiling tiling_for(const save_options& opt) const noexcept {
     return tiles(opt) ? block_tiles : no_tiles;
@@ -103,10 +101,7 @@ class save_strategy {
   virtual bool can_overwrite() const noexcept { return true; }
   /// Checks this rank's leaves before planning (a format that holds tensors only rejects
   /// objects here). Called on every rank; a failure reaches every rank.
-  virtual result<void> check(const leaf_list& leaves) const {
-    (void)leaves;
-    return ok();
-  }
+  virtual result<void> check(const leaf_list& leaves) const;
   /// Step 1: writes this rank's items (`plan.items`, in `plan.index.slots[plan.rank]` order)
   /// and sets `out.report`.
   virtual result<void> write(planned_save& plan,
@@ -121,34 +116,22 @@ class save_strategy {
                                 const std::vector<bytes>& reports,
                                 storage_ref st,
                                 const save_options& opt,
-                                written_save& out) const {
-    (void)plan, (void)reports, (void)st, (void)opt, (void)out;
-    return ok();
-  }
+                                written_save& out) const;
   /// Whether step 2' runs (strategies that do not assemble): reports go to the ranks that own
   /// keys rather than to every rank (format version 4 writes its index files that way).
-  virtual bool routes(const save_options& opt) const noexcept {
-    (void)opt;
-    return false;
-  }
+  virtual bool routes(const save_options& opt) const noexcept;
   /// Step 2' (every rank, after every write succeeded): what this rank sends each rank, by rank
   /// (`plan.index.world_size` buffers).
   virtual std::vector<bytes> route(const planned_save& plan,
                                    const written_save& w,
-                                   const save_options& opt) const {
-    (void)w, (void)opt;
-    return std::vector<bytes>(static_cast<std::size_t>(plan.index.world_size));
-  }
+                                   const save_options& opt) const;
   /// Step 2'' with what every rank routed to this one (by rank): a local pass that may write
   /// files and sets `out.report`, which then goes to rank 0's `commit`.
   virtual result<void> receive_routed(planned_save& plan,
                                       const std::vector<bytes>& routed,
                                       storage_ref st,
                                       const save_options& opt,
-                                      written_save& out) const {
-    (void)plan, (void)routed, (void)st, (void)opt, (void)out;
-    return ok();
-  }
+                                      written_save& out) const;
   /// Step 3 on rank 0: writes the metadata, last, from every rank's reports.
   virtual result<void> commit(planned_save& plan,
                               written_save& w,
@@ -168,11 +151,11 @@ class save_strategy {
   /// "unknown", which is always safe.
   virtual result<bool> committed(const planned_save& plan,
                                  const written_save& w,
-                                 storage_ref st) const {
-    (void)plan, (void)w, (void)st;
-    return make_error(errc::io, "the " + std::string(name()) +
-                                    " strategy cannot tell whether its commit took effect");
-  }
+                                 storage_ref st) const;
 };
 
 }  // namespace cairn
+
+#if CAIRN_HEADER_ONLY
+#  include "cairn/format/save_strategy-inl.hpp"
+#endif

@@ -4,12 +4,11 @@
 // Composer's load_weights_only, ColossalAI's finetune.
 #pragma once
 
-#include <algorithm>
 #include <string>
 #include <string_view>
-#include <utility>
 #include <vector>
 
+#include "cairn/detail/config.hpp"
 #include "cairn/options.hpp"
 
 namespace cairn {
@@ -33,34 +32,19 @@ enum class load_preset {
 };
 
 /// Whether `key` starts with one of `prefixes`.
-inline bool has_prefix(std::string_view key, const std::vector<std::string>& prefixes) {
-  return std::any_of(prefixes.begin(), prefixes.end(),
-                     [&](const std::string& p) { return key.starts_with(p); });
-}
+CAIRN_INLINE bool has_prefix(std::string_view key, const std::vector<std::string>& prefixes);
 
 /// `base` with the key selection of `preset`: an `edit_keys` that keeps only the parts the
 /// preset loads (after `base.edit_keys`, if any). Keys not loaded keep the tree's values. The
 /// checkpoint keys a preset leaves out are expected, so strict modes that report missing keys
 /// (`*_all`) become their `*_unexpected` counterparts. `model_only` and `fine_tune` select the
 /// same keys; `fine_tune` says why (a new run starting from trained weights).
-inline load_options with_preset(load_preset preset,
-                                load_options base = {},
-                                state_parts parts = {}) {
-  if (preset == load_preset::everything) return base;
-  auto keep = [preset, parts = std::move(parts)](const std::string& key) {
-    if (has_prefix(key, parts.model)) return true;
-    return preset == load_preset::model_and_optimizer && has_prefix(key, parts.optimizer);
-  };
-  auto previous = std::move(base.edit_keys);
-  base.edit_keys = [keep, previous](std::vector<std::string>& keys) {
-    if (previous) previous(keys);
-    std::erase_if(keys, [&](const std::string& k) { return !keep(k); });
-  };
-  // The checkpoint keys the preset leaves out are not loaded by design: not "missing".
-  if (base.strict == strict_mode::log_all) base.strict = strict_mode::log_unexpected;
-  if (base.strict == strict_mode::raise_all) base.strict = strict_mode::raise_unexpected;
-  if (base.strict == strict_mode::return_all) base.strict = strict_mode::return_unexpected;
-  return base;
-}
+CAIRN_INLINE load_options with_preset(load_preset preset,
+                                      load_options base = {},
+                                      state_parts parts = {});
 
 }  // namespace cairn
+
+#if CAIRN_HEADER_ONLY
+#  include "cairn/manager/presets-inl.hpp"
+#endif

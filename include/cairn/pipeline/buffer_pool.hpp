@@ -7,6 +7,8 @@
 #include <mutex>
 #include <vector>
 
+#include "cairn/detail/config.hpp"
+
 namespace cairn {
 
 /// Buffers of one size, reused across writes and reads (and across saves when the owner keeps
@@ -19,22 +21,9 @@ class buffer_pool {
   /// Size of each buffer.
   std::size_t size() const noexcept { return bytes_; }
   /// A buffer of `size()` bytes (not zeroed), reused when one is free.
-  std::unique_ptr<std::byte[]> take() {
-    {
-      std::lock_guard lock(mu_);
-      if (!free_.empty()) {
-        auto b = std::move(free_.back());
-        free_.pop_back();
-        return b;
-      }
-    }
-    return std::unique_ptr<std::byte[]>(new std::byte[bytes_]);
-  }
+  std::unique_ptr<std::byte[]> take();
   /// Returns a buffer taken with `take()`.
-  void give(std::unique_ptr<std::byte[]> b) {
-    std::lock_guard lock(mu_);
-    free_.push_back(std::move(b));
-  }
+  void give(std::unique_ptr<std::byte[]> b);
 
  private:
   std::size_t bytes_;
@@ -43,3 +32,7 @@ class buffer_pool {
 };
 
 }  // namespace cairn
+
+#if CAIRN_HEADER_ONLY
+#  include "cairn/pipeline/buffer_pool-inl.hpp"
+#endif

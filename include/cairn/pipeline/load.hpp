@@ -4,29 +4,19 @@
 #pragma once
 
 #include <atomic>
-#include <chrono>
 #include <cstdint>
-#include <cstring>
-#include <map>
-#include <memory>
 #include <optional>
 #include <set>
 #include <string>
 #include <vector>
 
-#include "cairn/comm/agree.hpp"
 #include "cairn/comm/communicator.hpp"
 #include "cairn/core/error.hpp"
-#include "cairn/core/sharded_object.hpp"
-#include "cairn/detail/binary.hpp"
-#include "cairn/detail/parallel.hpp"
+#include "cairn/detail/config.hpp"
 #include "cairn/format/native/metadata.hpp"
-#include "cairn/format/native/reader.hpp"
 #include "cairn/format/registry.hpp"
 #include "cairn/options.hpp"
 #include "cairn/pipeline/buffer_pool.hpp"
-#include "cairn/pipeline/stage.hpp"
-#include "cairn/plan/box.hpp"
 #include "cairn/plan/keys.hpp"
 #include "cairn/plan/load_plan.hpp"
 #include "cairn/storage/storage.hpp"
@@ -35,310 +25,90 @@
 namespace cairn::detail {
 
 /// The bytes one planned read reads: its whole blocks, the last one cut at the chunk's end.
-inline std::uint64_t read_length(const read_op& op, std::uint64_t block_size) {
-  const std::uint64_t lo = op.first_block * block_size;
-  return std::min(op.chunk->where.nbytes, (op.last_block + 1) * block_size) - lo;
-}
+CAIRN_INLINE std::uint64_t read_length(const read_op& op, std::uint64_t block_size);
 
 /// Runs one planned read: whole blocks, verified, straight into the target or through a pooled
 /// buffer that the read's jobs then copy out of.
-inline result<void> run_read(storage_ref st,
-                             const checkpoint_metadata& m,
-                             const std::vector<copy_job>& jobs,
-                             const read_op& op,
-                             const std::vector<std::size_t>& group,
-                             buffer_pool& pool,
-                             std::atomic<std::uint64_t>& bytes_read,
-                             progress_meter& progress) {
-  const extent& e = op.chunk->where;
-  const std::uint64_t lo = op.first_block * m.block_size;
-  const std::uint64_t len = read_length(op, m.block_size);
-  std::unique_ptr<std::byte[]> temp;  // from the pool, not zeroed: every byte is read into
-  std::span<std::byte> buf;
-  if (op.direct) {
-    buf = {op.direct, static_cast<std::size_t>(len)};
-  } else {
-    temp = pool.take();
-    buf = {temp.get(), static_cast<std::size_t>(len)};
-  }
-  struct give_back {
-    buffer_pool& pool;
-    std::unique_ptr<std::byte[]>& b;
-    ~give_back() {
-      if (b) pool.give(std::move(b));
-    }
-  } returned{pool, temp};
-  std::string what = "chunk " + op.chunk->region.str() + " of tensor";
-  CAIRN_TRY(read_verified_blocks(st, m, e, op.first_block, op.last_block, buf,
-                                 jobs[group.front()].key, what));
-  bytes_read += len;
-  progress.add(len);
-  if (op.direct) return ok();
-  for (std::size_t j : group) {
-    const copy_job& job = jobs[j];
-    std::uint64_t es = job.elem_size;
-    for_each_run(op.chunk->region, job.dst_box, job.region,
-                 [&](std::int64_t s, std::int64_t t, std::int64_t n) {
-                   std::uint64_t a = static_cast<std::uint64_t>(s) * es;
-                   std::uint64_t b = a + static_cast<std::uint64_t>(n) * es;
-                   std::uint64_t x = std::max(a, lo), y = std::min(b, lo + len);
-                   if (x >= y) return;
-                   std::memcpy(job.dst + static_cast<std::uint64_t>(t) * es + (x - a),
-                               buf.data() + (x - lo), y - x);
-                 });
-  }
-  return ok();
-}
+CAIRN_INLINE result<void> run_read(storage_ref st,
+                                   const checkpoint_metadata& m,
+                                   const std::vector<copy_job>& jobs,
+                                   const read_op& op,
+                                   const std::vector<std::size_t>& group,
+                                   buffer_pool& pool,
+                                   std::atomic<std::uint64_t>& bytes_read,
+                                   progress_meter& progress);
 
 /// Reads what the jobs need, whole checksum blocks only, verifies them, and copies into
 /// place. A chunk that maps one-to-one onto its target is read straight into target memory.
 /// Reads that cannot go straight to the target go through `pool`'s buffers (a private pool
 /// when null), at most one per thread. `progress` (when given) is told the bytes read ("read").
-inline result<void> run_copies(storage_ref st,
-                               const checkpoint_metadata& m,
-                               const std::vector<copy_job>& jobs,
-                               int threads,
-                               load_stats& stats,
-                               buffer_pool* pool = nullptr,
-                               const progress_callback* progress = nullptr) {
-  std::optional<buffer_pool> own;
-  if (!pool || pool->size() < m.block_size)
-    pool = &own.emplace(std::max<std::size_t>(std::size_t{8} << 20, m.block_size));
-  const read_plan plan = plan_reads(jobs, m.block_size, pool->size(), max_io_bytes);
-  stats.bytes_needed += plan.bytes_needed;
-  std::uint64_t total = 0;
-  for (const read_op& op : plan.ops) total += read_length(op, m.block_size);
-  progress_meter meter(progress, "read", total);
-  std::atomic<std::uint64_t> bytes_read{0};
-  auto r = run_parallel(plan.ops.size(), threads, [&](std::size_t k) -> result<void> {
-    const read_op& op = plan.ops[k];
-    return run_read(st, m, jobs, op, plan.job_groups[op.group], *pool, bytes_read, meter);
-  });
-  stats.bytes_read += bytes_read;
-  return r;
-}
+CAIRN_INLINE result<void> run_copies(storage_ref st,
+                                     const checkpoint_metadata& m,
+                                     const std::vector<copy_job>& jobs,
+                                     int threads,
+                                     load_stats& stats,
+                                     buffer_pool* pool = nullptr,
+                                     const progress_callback* progress = nullptr);
 
 /// Rank 0 reads the metadata of whatever format is on `st` (native, torch_dist, safetensors)
 /// and broadcasts it as JSON; every rank decodes the same bytes. Only a foreign format's
 /// description may go without checksums.
-inline result<checkpoint_metadata> read_metadata_collective(storage_ref st, comm_ref comm) {
-  std::optional<error> failure;
-  binary_writer w;
-  if (comm.rank() == 0) {
-    auto m = catch_all("reading the metadata", [&] { return read_any_metadata_json(st); });
-    if (!m) failure = m.err();
-    w.u8(m && m->foreign);
-    w.str(m ? m->json : std::string());
-  }
-  auto [root_failure, payload] = announce(comm, 0, failure, w.data());
-  if (root_failure) return std::move(*root_failure);
-  binary_reader r(payload);
-  bool foreign = r.u8();
-  return metadata_from_json(r.str(), st.describe(metadata_name), /*allow_unverified=*/foreign);
-}
+CAIRN_INLINE result<checkpoint_metadata> read_metadata_collective(storage_ref st, comm_ref comm);
 
 /// A tensor piece of this rank's tree: (tensor leaf, piece index).
 using piece_ref = std::pair<std::size_t, std::size_t>;
 
 /// Decodes the checkpoint's common values into the tree's common leaves, and hands the others
 /// to `opt.client_state` when it is set.
-inline result<void> load_commons(const leaf_list& leaves,
-                                 storage_ref st,
-                                 const checkpoint_metadata& m,
-                                 const load_options& opt) {
-  if (leaves.commons.empty() && !opt.client_state) return ok();
-  CAIRN_TRY_ASSIGN(auto commons, read_commons(st, m));
-  if (opt.client_state) {
-    opt.client_state->clear();
-    std::set<std::string> declared;
-    for (const auto& c : leaves.commons) declared.insert(c.path);
-    for (const auto& [path, v] : commons)
-      if (!declared.count(path)) opt.client_state->emplace(path, v);
-  }
-  for (const auto& c : leaves.commons) {
-    auto it = commons.find(c.path);
-    if (it == commons.end())
-      return make_error(errc::not_found, "common value is not in the checkpoint").with_key(c.path);
-    const common_value* stored = &it->second;
-    std::optional<common_value> coerced;
-    if (m.inline_commons.count(c.path)) {
-      // A foreign format stores Python values (int, float, bool): take them as the target's
-      // dtype when they fit exactly.
-      common_value want = c.encode(c.value);
-      if (want.kind == stored->kind && (coerced = coerce_common(*stored, want.type)))
-        stored = &*coerced;
-    }
-    if (auto d = c.decode(*stored, c.value); !d) return std::move(d).err().with_key(c.path);
-  }
-  return ok();
-}
+CAIRN_INLINE result<void> load_commons(const leaf_list& leaves,
+                                       storage_ref st,
+                                       const checkpoint_metadata& m,
+                                       const load_options& opt);
 
 /// The checkpoint's record of tensor leaf `t`, after checking that dtype and shape match (a
 /// padded target with `allow_shape_mismatch` is zeroed first).
-inline result<const tensor_record*> matching_record(const tensor_leaf& t,
-                                                    const checkpoint_metadata& m) {
-  const tensor_sharding& L = t.sharding;
-  auto it = m.tensors.find(L.key);
-  if (it == m.tensors.end())
-    return make_error(errc::not_found, "tensor is not in the checkpoint").with_key(L.key);
-  const tensor_record& rec = it->second;
-  if (m.index_refs.count(L.key))  // a reader's bug, never the file's: refuse to load nothing
-    return make_error(errc::invalid_argument,
-                      "the tensor's index section was not read (read_index_sections)")
-        .with_key(L.key);
-  if (rec.type != L.type)
-    return make_error(errc::mismatch, "checkpoint holds " + std::string(dtype_name(rec.type)) +
-                                          ", the target is " + std::string(dtype_name(L.type)) +
-                                          " (cairn never converts silently)")
-        .with_key(L.key);
-  std::size_t es = dtype_size(L.type);
-  if (t.nbytes % es != 0)
-    return make_error(errc::invalid_argument, "data size is not a multiple of the element size")
-        .with_key(L.key);
-  CAIRN_TRY(validate_sharding(L, t.nbytes / es));
-  if (rec.global_shape != L.global_shape) {
-    if (!L.allow_shape_mismatch || rec.global_shape.size() != L.global_shape.size())
-      return make_error(errc::mismatch,
-                        "global shape " +
-                            box{shape(rec.global_shape.size(), 0), rec.global_shape}.str() +
-                            " in the checkpoint, " +
-                            box{shape(L.global_shape.size(), 0), L.global_shape}.str() +
-                            " in the target (set allow_shape_mismatch to load into a padded "
-                            "tensor)")
-          .with_key(L.key);
-    std::memset(t.data, 0, t.nbytes);
-  }
-  return &rec;
-}
+CAIRN_INLINE result<const tensor_record*> matching_record(const tensor_leaf& t,
+                                                          const checkpoint_metadata& m);
 
 /// The copy jobs that fill this rank's tensor pieces (except those in `skip`).
-inline result<std::vector<copy_job>> plan_tensor_copies(const leaf_list& leaves,
-                                                        const checkpoint_metadata& m,
-                                                        const std::set<piece_ref>& skip) {
-  std::vector<copy_job> jobs;
-  for (std::size_t ti = 0; ti < leaves.tensors.size(); ++ti) {
-    const tensor_leaf& t = leaves.tensors[ti];
-    CAIRN_TRY_ASSIGN(const tensor_record* rec, matching_record(t, m));
-    const std::size_t es = dtype_size(t.sharding.type);
-    auto ps = pieces_of(t.sharding);
-    for (std::size_t pi = 0; pi < ps.size(); ++pi)
-      if (!skip.count({ti, pi}))
-        CAIRN_TRY(plan_copies(*rec, t.sharding.key, ps[pi].region, t.data + ps[pi].data_offset * es,
-                              jobs));
-  }
-  return jobs;
-}
+CAIRN_INLINE result<std::vector<copy_job>> plan_tensor_copies(const leaf_list& leaves,
+                                                              const checkpoint_metadata& m,
+                                                              const std::set<piece_ref>& skip);
 
 /// The saved object a sharded object leaf loads: the same grid position, or on a changed grid
 /// the one `object_mapping` picks. Null: the mapping chose to leave the value as it is.
-inline result<const object_record*> find_saved_object(const object_leaf& o,
-                                                      const checkpoint_metadata& m,
-                                                      const load_options& opt) {
-  std::string u = object_unique_key(o.key, o.global_offset, o.global_shape);
-  if (auto it = m.objects.find(u); it != m.objects.end()) return &it->second;
-  for (const auto& [k, rec] : m.objects) {
-    if (rec.key != o.key || rec.global_shape == o.global_shape) continue;
-    if (!opt.object_mapping)
-      return make_error(errc::mismatch,
-                        "sharded object was saved as a grid of " +
-                            box{shape(rec.global_shape.size(), 0), rec.global_shape}.str() +
-                            " (world size " + std::to_string(m.world_size) +
-                            "), this rank asks for " + u +
-                            ": the topology changed; give the object a grid that exists in the "
-                            "checkpoint, set load_options::object_mapping (objects_modulo(), "
-                            "say), or leave it out of the tree")
-          .with_key(o.key);
-    auto at = opt.object_mapping(o.key, rec.global_shape, o.global_offset, o.global_shape);
-    if (!at) return static_cast<const object_record*>(nullptr);  // leave the value as it is
-    std::string mapped = object_unique_key(o.key, *at, rec.global_shape);
-    auto it = m.objects.find(mapped);
-    if (it == m.objects.end())
-      return make_error(errc::not_found, "object_mapping maps " + u + " to " + mapped +
-                                             ", which is not in the checkpoint")
-          .with_key(o.key);
-    return &it->second;
-  }
-  return make_error(errc::not_found, "sharded object " + u + " is not in the checkpoint")
-      .with_key(o.key);
-}
+CAIRN_INLINE result<const object_record*> find_saved_object(const object_leaf& o,
+                                                            const checkpoint_metadata& m,
+                                                            const load_options& opt);
 
 /// Reads and decodes this rank's sharded objects; hands the bytes of the objects whose keys the
 /// tree does not load to `opt.client_objects` when it is set.
-inline result<void> load_objects(const leaf_list& leaves,
-                                 storage_ref st,
-                                 const checkpoint_metadata& m,
-                                 const load_options& opt,
-                                 load_stats& stats) {
-  for (const auto& o : leaves.objects) {
-    CAIRN_TRY_ASSIGN(const object_record* rec, find_saved_object(o, m, opt));
-    if (!rec) continue;
-    std::string u = object_unique_key(o.key, o.global_offset, o.global_shape);
-    CAIRN_TRY_ASSIGN(auto buf, read_extent(st, m, rec->where, o.key, "object " + u));
-    stats.bytes_read += buf.size();
-    if (auto d = o.decode(buf, o.value); !d) return std::move(d).err().with_key(o.key);
-  }
-  if (!opt.client_objects) return ok();
-  opt.client_objects->clear();
-  std::set<std::string> declared;
-  for (const auto& o : leaves.objects) declared.insert(o.key);
-  for (const auto& [u, rec] : m.objects) {
-    if (declared.count(rec.key)) continue;
-    CAIRN_TRY_ASSIGN(auto buf, read_extent(st, m, rec.where, rec.key, "object " + u));
-    stats.bytes_read += buf.size();
-    opt.client_objects->emplace(u, std::move(buf));
-  }
-  return ok();
-}
+CAIRN_INLINE result<void> load_objects(const leaf_list& leaves,
+                                       storage_ref st,
+                                       const checkpoint_metadata& m,
+                                       const load_options& opt,
+                                       load_stats& stats);
 
 /// Loads this rank's leaves from already-read metadata. Pieces in `skip` are left for a
 /// broadcast from another rank.
-inline result<void> load_leaves_local(const leaf_list& leaves,
-                                      storage_ref st,
-                                      const checkpoint_metadata& m,
-                                      const load_options& opt,
-                                      load_stats& stats,
-                                      const std::set<piece_ref>& skip = {},
-                                      buffer_pool* pool = nullptr) {
-  CAIRN_TRY(load_commons(leaves, st, m, opt));
-  if (opt.common_only) return ok();
-  CAIRN_TRY_ASSIGN(std::vector<copy_job> jobs, plan_tensor_copies(leaves, m, skip));
-  CAIRN_TRY(run_copies(st, m, jobs, opt.io_threads, stats, pool, &opt.progress));
-  return load_objects(leaves, st, m, opt, stats);
-}
+CAIRN_INLINE result<void> load_leaves_local(const leaf_list& leaves,
+                                            storage_ref st,
+                                            const checkpoint_metadata& m,
+                                            const load_options& opt,
+                                            load_stats& stats,
+                                            const std::set<piece_ref>& skip = {},
+                                            buffer_pool* pool = nullptr);
 
 /// Checkpoint keys of every kind: tensor keys, object keys, common paths.
-inline std::set<std::string> checkpoint_keys(const checkpoint_metadata& m) {
-  std::set<std::string> keys;
-  for (const auto& [k, t] : m.tensors) keys.insert(k);
-  for (const auto& [u, o] : m.objects) keys.insert(o.key);
-  for (const auto& [k, c] : m.commons) keys.insert(k);
-  return keys;
-}
+CAIRN_INLINE std::set<std::string> checkpoint_keys(const checkpoint_metadata& m);
 
 /// Applies the strict mode: drops unexpected leaves, finds missing keys (collective for the
 /// *_all modes: every rank's requested keys are gathered), logs or fails as the mode says.
-inline result<void> apply_strict(leaf_list& leaves,
-                                 const checkpoint_metadata& m,
-                                 comm_ref comm,
-                                 const load_options& opt,
-                                 load_stats& stats) {
-  if (opt.strict == strict_mode::assume_ok_unexpected) return ok();
-  const std::set<std::string> saved = checkpoint_keys(m);
-  const std::set<std::string> requested = drop_unexpected(leaves, saved, stats);
-  if (wants_missing(opt.strict)) {
-    binary_writer w;
-    w.u64(requested.size());
-    for (const auto& k : requested) w.str(k);
-    std::set<std::string> everyone;
-    for (const auto& b : comm.all_gather(w.data())) {
-      binary_reader r(b);
-      for (std::uint64_t n = r.u64(); n > 0; --n) everyone.insert(r.str());
-    }
-    for (const auto& k : saved)
-      if (!everyone.count(k)) stats.missing.push_back(k);
-  }
-  return report_strict(opt, comm.rank(), stats);
-}
+CAIRN_INLINE result<void> apply_strict(leaf_list& leaves,
+                                       const checkpoint_metadata& m,
+                                       comm_ref comm,
+                                       const load_options& opt,
+                                       load_stats& stats);
 
 /// One piece that every rank asks for alike: read by `reader`, broadcast to the rest.
 struct shared_piece {
@@ -350,143 +120,36 @@ struct shared_piece {
 
 /// Finds the pieces every rank asks for whole and alike, and picks a reader for each (the
 /// least-loaded rank so far, in key order, so every rank computes the same). Collective.
-inline std::vector<shared_piece> plan_shared_pieces(const leaf_list& leaves,
-                                                    comm_ref comm,
-                                                    const load_options& opt) {
-  std::vector<shared_piece> out;
-  if (!opt.read_once_broadcast || comm.size() < 2 || opt.common_only) return out;
-  // (key, box) -> this rank's piece
-  std::map<std::pair<std::string, std::pair<shape, shape>>, shared_piece> mine;
-  for (std::size_t ti = 0; ti < leaves.tensors.size(); ++ti) {
-    const tensor_leaf& t = leaves.tensors[ti];
-    const std::size_t es = dtype_size(t.sharding.type);
-    auto ps = pieces_of(t.sharding);
-    for (std::size_t pi = 0; pi < ps.size(); ++pi) {
-      std::uint64_t n = static_cast<std::uint64_t>(ps[pi].region.volume()) * es;
-      if (n < std::max<std::uint64_t>(opt.broadcast_min_bytes, 1)) continue;
-      mine.emplace(
-          std::make_pair(t.sharding.key, std::make_pair(ps[pi].region.offset, ps[pi].region.size)),
-          shared_piece{piece_ref{ti, pi}, 0, n, t.data + ps[pi].data_offset * es});
-    }
-  }
-  binary_writer w;
-  w.u64(mine.size());
-  for (const auto& [k, v] : mine) {
-    w.str(k.first);
-    w.u64(k.second.first.size());
-    for (auto x : k.second.first) w.u64(static_cast<std::uint64_t>(x));
-    for (auto x : k.second.second) w.u64(static_cast<std::uint64_t>(x));
-  }
-  auto all = comm.all_gather(w.data());
-  std::map<std::pair<std::string, std::pair<shape, shape>>, int> count;
-  for (const auto& msg : all) {
-    binary_reader r(msg);
-    std::uint64_t n = r.u64();
-    for (std::uint64_t i = 0; i < n; ++i) {
-      std::string key = r.str();
-      std::uint64_t nd = r.u64();
-      shape off(nd), size(nd);
-      for (auto& x : off) x = static_cast<std::int64_t>(r.u64());
-      for (auto& x : size) x = static_cast<std::int64_t>(r.u64());
-      ++count[{std::move(key), {std::move(off), std::move(size)}}];
-    }
-  }
-  std::vector<std::uint64_t> load(static_cast<std::size_t>(comm.size()), 0);
-  for (const auto& [k, v] : mine) {  // same order on every rank (std::map)
-    if (count[k] != comm.size()) continue;
-    auto best = std::min_element(load.begin(), load.end());
-    *best += v.nbytes;
-    out.push_back(v);
-    out.back().reader = static_cast<int>(best - load.begin());
-  }
-  return out;
-}
+CAIRN_INLINE std::vector<shared_piece> plan_shared_pieces(const leaf_list& leaves,
+                                                          comm_ref comm,
+                                                          const load_options& opt);
 
 /// Broadcasts every shared piece from its reader into the other ranks' targets. Collective.
-inline void broadcast_shared_pieces(const std::vector<shared_piece>& shared, comm_ref comm) {
-  for (const auto& sp : shared) {
-    bytes buf;
-    if (comm.rank() == sp.reader) buf.assign(sp.data, sp.data + sp.nbytes);
-    comm.broadcast(buf, sp.reader);
-    if (comm.rank() != sp.reader && buf.size() == sp.nbytes)
-      std::memcpy(sp.data, buf.data(), buf.size());
-  }
-}
+CAIRN_INLINE void broadcast_shared_pieces(const std::vector<shared_piece>& shared, comm_ref comm);
 
 /// The outcome of a load step on every rank: the failure of the lowest failing rank, tagged
 /// with that rank, on every rank alike (as a save reports it), so that every rank takes the
 /// same branch on the error's code. Collective.
-inline result<void> agree_on_load(comm_ref comm, const std::optional<error>& failure) {
-  if (auto f = agree(comm, failure).first_failure()) return std::move(*f);
-  return ok();
-}
+CAIRN_INLINE result<void> agree_on_load(comm_ref comm, const std::optional<error>& failure);
 
 /// A load after the metadata is known (collective): select the leaves, apply the strict mode,
 /// stage device tensors, read this rank's pieces, broadcast the pieces read once, run the
 /// after-load merges; every rank learns every rank's outcome.
-inline result<void> load_leaves_from(const leaf_list& tree_leaves,
-                                     checkpoint_metadata& m,
-                                     storage_ref st,
-                                     comm_ref comm,
-                                     const load_options& opt,
-                                     load_stats& stats) {
-  leaf_list leaves = select_leaves(tree_leaves, opt);
-  std::optional<error> failure;
-  if (auto s = apply_strict(leaves, m, comm, opt, stats); !s)
-    failure = std::move(s).err().with_rank(comm.rank());
-  device_leaf_staging device(opt.staging);  // device tensors load through host staging memory
-  if (!failure && !opt.common_only)
-    if (auto r = device.redirect(leaves, opt.cuda_runtime); !r)
-      failure = std::move(r).err().with_rank(comm.rank());
-  // Pieces every rank asks for alike are read once and broadcast (collective: every rank plans).
-  std::vector<shared_piece> shared = plan_shared_pieces(leaves, comm, opt);
-  std::set<piece_ref> skip;
-  for (const auto& sp : shared)
-    if (sp.reader != comm.rank()) skip.insert(sp.local);
-  if (!failure && !opt.common_only && !m.index_refs.empty()) {
-    // Format version 4: only the index pages that meet this rank's pieces are read.
-    index_wants wants;
-    for (const auto& t : leaves.tensors) {
-      auto& boxes = wants[t.sharding.key];
-      for (const auto& p : pieces_of(t.sharding)) boxes.push_back(p.region);
-      if (boxes.empty()) boxes.push_back(box{shape(t.sharding.global_shape.size(), 0), {}});
-    }
-    auto r = catch_all("reading the index", [&] { return read_index_sections(st, m, wants); });
-    if (!r) failure = std::move(r).err().with_rank(comm.rank());
-  }
-  if (!failure) {
-    auto r =
-        catch_all("loading", [&] { return load_leaves_local(leaves, st, m, opt, stats, skip); });
-    if (!r) failure = std::move(r).err().with_rank(comm.rank());
-  }
-  if (!shared.empty()) {
-    // Every reader must have its pieces before they are broadcast.
-    CAIRN_TRY(agree_on_load(comm, failure));
-    broadcast_shared_pieces(shared, comm);
-  }
-  if (!failure) {
-    auto r = catch_all("loading", [&]() -> result<void> {
-      CAIRN_TRY(device.to_device());
-      if (opt.common_only) return ok();
-      for (const auto& merge : leaves.after_load) CAIRN_TRY(merge());
-      return ok();
-    });
-    if (!r) failure = std::move(r).err().with_rank(comm.rank());
-  }
-  return agree_on_load(comm, failure);
-}
+CAIRN_INLINE result<void> load_leaves_from(const leaf_list& tree_leaves,
+                                           checkpoint_metadata& m,
+                                           storage_ref st,
+                                           comm_ref comm,
+                                           const load_options& opt,
+                                           load_stats& stats);
 
 /// The non-template body of `load`.
-inline result<load_stats> load_leaves(const leaf_list& tree_leaves,
-                                      storage_ref st,
-                                      comm_ref comm,
-                                      const load_options& opt) {
-  auto t0 = std::chrono::steady_clock::now();
-  load_stats stats;
-  CAIRN_TRY_ASSIGN(checkpoint_metadata m, read_metadata_collective(st, comm));
-  CAIRN_TRY(load_leaves_from(tree_leaves, m, st, comm, opt, stats));
-  stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return stats;
-}
+CAIRN_INLINE result<load_stats> load_leaves(const leaf_list& tree_leaves,
+                                            storage_ref st,
+                                            comm_ref comm,
+                                            const load_options& opt);
 
 }  // namespace cairn::detail
+
+#if CAIRN_HEADER_ONLY
+#  include "cairn/pipeline/load-inl.hpp"
+#endif

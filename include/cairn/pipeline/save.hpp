@@ -3,32 +3,22 @@
 // (collective): every rank's status is shared, rank 0 commits, everyone learns how that went.
 #pragma once
 
-#include <simdjson.h>
-#include <zstd.h>
-
-#include <chrono>
 #include <cstdint>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <random>
 #include <span>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
-#include "cairn/comm/agree.hpp"
 #include "cairn/comm/communicator.hpp"
 #include "cairn/core/error.hpp"
-#include "cairn/detail/binary.hpp"
-#include "cairn/format/native/strategy.hpp"
-#include "cairn/format/registry.hpp"
+#include "cairn/detail/config.hpp"
 #include "cairn/format/save_strategy.hpp"
 #include "cairn/options.hpp"
 #include "cairn/pipeline/scalable_plan.hpp"
-#include "cairn/pipeline/stage.hpp"
 #include "cairn/plan/plan_cache.hpp"
 #include "cairn/plan/save_plan.hpp"
 #include "cairn/storage/storage.hpp"
@@ -37,19 +27,10 @@
 namespace cairn::detail {
 
 /// A fresh id for a save's file names (12 hex digits).
-inline std::string new_save_id() {
-  std::random_device rd;
-  std::uint64_t x =
-      (static_cast<std::uint64_t>(rd()) << 32) ^ rd() ^
-      static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
-  return checksum_hex(x).substr(0, 12);
-}
+CAIRN_INLINE std::string new_save_id();
 
 /// The strategy of a save (the native one when none is set).
-inline const save_strategy& strategy_of(const save_options& opt) {
-  static const native_strategy native;
-  return opt.strategy ? *opt.strategy : native;
-}
+CAIRN_INLINE const save_strategy& strategy_of(const save_options& opt);
 
 /// A storage that records the objects written through it (puts and writers that finished),
 /// for `save_stats::files`. Thread-safe: a save's I/O threads write through it at once.
@@ -60,17 +41,9 @@ class recording_storage {
   /// What the wrapped backend guarantees.
   storage_features features() const { return inner_.features(); }
   /// Forwarded; recorded when it succeeds.
-  result<void> put(std::string_view name, std::span<const std::byte> data) {
-    auto r = inner_.put(name, data);
-    if (r) record(name);
-    return r;
-  }
+  result<void> put(std::string_view name, std::span<const std::byte> data);
   /// Forwarded; the object is recorded when its writer finishes.
-  result<std::unique_ptr<object_writer>> open_writer(std::string_view name) {
-    CAIRN_TRY_ASSIGN(auto w, inner_.open_writer(name));
-    return std::unique_ptr<object_writer>(
-        std::make_unique<recording_writer>(std::move(w), *this, std::string(name)));
-  }
+  result<std::unique_ptr<object_writer>> open_writer(std::string_view name);
   /// Forwarded.
   result<void> read(std::string_view name, std::uint64_t offset, std::span<std::byte> out) {
     return inner_.read(name, offset, out);
@@ -82,14 +55,7 @@ class recording_storage {
   /// Forwarded.
   result<std::vector<std::string>> list(std::string_view prefix) { return inner_.list(prefix); }
   /// Forwarded; a recorded object that is removed (an abandoned save) is forgotten.
-  result<void> remove(std::string_view name) {
-    auto r = inner_.remove(name);
-    if (r) {
-      std::lock_guard lock(mu_);
-      std::erase(names_, std::string(name));
-    }
-    return r;
-  }
+  result<void> remove(std::string_view name);
   /// Forwarded.
   std::string describe(std::string_view name) const { return inner_.describe(name); }
   /// Forwarded.
@@ -99,18 +65,7 @@ class recording_storage {
   /// The objects written that are still there (another rank may have removed some: the
   /// safetensors strategies remove their shards once assembled), in the order they were
   /// finished.
-  std::vector<std::string> names() const {
-    std::vector<std::string> out;
-    {
-      std::lock_guard lock(mu_);
-      out = names_;
-    }
-    std::erase_if(out, [&](const std::string& n) {
-      auto there = inner_.exists(n);
-      return there && !*there;
-    });
-    return out;
-  }
+  std::vector<std::string> names() const;
 
  private:
   class recording_writer final : public object_writer {
@@ -120,11 +75,7 @@ class recording_storage {
     result<void> write_at(std::uint64_t offset, std::span<const std::byte> data) override {
       return w_->write_at(offset, data);
     }
-    result<void> finish() override {
-      auto r = w_->finish();
-      if (r) owner_.record(name_);
-      return r;
-    }
+    result<void> finish() override;
 
    private:
     std::unique_ptr<object_writer> w_;
@@ -132,11 +83,7 @@ class recording_storage {
     std::string name_;
   };
 
-  void record(std::string_view name) {
-    std::lock_guard lock(mu_);
-    std::erase(names_, std::string(name));  // written again (an overwrite): listed once, last
-    names_.emplace_back(name);
-  }
+  void record(std::string_view name);
 
   storage_ref inner_;
   mutable std::mutex mu_;
@@ -146,89 +93,23 @@ class recording_storage {
 /// The options a save runs with: `opt`, with `index_files` off when the strategy does not
 /// route its reports (format version 4 is the native strategy's, and a user's strategy that
 /// wraps the native one without forwarding `routes` gets the version it was written for).
-inline save_options effective_options(const save_options& opt) {
-  save_options eff = opt;
-  eff.index_files = opt.index_files && strategy_of(opt).routes(opt);
-  return eff;
-}
+CAIRN_INLINE save_options effective_options(const save_options& opt);
 
 /// Checks the options every rank passes alike (so every rank fails alike, without talking).
-inline result<void> check_save_options(const save_options& opt) {
-  if (opt.block_size == 0 || opt.block_size > max_block_size)
-    return make_error(errc::invalid_argument,
-                      "block_size must be between 1 and " + std::to_string(max_block_size));
-  if (opt.zstd_level < 0 || opt.zstd_level > ZSTD_maxCLevel())
-    return make_error(errc::invalid_argument,
-                      "zstd_level must be 0 (off) to " + std::to_string(ZSTD_maxCLevel()));
-  return ok();
-}
+CAIRN_INLINE result<void> check_save_options(const save_options& opt);
 
 /// Fails unless every key, path and content-metadata string of the save is valid UTF-8 (they
 /// become JSON strings).
-inline result<void> check_utf8_names(const leaf_list& leaves, const save_options& opt) {
-  auto check = [](const std::string& s, const char* what) -> result<void> {
-    if (!simdjson::validate_utf8(s.data(), s.size()))
-      return make_error(errc::invalid_argument, std::string(what) + " is not valid UTF-8")
-          .with_key(s);
-    return ok();
-  };
-  for (const auto& t : leaves.tensors) CAIRN_TRY(check(t.sharding.key, "tensor key"));
-  for (const auto& o : leaves.objects) CAIRN_TRY(check(o.key, "object key"));
-  for (const auto& c : leaves.commons) CAIRN_TRY(check(c.path, "common value path"));
-  for (const auto& [k, v] : opt.content_metadata) {
-    CAIRN_TRY(check(k, "content metadata key"));
-    CAIRN_TRY(check(v, "content metadata value"));
-  }
-  return ok();
-}
+CAIRN_INLINE result<void> check_utf8_names(const leaf_list& leaves, const save_options& opt);
 
 /// Plan step 1 (local): describes this rank's leaves for the others, encodes its objects and
 /// common values into `out`, and returns each tensor leaf's pieces. Rank 0 also proposes the
 /// save id and says whether a checkpoint of any format is already committed in `st`.
-inline result<std::vector<std::vector<piece>>> describe_rank(const leaf_list& leaves,
-                                                             storage_ref st,
-                                                             const save_options& opt,
-                                                             planned_save& out,
-                                                             rank_desc& me) {
-  CAIRN_TRY(check_utf8_names(leaves, opt));
-  std::vector<std::vector<piece>> pieces(leaves.tensors.size());
-  for (std::size_t i = 0; i < leaves.tensors.size(); ++i) {
-    const tensor_leaf& t = leaves.tensors[i];
-    std::size_t es = dtype_size(t.sharding.type);
-    if (t.nbytes % es != 0)
-      return make_error(errc::invalid_argument, "data size is not a multiple of the element size")
-          .with_key(t.sharding.key);
-    CAIRN_TRY(validate_sharding(t.sharding, t.nbytes / es));
-    pieces[i] = pieces_of(t.sharding);
-    tensor_desc d{
-        t.sharding.key, t.sharding.type, t.sharding.global_shape, t.sharding.replica_id, {}};
-    for (const auto& p : pieces[i]) d.pieces.push_back(p.region);
-    me.tensors.push_back(std::move(d));
-  }
-  for (const auto& o : leaves.objects) {
-    bytes b = o.replica_id == 0 ? o.encode(o.value) : bytes{};
-    me.objects.push_back(
-        object_desc{o.key, o.global_shape, o.global_offset, o.replica_id, b.size()});
-    out.object_bytes.push_back(std::move(b));
-  }
-  for (const auto& c : leaves.commons) out.commons.emplace_back(c.path, c.encode(c.value));
-  if (opt.preprocess_common) {
-    std::map<std::string, common_value> check(out.commons.begin(), out.commons.end());
-    opt.preprocess_common(check);
-    for (const auto& [path, v] : check) me.commons.push_back(common_desc{path, common_hash(v)});
-  } else {
-    for (const auto& [path, v] : out.commons)
-      me.commons.push_back(common_desc{path, common_hash(v)});
-  }
-  CAIRN_TRY(strategy_of(opt).check(leaves));
-  if (out.rank == 0) {
-    // Any committed format counts: a save never writes over a checkpoint of another kind.
-    CAIRN_TRY_ASSIGN(std::string format, detect_format(st));
-    me.checkpoint_exists = !format.empty();
-    me.save_id = new_save_id();
-  }
-  return pieces;
-}
+CAIRN_INLINE result<std::vector<std::vector<piece>>> describe_rank(const leaf_list& leaves,
+                                                                   storage_ref st,
+                                                                   const save_options& opt,
+                                                                   planned_save& out,
+                                                                   rank_desc& me);
 
 /// What the ranks agreed on in plan step 2.
 struct agreed_plan {
@@ -241,241 +122,78 @@ struct agreed_plan {
 /// sends rank 0 a hash of its structure and of its common values; rank 0 compares them with the
 /// cached plan and tells every rank the verdict, its save id and whether a checkpoint exists.
 /// Sets `cached` when every rank matches the cached plan.
-inline result<void> vote_on_cached_plan(const rank_desc& me,
-                                        const std::optional<error>& failure,
-                                        save_plan_cache& cache,
-                                        comm_ref comm,
-                                        const save_options& opt,
-                                        agreed_plan& out) {
-  std::uint64_t commons_digest = 0;
-  for (const auto& c : me.commons) commons_digest = commons_digest * 1099511628211ull ^ c.hash;
-  binary_writer w;
-  w.u64(structure_hash(me));
-  w.u64(commons_digest);
-  auto decide = [&](const std::vector<bytes>& votes) {
-    bool same = true;
-    std::uint64_t digest0 = 0;
-    for (std::size_t r = 0; r < votes.size(); ++r) {
-      binary_reader rd(votes[r]);
-      std::uint64_t h = rd.u64(), d = rd.u64();
-      if (r == 0) digest0 = d;
-      same = same && h == plan_cache_access::structure(cache).at(r) &&
-             (!opt.validate_access_integrity || d == digest0);
-    }
-    binary_writer v;
-    v.u8(same);
-    v.u8(me.checkpoint_exists);
-    v.str(me.save_id);
-    return std::pair{std::optional<error>{}, std::move(v.data())};
-  };
-  auto [verdict, payload] = agree_at_root(comm, 0, failure, w.data(), decide);
-  if (verdict) return std::move(*verdict);
-  binary_reader rd(payload);
-  bool same = rd.u8();
-  out.exists_at_root = rd.u8();
-  out.save_id = rd.str();
-  if (same) out.cached = plan_cache_access::hit(cache);
-  return ok();
-}
+CAIRN_INLINE result<void> vote_on_cached_plan(const rank_desc& me,
+                                              const std::optional<error>& failure,
+                                              save_plan_cache& cache,
+                                              comm_ref comm,
+                                              const save_options& opt,
+                                              agreed_plan& out);
 
 /// Refuses to replace a committed checkpoint unless asked to and the strategy can.
-inline result<void> check_overwrite(bool exists_at_root, storage_ref st, const save_options& opt) {
-  if (!exists_at_root) return ok();
-  if (!opt.overwrite)
-    return make_error(errc::already_exists,
-                      "a committed checkpoint already exists here; pass "
-                      "save_options{.overwrite = true} to replace it")
-        .with_file(st.describe(metadata_name));
-  if (!strategy_of(opt).can_overwrite())
-    return make_error(errc::already_exists,
-                      "a committed checkpoint already exists here and the " +
-                          std::string(strategy_of(opt).name()) +
-                          " strategy cannot replace one in place (its file names are fixed); "
-                          "save to a new place")
-        .with_file(st.describe(""));
-  return ok();
-}
+CAIRN_INLINE result<void> check_overwrite(bool exists_at_root,
+                                          storage_ref st,
+                                          const save_options& opt);
 
 /// Plan step 2 without a usable cached plan (collective): every rank's description reaches
 /// every rank, which validates and plans alike.
-inline result<save_index> plan_everywhere(const rank_desc& me,
-                                          const std::optional<error>& failure,
-                                          storage_ref st,
-                                          comm_ref comm,
-                                          const save_options& opt,
-                                          save_stats& stats) {
-  rank_statuses descs = agree(comm, failure, encode(me));
-  if (auto f = descs.first_failure()) return std::move(*f);
-  std::vector<rank_desc> all;
-  for (const auto& b : descs.payloads) all.push_back(decode_rank_desc(b));
-  CAIRN_TRY(check_overwrite(all[0].checkpoint_exists, st, opt));
-  stats.save_id = all[0].save_id;
-  if (opt.validate_access_integrity)
-    CAIRN_TRY(validate_integrity(all));
-  else
-    CAIRN_TRY(check_unique_objects(all));
-  save_index index =
-      plan_save(all, opt.block_size, opt.balance_min_bytes, strategy_of(opt).tiling_for(opt));
-  if (opt.plan_cache) {
-    std::vector<std::uint64_t> per_rank;
-    for (const auto& d : all) per_rank.push_back(structure_hash(d));
-    plan_cache_access::store(*opt.plan_cache, comm.size(), opt, std::move(per_rank), index);
-  }
-  return index;
-}
+CAIRN_INLINE result<save_index> plan_everywhere(const rank_desc& me,
+                                                const std::optional<error>& failure,
+                                                storage_ref st,
+                                                comm_ref comm,
+                                                const save_options& opt,
+                                                save_stats& stats);
 
 /// Plan step 2 without a usable cached plan, at scale (`save_options::scalable_planning`,
 /// collective): planned by key owners (pipeline/scalable_plan.hpp); the index holds only this
 /// rank's chunks and objects.
-inline result<save_index> plan_at_scale(const rank_desc& me,
-                                        const std::optional<error>& failure,
-                                        storage_ref st,
-                                        comm_ref comm,
-                                        const save_options& opt,
-                                        save_stats& stats) {
-  CAIRN_TRY_ASSIGN(
-      scalable_agreement a,
-      scalable_plan(me, failure, comm, opt.validate_access_integrity, opt.block_size,
-                    opt.balance_min_bytes, strategy_of(opt).tiling_for(opt), structure_hash(me)));
-  CAIRN_TRY(check_overwrite(a.exists_at_root, st, opt));
-  stats.save_id = a.save_id;
-  if (opt.plan_cache)
-    plan_cache_access::store(*opt.plan_cache, comm.size(), opt, std::move(a.structure_of_rank),
-                             a.index);
-  return std::move(a.index);
-}
+CAIRN_INLINE result<save_index> plan_at_scale(const rank_desc& me,
+                                              const std::optional<error>& failure,
+                                              storage_ref st,
+                                              comm_ref comm,
+                                              const save_options& opt,
+                                              save_stats& stats);
 
 /// Plan step 2 (collective): agrees on the save index, from the plan cache when every rank's
 /// structure is unchanged (validated when it was planned; common values compared by digest),
 /// otherwise by `plan_everywhere` or, with `save_options::scalable_planning`, `plan_at_scale`.
 /// Fails on every rank alike.
-inline result<save_index> agree_on_index(const rank_desc& me,
-                                         const std::optional<error>& failure,
-                                         storage_ref st,
-                                         comm_ref comm,
-                                         const save_options& opt,
-                                         save_stats& stats) {
-  if (opt.scalable_planning && !strategy_of(opt).plans_at_scale())
-    return make_error(errc::invalid_argument,
-                      "save_options::scalable_planning needs a strategy that plans at scale; " +
-                          std::string(strategy_of(opt).name()) + " does not");
-  save_plan_cache* cache = opt.plan_cache;
-  if (cache && plan_cache_access::usable(*cache, comm.size(), opt)) {
-    agreed_plan agreed;
-    CAIRN_TRY(vote_on_cached_plan(me, failure, *cache, comm, opt, agreed));
-    if (agreed.cached) {
-      CAIRN_TRY(check_overwrite(agreed.exists_at_root, st, opt));
-      stats.save_id = agreed.save_id;
-      stats.plan_reused = true;
-      return std::move(*agreed.cached);
-    }
-  }
-  if (opt.scalable_planning) return plan_at_scale(me, failure, st, comm, opt, stats);
-  return plan_everywhere(me, failure, st, comm, opt, stats);
-}
+CAIRN_INLINE result<save_index> agree_on_index(const rank_desc& me,
+                                               const std::optional<error>& failure,
+                                               storage_ref st,
+                                               comm_ref comm,
+                                               const save_options& opt,
+                                               save_stats& stats);
 
 /// Plan step 3 (local): this rank's write items, in the order of its slots.
-inline void list_items(const leaf_list& leaves,
-                       const std::vector<std::vector<piece>>& pieces,
-                       planned_save& out) {
-  out.items.clear();
-  for (const write_slot& slot : out.index.slots[out.rank]) {
-    const extent& e = out.index.where(slot);
-    if (slot.is_object) {
-      out.items.push_back(write_item{.src = out.object_bytes[slot.leaf].data(),
-                                     .nbytes = e.nbytes,
-                                     .file_offset = e.byte_offset,
-                                     .key = leaves.objects[slot.leaf].key,
-                                     .checksums = {},
-                                     .region = {},
-                                     .tiles = {},
-                                     .elem_size = 1,
-                                     .is_object = true});
-      continue;
-    }
-    const tensor_leaf& t = leaves.tensors[slot.leaf];
-    std::size_t es = dtype_size(t.sharding.type);
-    const piece& p = pieces[slot.leaf][slot.piece];
-    const chunk_record& c = out.index.tensors.at(slot.key).chunks.at(slot.chunk);
-    out.items.push_back(write_item{.src = t.data + (p.data_offset + slot.element) * es,
-                                   .nbytes = e.nbytes,
-                                   .file_offset = e.byte_offset,
-                                   .key = t.sharding.key,
-                                   .checksums = {},
-                                   .region = c.region,
-                                   .tiles = c.tiles,
-                                   .elem_size = es});
-  }
-}
+CAIRN_INLINE void list_items(const leaf_list& leaves,
+                             const std::vector<std::vector<piece>>& pieces,
+                             planned_save& out);
 
 /// Phase 1 of a save (collective): describe this rank's leaves, agree on the plan (or reuse
 /// the cached one), and list this rank's write items. A `local_failure` (staging failed) is
 /// shared with every rank. Fails on every rank alike.
-inline result<void> plan_phase(const leaf_list& leaves,
-                               storage_ref st,
-                               comm_ref comm,
-                               const save_options& opt,
-                               planned_save& out,
-                               const std::optional<error>& local_failure = std::nullopt) {
-  out.start = std::chrono::steady_clock::now();
-  out.rank = comm.rank();
-  out.stats = save_stats{};
-  out.object_bytes.clear();
-  out.commons.clear();
-  CAIRN_TRY(check_save_options(opt));
-  rank_desc me;
-  std::optional<error> failure = local_failure;
-  std::vector<std::vector<piece>> pieces;
-  if (!failure) {
-    auto d =
-        catch_all("planning the save", [&] { return describe_rank(leaves, st, opt, out, me); });
-    if (d)
-      pieces = std::move(*d);
-    else
-      failure = std::move(d).err();
-  }
-  CAIRN_TRY_ASSIGN(out.index, agree_on_index(me, failure, st, comm, opt, out.stats));
-  out.save_id = out.stats.save_id;
-  out.stats.bytes_per_rank = out.index.bytes_of_rank;
-  list_items(leaves, pieces, out);
-  return ok();
-}
+CAIRN_INLINE result<void> plan_phase(const leaf_list& leaves,
+                                     storage_ref st,
+                                     comm_ref comm,
+                                     const save_options& opt,
+                                     planned_save& out,
+                                     const std::optional<error>& local_failure = std::nullopt);
 
 /// Phase 2 of a save (local, no communication): the strategy writes this rank's part.
 /// Failures are returned for the commit to share; this rank's files are removed.
-inline written_save write_phase(planned_save& plan,
-                                storage_ref st,
-                                const save_options& opt,
-                                buffer_pool* buffers = nullptr) {
-  written_save out;
-  const save_strategy& strategy = strategy_of(opt);
-  auto w =
-      catch_all("writing the save", [&] { return strategy.write(plan, st, opt, buffers, out); });
-  if (!w) out.failure = std::move(w).err().with_rank(plan.rank);
-  if (out.failure) strategy.abandon(plan, out, st);
-  return out;
-}
+CAIRN_INLINE written_save write_phase(planned_save& plan,
+                                      storage_ref st,
+                                      const save_options& opt,
+                                      buffer_pool* buffers = nullptr);
 
 /// Commit step 2 (every rank, after every write succeeded): the strategy's second local pass,
 /// shared like the writes. Returns every rank's assemble report.
-inline result<std::vector<bytes>> assemble_step(planned_save& plan,
-                                                written_save& w,
-                                                const std::vector<bytes>& reports,
-                                                storage_ref st,
-                                                comm_ref comm,
-                                                const save_options& opt) {
-  const save_strategy& strategy = strategy_of(opt);
-  std::optional<error> failure;
-  auto a = catch_all("assembling the save",
-                     [&] { return strategy.assemble(plan, reports, st, opt, w); });
-  if (!a) failure = std::move(a).err().with_rank(plan.rank);
-  rank_statuses assembled = agree(comm, failure, w.assemble_report);
-  if (auto f = assembled.first_failure()) {
-    strategy.abandon(plan, w, st);
-    return std::move(*f);
-  }
-  return std::move(assembled.payloads);
-}
+CAIRN_INLINE result<std::vector<bytes>> assemble_step(planned_save& plan,
+                                                      written_save& w,
+                                                      const std::vector<bytes>& reports,
+                                                      storage_ref st,
+                                                      comm_ref comm,
+                                                      const save_options& opt);
 
 /// How rank 0's commit went.
 struct commit_outcome {
@@ -486,133 +204,41 @@ struct commit_outcome {
 /// Commit step 3 on rank 0: the strategy commits. A failed commit may still have happened (a
 /// lost acknowledgement): storage is read back before anyone removes anything; when even that
 /// fails, the outcome is unknown and nothing is removed.
-inline commit_outcome commit_on_root(planned_save& plan,
-                                     written_save& w,
-                                     const std::vector<bytes>& reports,
-                                     const std::vector<bytes>& assembled,
-                                     storage_ref st,
-                                     const save_options& opt) {
-  const save_strategy& strategy = strategy_of(opt);
-  auto c = catch_all("committing the save",
-                     [&] { return strategy.commit(plan, w, reports, assembled, st, opt); });
-  if (c) {
-    // Temporary objects of puts that never finished (killed processes): every put of this
-    // save is done, so any left under the root are garbage.
-    (void)st.remove_temporaries("");
-    return {};
-  }
-  auto done = catch_all("reading the commit back", [&] { return strategy.committed(plan, w, st); });
-  // Committed after all: files of a replaced checkpoint stay until the next save (the commit
-  // may not be durable yet).
-  if (done && *done) return {};
-  if (done) return {std::move(c).err(), false};
-  error e = std::move(c).err();
-  e.message += "; whether the commit took effect is unknown (" + done.err().describe() +
-               "), so nothing was removed: the next save cleans up";
-  return {std::move(e), true};
-}
+CAIRN_INLINE commit_outcome commit_on_root(planned_save& plan,
+                                           written_save& w,
+                                           const std::vector<bytes>& reports,
+                                           const std::vector<bytes>& assembled,
+                                           storage_ref st,
+                                           const save_options& opt);
 
 /// Commit step 2' for a strategy that routes its reports (collective): once rank 0 knows every
 /// write succeeded, each rank sends each rank what the strategy routes to it (`all_to_all`) and
 /// the strategy takes what it received. Failures land in `w.failure` (this rank's files are then
 /// removed), for `commit_at_root` to share; a failed write anywhere skips the exchange.
-inline void route_step(
-    planned_save& plan, written_save& w, storage_ref st, comm_ref comm, const save_options& opt) {
-  const save_strategy& strategy = strategy_of(opt);
-  auto [failure, payload] = agree_at_root(comm, 0, w.failure, {}, [](const std::vector<bytes>&) {
-    return std::pair{std::optional<error>{}, bytes{}};
-  });
-  if (failure) return;  // commit_at_root shares it
-  std::vector<bytes> to(static_cast<std::size_t>(comm.size()));
-  auto r = catch_all("routing the write reports", [&]() -> result<void> {
-    to = strategy.route(plan, w, opt);
-    if (to.size() != static_cast<std::size_t>(comm.size()))
-      return make_error(errc::invalid_argument, "the strategy routed to the wrong number of ranks");
-    return ok();
-  });
-  if (!r) {
-    w.failure = std::move(r).err().with_rank(plan.rank);
-    to.assign(static_cast<std::size_t>(comm.size()), bytes{});
-  }
-  std::vector<bytes> routed = comm.all_to_all(to);
-  if (!w.failure) {
-    auto a = catch_all("taking the routed reports",
-                       [&] { return strategy.receive_routed(plan, routed, st, opt, w); });
-    if (!a) w.failure = std::move(a).err().with_rank(plan.rank);
-  }
-  if (w.failure) strategy.abandon(plan, w, st);
-}
+CAIRN_INLINE void route_step(
+    planned_save& plan, written_save& w, storage_ref st, comm_ref comm, const save_options& opt);
 
 /// Phase 3 of a save for a strategy that does not assemble (collective, each rank's report goes
 /// to rank 0 only): statuses and reports meet at rank 0, which commits when every rank succeeded
 /// and tells everyone how that went.
-inline result<void> commit_at_root(
-    planned_save& plan, written_save& w, storage_ref st, comm_ref comm, const save_options& opt) {
-  const save_strategy& strategy = strategy_of(opt);
-  auto [failure, payload] =
-      agree_at_root(comm, 0, w.failure, w.report, [&](const std::vector<bytes>& reports) {
-        commit_outcome o = commit_on_root(plan, w, reports, {}, st, opt);
-        return std::pair{std::move(o.failure), bytes{std::byte{o.unknown}}};
-      });
-  if (!failure) return ok();
-  // A rank's write failed (this save's files are garbage; the previous checkpoint, if any, is
-  // untouched because its metadata was not replaced), or the commit did: remove this rank's
-  // files unless whether the commit took effect is unknown.
-  if (!w.failure && (payload.empty() || payload[0] == std::byte{0})) strategy.abandon(plan, w, st);
-  return std::move(*failure);
-}
+CAIRN_INLINE result<void> commit_at_root(
+    planned_save& plan, written_save& w, storage_ref st, comm_ref comm, const save_options& opt);
 
 /// Phase 3 of a save (collective): share every rank's status and report; let the strategy
 /// assemble (when it does) and share again; when all succeeded, rank 0 commits (metadata
 /// last) and tells everyone how that went. A strategy that does not assemble sends its reports
 /// to rank 0 only (`commit_at_root`).
-inline result<save_stats> commit_phase(
-    planned_save& plan, written_save& w, storage_ref st, comm_ref comm, const save_options& opt) {
-  const save_strategy& strategy = strategy_of(opt);
-  if (!strategy.assembles()) {
-    if (strategy.routes(opt)) route_step(plan, w, st, comm, opt);
-    CAIRN_TRY(commit_at_root(plan, w, st, comm, opt));
-  } else {
-    rank_statuses written = agree(comm, w.failure, w.report);
-    if (auto f = written.first_failure()) {
-      if (!w.failure) strategy.abandon(plan, w, st);
-      return std::move(*f);
-    }
-    CAIRN_TRY_ASSIGN(std::vector<bytes> assembled,
-                     assemble_step(plan, w, written.payloads, st, comm, opt));
-    commit_outcome outcome;
-    if (plan.rank == 0) outcome = commit_on_root(plan, w, written.payloads, assembled, st, opt);
-    const std::byte unknown{outcome.unknown};
-    auto [failure, payload] = announce(comm, 0, outcome.failure, std::span(&unknown, 1));
-    if (failure) {
-      if (payload.empty() || payload[0] == std::byte{0}) strategy.abandon(plan, w, st);
-      return std::move(*failure);
-    }
-  }
-  plan.stats.seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - plan.start).count();
-  return plan.stats;
-}
+CAIRN_INLINE result<save_stats> commit_phase(
+    planned_save& plan, written_save& w, storage_ref st, comm_ref comm, const save_options& opt);
 
 /// The non-template body of `save`: stage device tensors, plan across ranks, write, commit.
-inline result<save_stats> save_leaves(const leaf_list& leaves,
-                                      storage_ref st,
-                                      comm_ref comm,
-                                      const save_options& requested) {
-  const save_options opt = effective_options(requested);
-  // Tensors in device memory are copied to pinned host memory first (a no-op without a device).
-  leaf_list host_leaves = leaves;
-  device_leaf_staging device(opt.staging);
-  std::optional<error> staging_failure;
-  if (auto r = device.to_host(host_leaves, opt.cuda_runtime); !r)
-    staging_failure = std::move(r).err().with_rank(comm.rank());
-  planned_save plan;
-  recording_storage recorded(st);
-  CAIRN_TRY(plan_phase(host_leaves, recorded, comm, opt, plan, staging_failure));
-  written_save w = write_phase(plan, recorded, opt);
-  CAIRN_TRY_ASSIGN(save_stats stats, commit_phase(plan, w, recorded, comm, opt));
-  stats.files = recorded.names();
-  return stats;
-}
+CAIRN_INLINE result<save_stats> save_leaves(const leaf_list& leaves,
+                                            storage_ref st,
+                                            comm_ref comm,
+                                            const save_options& requested);
 
 }  // namespace cairn::detail
+
+#if CAIRN_HEADER_ONLY
+#  include "cairn/pipeline/save-inl.hpp"
+#endif

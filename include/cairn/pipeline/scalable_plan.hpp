@@ -4,17 +4,14 @@
 #pragma once
 
 #include <cstdint>
-#include <map>
 #include <optional>
 #include <span>
 #include <string>
-#include <utility>
 #include <vector>
 
-#include "cairn/comm/agree.hpp"
 #include "cairn/comm/communicator.hpp"
 #include "cairn/core/error.hpp"
-#include "cairn/detail/binary.hpp"
+#include "cairn/detail/config.hpp"
 #include "cairn/plan/scalable.hpp"
 
 namespace cairn {
@@ -22,28 +19,12 @@ namespace cairn {
 namespace detail {
 
 /// Rank 0's common values (path and hash), broadcast so that each rank compares its own.
-inline bytes encode_commons(const std::vector<common_desc>& commons) {
-  binary_writer w;
-  w.u64(commons.size());
-  for (const auto& c : commons) {
-    w.str(c.path);
-    w.u64(c.hash);
-  }
-  return std::move(w.data());
-}
+CAIRN_INLINE bytes encode_commons(const std::vector<common_desc>& commons);
 
 /// Compares this rank's common values with rank 0's (encode_commons), as check_commons does.
-inline result<void> check_commons_against(const std::vector<common_desc>& mine,
-                                          std::span<const std::byte> root_commons,
-                                          int rank) {
-  binary_reader rd(root_commons);
-  std::map<std::string, std::uint64_t> ref;
-  for (std::uint64_t n = rd.u64(); n > 0; --n) {
-    std::string path = rd.str();
-    ref[path] = rd.u64();
-  }
-  return compare_commons(ref, mine, rank);
-}
+CAIRN_INLINE result<void> check_commons_against(const std::vector<common_desc>& mine,
+                                                std::span<const std::byte> root_commons,
+                                                int rank);
 
 }  // namespace detail
 
@@ -59,69 +40,17 @@ struct scalable_agreement {
 /// Collective: plans a save with every rank's description `me` (or its local failure), the
 /// scalable way (see the top of this header). Fails on every rank alike, with the lowest
 /// failing rank's error.
-inline result<scalable_agreement> scalable_plan(const rank_desc& me,
-                                                const std::optional<error>& failure,
-                                                comm_ref comm,
-                                                bool validate,
-                                                std::uint64_t block_size,
-                                                std::uint64_t split_min_bytes,
-                                                tiling tile,
-                                                std::uint64_t structure = 0) {
-  const int world = comm.size(), rank = comm.rank();
-  // 1. Statuses (and structure hashes) meet at rank 0, which sends back its save id, whether a
-  //    checkpoint exists and its common values.
-  scalable_agreement out;
-  detail::binary_writer mine_hash;
-  mine_hash.u64(structure);
-  auto [started, root_said] = agree_at_root(comm, 0, failure, mine_hash.data(), [&](const auto& p) {
-    for (const bytes& b : p) out.structure_of_rank.push_back(detail::binary_reader(b).u64());
-    detail::binary_writer w;
-    w.u8(me.checkpoint_exists);
-    w.str(me.save_id);
-    w.blob(detail::encode_commons(me.commons));
-    return std::pair{std::optional<error>{}, std::move(w.data())};
-  });
-  if (started) return std::move(*started);
-  detail::binary_reader rd(root_said);
-  out.exists_at_root = rd.u8();
-  out.save_id = rd.str();
-  bytes root_commons = rd.blob();
-  // 2. Claims go to their owners; each owner checks and plans its keys.
-  std::optional<error> mine;
-  if (validate) {
-    if (auto c = detail::check_commons_against(me.commons, root_commons, rank); !c)
-      mine = std::move(c).err();
-  }
-  // Nothing below throws between collectives: a failure is carried to the next agreement.
-  std::vector<bytes> claims(static_cast<std::size_t>(world));
-  auto split = detail::catch_all("splitting claims by owner", [&]() -> result<void> {
-    claims = claims_by_owner(me, world);
-    return ok();
-  });
-  if (!split && !mine) mine = std::move(split).err();
-  std::vector<bytes> received = comm.all_to_all(claims);
-  claims.clear();
-  std::vector<bytes> to_writer(static_cast<std::size_t>(world));
-  auto owned = detail::catch_all("planning owned keys", [&] {
-    return plan_owned(received, validate, block_size, split_min_bytes, tile);
-  });
-  received.clear();
-  if (owned)
-    to_writer = std::move(owned->to_writer);
-  else if (!mine)
-    mine = std::move(owned).err();
-  // 3. Each writer receives its slots and builds its index; statuses meet at rank 0 again.
-  std::vector<bytes> assigned = comm.all_to_all(to_writer);
-  auto index = detail::catch_all("reading this rank's slots", [&]() -> result<save_index> {
-    return writer_index(assigned, me, rank, world, block_size, tile);
-  });
-  if (!index && !mine) mine = std::move(index).err();
-  auto [verdict, unused] = agree_at_root(comm, 0, mine, {}, [](const auto&) {
-    return std::pair{std::optional<error>{}, bytes{}};
-  });
-  if (verdict) return std::move(*verdict);
-  out.index = std::move(*index);
-  return out;
-}
+CAIRN_INLINE result<scalable_agreement> scalable_plan(const rank_desc& me,
+                                                      const std::optional<error>& failure,
+                                                      comm_ref comm,
+                                                      bool validate,
+                                                      std::uint64_t block_size,
+                                                      std::uint64_t split_min_bytes,
+                                                      tiling tile,
+                                                      std::uint64_t structure = 0);
 
 }  // namespace cairn
+
+#if CAIRN_HEADER_ONLY
+#  include "cairn/pipeline/scalable_plan-inl.hpp"
+#endif

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "cairn/cuda/staging_pool.hpp"
+#include "cairn/detail/config.hpp"
 #include "cairn/tree/leaves.hpp"
 
 namespace cairn::detail {
@@ -28,79 +29,23 @@ class device_leaf_staging {
   explicit device_leaf_staging(cuda::staging_pool* shared = nullptr) : shared_(shared) {}
   device_leaf_staging(const device_leaf_staging&) = delete;
   device_leaf_staging& operator=(const device_leaf_staging&) = delete;
-  ~device_leaf_staging() {
-    stager_.reset();  // waits for pending copies
-    if (pool_ && used_) pool_->reset();
-  }
+  ~device_leaf_staging();
 
   /// Save side: stages every device leaf (waits for the copies).
-  result<void> to_host(leaf_list& leaves, const cuda::runtime_api* runtime) {
-    if (!start(runtime)) return ok();
-    std::vector<std::size_t> which = device_leaves(leaves);
-    if (which.empty()) return ok();
-    CAIRN_TRY(take_pool());
-    std::vector<cuda::stage_item> items;
-    for (std::size_t i : which) {
-      const tensor_leaf& t = leaves.tensors[i];
-      items.push_back({t.data, t.nbytes, t.sharding.key});
-    }
-    CAIRN_TRY_ASSIGN(auto spans, stager_->stage(items));
-    for (std::size_t k = 0; k < which.size(); ++k) leaves.tensors[which[k]].data = spans[k].data();
-    return stager_->wait();
-  }
+  result<void> to_host(leaf_list& leaves, const cuda::runtime_api* runtime);
 
   /// Load side: points every device leaf at host staging memory.
-  result<void> redirect(leaf_list& leaves, const cuda::runtime_api* runtime) {
-    if (!start(runtime)) return ok();
-    std::vector<std::size_t> which = device_leaves(leaves);
-    if (which.empty()) return ok();
-    CAIRN_TRY(take_pool());
-    std::vector<std::size_t> sizes;
-    for (std::size_t i : which) sizes.push_back(leaves.tensors[i].nbytes);
-    CAIRN_TRY(pool_->reserve(cuda::staging_pool::bytes_for(sizes)));
-    for (std::size_t i : which) {
-      tensor_leaf& t = leaves.tensors[i];
-      CAIRN_TRY_ASSIGN(auto span, pool_->acquire(t.nbytes));
-      back_.push_back({t.data, span.data(), t.nbytes, t.sharding.key});
-      t.data = span.data();
-    }
-    return ok();
-  }
+  result<void> redirect(leaf_list& leaves, const cuda::runtime_api* runtime);
 
   /// Load side: copies the staged bytes to the device leaves (waits for the copies).
-  result<void> to_device() {
-    if (back_.empty()) return ok();
-    CAIRN_TRY(stager_->unstage(back_));
-    return stager_->wait();
-  }
+  result<void> to_device();
 
  private:
   /// The non-empty tensor leaves that live in device memory.
-  std::vector<std::size_t> device_leaves(const leaf_list& leaves) const {
-    std::vector<std::size_t> which;
-    for (std::size_t i = 0; i < leaves.tensors.size(); ++i) {
-      const tensor_leaf& t = leaves.tensors[i];
-      if (t.nbytes > 0 && stager_->classify(t.data) == cuda::memory_kind::device)
-        which.push_back(i);
-    }
-    return which;
-  }
-  bool start(const cuda::runtime_api* runtime) {
-    const cuda::runtime_api* rt = cuda::usable_runtime(runtime);
-    if (!rt) return false;
-    pool_ = shared_ ? shared_ : &own_.emplace(cuda::staging_pool_options{}, rt);
-    stager_.emplace(*pool_, cuda::stager_options{.runtime = rt});
-    return true;
-  }
+  std::vector<std::size_t> device_leaves(const leaf_list& leaves) const;
+  bool start(const cuda::runtime_api* runtime);
   /// Claims the pool for this call: a shared pool must have nothing acquired.
-  result<void> take_pool() {
-    if (pool_->used() > 0)
-      return make_error(errc::invalid_argument,
-                        "the staging pool is in use (" + std::to_string(pool_->used()) +
-                            " bytes acquired: an async save through it still in flight?)");
-    used_ = true;
-    return ok();
-  }
+  result<void> take_pool();
   cuda::staging_pool* shared_ = nullptr;
   cuda::staging_pool* pool_ = nullptr;
   bool used_ = false;
@@ -110,3 +55,7 @@ class device_leaf_staging {
 };
 
 }  // namespace cairn::detail
+
+#if CAIRN_HEADER_ONLY
+#  include "cairn/pipeline/stage-inl.hpp"
+#endif

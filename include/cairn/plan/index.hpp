@@ -10,6 +10,7 @@
 
 #include "cairn/core/dtype.hpp"
 #include "cairn/core/sharded_tensor.hpp"
+#include "cairn/detail/config.hpp"
 #include "cairn/plan/box.hpp"
 
 namespace cairn {
@@ -37,12 +38,7 @@ struct extent {
   /// True when the blocks are stored compressed (`block_offsets` / `block_stored` set).
   bool compressed() const noexcept { return !block_stored.empty(); }
   /// Bytes the extent occupies in its file.
-  std::uint64_t stored_bytes() const noexcept {
-    if (!compressed()) return nbytes;
-    std::uint64_t n = 0;
-    for (auto b : block_stored) n += b;
-    return n;
-  }
+  std::uint64_t stored_bytes() const noexcept;
 };
 
 /// One saved box of a tensor. Untiled (`tiles` empty), it is stored row-major with one
@@ -65,17 +61,9 @@ struct tensor_record {
     return static_cast<std::uint64_t>(numel(global_shape)) * dtype_size(type);
   }
   /// Bytes the tensor's chunks occupy in files (less than the data when compressed).
-  std::uint64_t stored_bytes() const {
-    std::uint64_t n = 0;
-    for (const auto& c : chunks) n += c.where.stored_bytes();
-    return n;
-  }
+  std::uint64_t stored_bytes() const;
   /// Bytes of the tensor's chunks before compression.
-  std::uint64_t chunk_bytes() const {
-    std::uint64_t n = 0;
-    for (const auto& c : chunks) n += c.where.nbytes;
-    return n;
-  }
+  std::uint64_t chunk_bytes() const;
 };
 
 /// A saved sharded object, keyed in metadata by its unique key (`key/shard_<off>_<shape>`).
@@ -87,3 +75,7 @@ struct object_record {
 };
 
 }  // namespace cairn
+
+#if CAIRN_HEADER_ONLY
+#  include "cairn/plan/index-inl.hpp"
+#endif

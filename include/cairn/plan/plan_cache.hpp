@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "cairn/core/checksum.hpp"
+#include "cairn/detail/config.hpp"
 #include "cairn/options.hpp"
 #include "cairn/plan/save_plan.hpp"
 
@@ -49,50 +49,26 @@ namespace detail {
 
 /// A hash of what a rank's description says about structure and sharding (not its status,
 /// save id or common values).
-inline std::uint64_t structure_hash(const rank_desc& d) {
-  rank_desc s;
-  s.tensors = d.tensors;
-  s.objects = d.objects;
-  for (const auto& c : d.commons) s.commons.push_back(common_desc{c.path, 0});
-  return checksum(encode(s));
-}
+CAIRN_INLINE std::uint64_t structure_hash(const rank_desc& d);
 
 /// save_leaves' access to save_plan_cache.
 struct plan_cache_access {
-  static bool usable(const save_plan_cache& c, int world, const save_options& o) {
-    return c.valid_ && c.world_ == world && c.block_size_ == o.block_size &&
-           c.balance_min_bytes_ == o.balance_min_bytes && c.tile_ == o.tile &&
-           c.strategy_ == static_cast<const void*>(o.strategy) &&
-           c.scalable_ == o.scalable_planning && c.index_files_ == o.index_files &&
-           (c.validated_ || !o.validate_access_integrity);
-  }
+  static bool usable(const save_plan_cache& c, int world, const save_options& o);
   static const std::vector<std::uint64_t>& structure(const save_plan_cache& c) {
     return c.structure_;
   }
-  static save_index hit(save_plan_cache& c) {
-    ++c.hits_;
-    return c.index_;
-  }
+  static save_index hit(save_plan_cache& c);
   static void store(save_plan_cache& c,
                     int world,
                     const save_options& o,
                     std::vector<std::uint64_t> structure,
-                    const save_index& index) {
-    ++c.misses_;
-    c.valid_ = true;
-    c.world_ = world;
-    c.block_size_ = o.block_size;
-    c.balance_min_bytes_ = o.balance_min_bytes;
-    c.tile_ = o.tile;
-    c.scalable_ = o.scalable_planning;
-    c.index_files_ = o.index_files;
-    c.strategy_ = o.strategy;
-    c.validated_ = o.validate_access_integrity;
-    c.structure_ = std::move(structure);
-    c.index_ = index;
-  }
+                    const save_index& index);
 };
 
 }  // namespace detail
 
 }  // namespace cairn
+
+#if CAIRN_HEADER_ONLY
+#  include "cairn/plan/plan_cache-inl.hpp"
+#endif

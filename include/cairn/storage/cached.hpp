@@ -24,6 +24,7 @@
 
 #include "cairn/core/error.hpp"
 #include "cairn/core/progress.hpp"
+#include "cairn/detail/config.hpp"
 #include "cairn/storage/decorator.hpp"
 #include "cairn/storage/detail/posix.hpp"
 #include "cairn/storage/file.hpp"
@@ -56,22 +57,10 @@ struct cache_state {
   progress_callback progress;
 
   /// The entry of `name`, created (not ready) when there is none.
-  std::shared_ptr<cache_entry> entry(std::string_view name) {
-    std::lock_guard lock(mu);
-    auto it = entries.find(name);
-    if (it == entries.end())
-      it = entries.emplace(std::string(name), std::make_shared<cache_entry>()).first;
-    return it->second;
-  }
+  std::shared_ptr<cache_entry> entry(std::string_view name);
 
   /// Forgets `e`, the entry of `name`: later reads download again; its local copy is removed.
-  void drop(std::string_view name, const std::shared_ptr<cache_entry>& e) {
-    std::lock_guard lock(mu);
-    e->stale.store(true);
-    auto it = entries.find(name);
-    if (it != entries.end() && it->second == e) entries.erase(it);
-    if (!e->path.empty()) ::unlink(e->path.c_str());
-  }
+  void drop(std::string_view name, const std::shared_ptr<cache_entry>& e);
 
   /// Runs `change` (a put, finish or remove of `name` on the wrapped backend) while no download
   /// of `name` runs, then forgets the entry whatever the outcome (a failed call may still have
@@ -96,9 +85,7 @@ class cache_invalidating_writer final : public object_writer {
   result<void> write_at(std::uint64_t offset, std::span<const std::byte> data) override {
     return inner_->write_at(offset, data);
   }
-  result<void> finish() override {
-    return state_->changing(name_, [&] { return inner_->finish(); });
-  }
+  result<void> finish() override;
 
  private:
   std::unique_ptr<object_writer> inner_;
@@ -108,10 +95,7 @@ class cache_invalidating_writer final : public object_writer {
 
 /// A directory name no other cached_storage of any process uses at the same time:
 /// "cairn-cache-<pid>-<n>".
-inline std::string unique_cache_subdir() {
-  static std::atomic<std::uint64_t> next{0};
-  return "cairn-cache-" + std::to_string(::getpid()) + "-" + std::to_string(next.fetch_add(1));
-}
+CAIRN_INLINE std::string unique_cache_subdir();
 
 }  // namespace detail
 
@@ -292,3 +276,7 @@ static_assert(storage<cached_storage<memory_storage>>);
 static_assert(storage<cached_storage<file_storage>>);
 
 }  // namespace cairn
+
+#if CAIRN_HEADER_ONLY
+#  include "cairn/storage/cached-inl.hpp"
+#endif

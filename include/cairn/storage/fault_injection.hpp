@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "cairn/core/error.hpp"
+#include "cairn/detail/config.hpp"
 #include "cairn/storage/file.hpp"
 #include "cairn/storage/memory.hpp"
 #include "cairn/storage/storage.hpp"
@@ -91,27 +92,12 @@ struct fault_state {
     return write_attempts.fetch_add(1, std::memory_order_relaxed) >=
            write_limit.load(std::memory_order_relaxed);
   }
-  bool read_fails(std::string_view name) {
-    if (!has_failing_reads.load(std::memory_order_relaxed)) return false;
-    std::lock_guard lock(mu);
-    return failing_reads.find(name) != failing_reads.end();
-  }
+  bool read_fails(std::string_view name);
   // Numbers one operation; the fault mode it gets, if it is the armed one.
-  std::optional<fault_mode> next_op(std::string_view what, std::string_view file) {
-    std::uint64_t k = ops.fetch_add(1, std::memory_order_relaxed);
-    if (k != fault_at.load(std::memory_order_relaxed)) return std::nullopt;
-    fired.store(true);
-    std::lock_guard lock(mu);
-    fired_at = std::string(what) + " " + std::string(file);
-    return mode.load();
-  }
+  std::optional<fault_mode> next_op(std::string_view what, std::string_view file);
 };
 
-inline error injected(std::string what, std::string file) {
-  error e = make_error(errc::io, "injected failure: " + what + " " + file);
-  e.file = std::move(file);
-  return e;
-}
+CAIRN_INLINE error injected(std::string what, std::string file);
 
 /// The first half of `data` (at least one byte short of all of it when it has any).
 inline std::span<const std::byte> first_half(std::span<const std::byte> data) {
@@ -126,40 +112,9 @@ class faulty_writer final : public object_writer {
                 std::string file)
       : inner_(std::move(inner)), state_(std::move(state)), file_(std::move(file)) {}
 
-  result<void> write_at(std::uint64_t offset, std::span<const std::byte> data) override {
-    auto fault = state_->next_op("write_at", file_);
-    if (state_->write_fails() || fault == fault_mode::fail) {
-      error e = injected("write_at", file_);
-      e.offset = offset;
-      return e;
-    }
-    if (fault == fault_mode::fail_partial || fault == fault_mode::lie_partial) {
-      auto half = first_half(data);
-      if (!half.empty()) CAIRN_TRY(inner_->write_at(offset, half));
-      if (fault == fault_mode::lie_partial) return ok();
-      error e = injected(
-          "write_at (no space left on device after " + std::to_string(half.size()) + " bytes)",
-          file_);
-      e.offset = offset + half.size();
-      return e;
-    }
-    state_->writes.fetch_add(1, std::memory_order_relaxed);
-    CAIRN_TRY(inner_->write_at(offset, data));
-    state_->bytes_written.fetch_add(data.size(), std::memory_order_relaxed);
-    if (fault == fault_mode::lost_ack) return injected("write_at (acknowledgement lost)", file_);
-    return ok();
-  }
+  result<void> write_at(std::uint64_t offset, std::span<const std::byte> data) override;
 
-  result<void> finish() override {
-    auto fault = state_->next_op("finish", file_);
-    if (state_->fail_finish.load(std::memory_order_relaxed) || fault == fault_mode::fail ||
-        fault == fault_mode::fail_partial)
-      return injected("finish", file_);
-    if (fault == fault_mode::lie_partial) return ok();  // never finished
-    CAIRN_TRY(inner_->finish());
-    if (fault == fault_mode::lost_ack) return injected("finish (acknowledgement lost)", file_);
-    return ok();
-  }
+  result<void> finish() override;
 
  private:
   std::unique_ptr<object_writer> inner_;
@@ -354,3 +309,7 @@ static_assert(storage<faulty_storage<file_storage>>);
 static_assert(storage_with_temporaries<faulty_storage<file_storage>>);
 
 }  // namespace cairn
+
+#if CAIRN_HEADER_ONLY
+#  include "cairn/storage/fault_injection-inl.hpp"
+#endif

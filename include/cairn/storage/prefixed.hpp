@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "cairn/core/error.hpp"
-#include "cairn/storage/names.hpp"
+#include "cairn/detail/config.hpp"
 #include "cairn/storage/storage.hpp"
 
 namespace cairn {
@@ -25,15 +25,7 @@ class prefixed_storage {
  public:
   /// The objects of `inner` whose names start with `prefix`, which must be empty or a valid
   /// name followed by '/' ("run1/step10/"); errc::invalid_argument otherwise.
-  static result<prefixed_storage> make(storage_ref inner, std::string prefix) {
-    if (!prefix.empty()) {
-      if (prefix.back() != '/')
-        return make_error(errc::invalid_argument,
-                          "a storage prefix must end in '/': \"" + prefix + "\"");
-      CAIRN_TRY(check_object_name(std::string_view(prefix).substr(0, prefix.size() - 1)));
-    }
-    return prefixed_storage(inner, std::move(prefix));
-  }
+  static result<prefixed_storage> make(storage_ref inner, std::string prefix);
 
   /// The prefix, ending in '/' (or empty).
   const std::string& prefix() const noexcept { return prefix_; }
@@ -57,11 +49,7 @@ class prefixed_storage {
   /// `exists` of `prefix + name`.
   result<bool> exists(std::string_view name) { return inner_.exists(full(name)); }
   /// The names under `prefix + p`, without `prefix`.
-  result<std::vector<std::string>> list(std::string_view p) {
-    CAIRN_TRY_ASSIGN(auto names, inner_.list(full(p)));
-    for (auto& n : names) n.erase(0, prefix_.size());
-    return names;
-  }
+  result<std::vector<std::string>> list(std::string_view p);
   /// `remove` of `prefix + name`.
   result<void> remove(std::string_view name) { return inner_.remove(full(name)); }
   /// The backend's description of `prefix + name`.
@@ -81,3 +69,7 @@ class prefixed_storage {
 };
 
 }  // namespace cairn
+
+#if CAIRN_HEADER_ONLY
+#  include "cairn/storage/prefixed-inl.hpp"
+#endif

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cairn/core/error.hpp"
+#include "cairn/detail/config.hpp"
 
 namespace cairn {
 
@@ -126,17 +127,10 @@ concept storage_with_temporaries = requires(S& s, std::string_view prefix) {
 namespace detail {
 /// The errc::corrupt error of a read that runs past the end of an object: of the bytes asked
 /// for at `offset` of `file`, `got` were there; the object ends at byte `object_size`.
-inline error truncated_read(const std::string& file,
-                            std::uint64_t offset,
-                            std::uint64_t got,
-                            std::uint64_t object_size) {
-  error e = make_error(errc::corrupt,
-                       "truncated: reading bytes at offset " + std::to_string(offset) + " of " +
-                           file + ", the object ends at byte " + std::to_string(object_size));
-  e.file = file;
-  e.offset = offset + got;
-  return e;
-}
+CAIRN_INLINE error truncated_read(const std::string& file,
+                                  std::uint64_t offset,
+                                  std::uint64_t got,
+                                  std::uint64_t object_size);
 }  // namespace detail
 
 /// A non-owning, type-erased reference to any `storage`. Cheap to copy; the referenced backend
@@ -213,3 +207,7 @@ class storage_ref {
 };
 
 }  // namespace cairn
+
+#if CAIRN_HEADER_ONLY
+#  include "cairn/storage/storage-inl.hpp"
+#endif

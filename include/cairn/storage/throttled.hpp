@@ -11,11 +11,11 @@
 #include <span>
 #include <string>
 #include <string_view>
-#include <thread>
 #include <utility>
 #include <vector>
 
 #include "cairn/core/error.hpp"
+#include "cairn/detail/config.hpp"
 #include "cairn/storage/decorator.hpp"
 #include "cairn/storage/file.hpp"
 #include "cairn/storage/memory.hpp"
@@ -40,20 +40,7 @@ class byte_pacer {
   explicit byte_pacer(std::uint64_t bytes_per_second) : rate_(bytes_per_second) {}
 
   /// Sleeps until `n` more bytes may go.
-  void pace(std::size_t n) {
-    if (rate_ == 0 || n == 0) return;
-    using clock = std::chrono::steady_clock;
-    clock::time_point at;
-    {
-      std::lock_guard lock(mu_);
-      auto now = clock::now();
-      if (next_ < now) next_ = now;
-      at = next_;
-      next_ += std::chrono::duration_cast<clock::duration>(
-          std::chrono::duration<double>(static_cast<double>(n) / static_cast<double>(rate_)));
-    }
-    std::this_thread::sleep_until(at);
-  }
+  void pace(std::size_t n);
 
  private:
   std::uint64_t rate_;
@@ -73,10 +60,7 @@ class throttled_writer final : public object_writer {
  public:
   throttled_writer(std::unique_ptr<object_writer> inner, std::shared_ptr<throttle_state> state)
       : inner_(std::move(inner)), state_(std::move(state)) {}
-  result<void> write_at(std::uint64_t offset, std::span<const std::byte> data) override {
-    state_->writes.pace(data.size());
-    return inner_->write_at(offset, data);
-  }
+  result<void> write_at(std::uint64_t offset, std::span<const std::byte> data) override;
   result<void> finish() override { return inner_->finish(); }
 
  private:
@@ -132,3 +116,7 @@ static_assert(storage<throttled_storage<memory_storage>>);
 static_assert(storage<throttled_storage<file_storage>>);
 
 }  // namespace cairn
+
+#if CAIRN_HEADER_ONLY
+#  include "cairn/storage/throttled-inl.hpp"
+#endif

@@ -4,23 +4,17 @@
 // around each background write with the same class.
 #pragma once
 
-#include <fcntl.h>
-#include <sys/file.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
 #include <string_view>
-#include <thread>
 #include <utility>
 #include <vector>
 
 #include "cairn/core/error.hpp"
+#include "cairn/detail/config.hpp"
 #include "cairn/storage/decorator.hpp"
 #include "cairn/storage/file.hpp"
 #include "cairn/storage/memory.hpp"
@@ -34,13 +28,7 @@ class writer_slot {
   /// Holds nothing.
   writer_slot() = default;
   writer_slot(writer_slot&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
-  writer_slot& operator=(writer_slot&& o) noexcept {
-    if (this != &o) {
-      release();
-      fd_ = std::exchange(o.fd_, -1);
-    }
-    return *this;
-  }
+  writer_slot& operator=(writer_slot&& o) noexcept;
   writer_slot(const writer_slot&) = delete;
   writer_slot& operator=(const writer_slot&) = delete;
   ~writer_slot() { release(); }
@@ -52,10 +40,7 @@ class writer_slot {
  private:
   friend class writer_slots;
   explicit writer_slot(int fd) noexcept : fd_(fd) {}
-  void release() noexcept {
-    if (fd_ >= 0) ::close(fd_);  // releases the lock
-    fd_ = -1;
-  }
+  void release() noexcept;
   int fd_ = -1;
 };
 
@@ -86,19 +71,7 @@ class writer_slots {
   /// Waits until a slot is free and holds it until the returned guard is destroyed. Without a
   /// limit, or when a lock file cannot be opened (the writer then goes ahead without a slot
   /// rather than never), the guard holds nothing.
-  writer_slot acquire() const {
-    if (limit_ <= 0) return {};
-    if (limit_ == 1) return acquire_blocking(lock_path(0));
-    for (int attempt = 0;; ++attempt) {
-      for (int k = 0; k < limit_; ++k) {
-        int fd = ::open(lock_path(k).c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
-        if (fd < 0) return {};
-        if (::flock(fd, LOCK_EX | LOCK_NB) == 0) return writer_slot(fd);
-        ::close(fd);
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(attempt < 20 ? 1 : 10));
-    }
-  }
+  writer_slot acquire() const;
 
   /// The lock file of slot `k`.
   std::string lock_path(int k) const {
@@ -107,17 +80,7 @@ class writer_slots {
 
  private:
   // One slot: wait in flock itself, woken as soon as the holder releases it.
-  static writer_slot acquire_blocking(const std::string& path) {
-    int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
-    if (fd < 0) return {};
-    while (::flock(fd, LOCK_EX) != 0) {
-      if (errno != EINTR) {
-        ::close(fd);
-        return {};
-      }
-    }
-    return writer_slot(fd);
-  }
+  static writer_slot acquire_blocking(const std::string& path);
 
   int limit_;
   std::string dir_;
@@ -130,14 +93,8 @@ class slotted_writer final : public object_writer {
  public:
   slotted_writer(std::unique_ptr<object_writer> inner, writer_slots slots)
       : inner_(std::move(inner)), slots_(std::move(slots)) {}
-  result<void> write_at(std::uint64_t offset, std::span<const std::byte> data) override {
-    writer_slot slot = slots_.acquire();
-    return inner_->write_at(offset, data);
-  }
-  result<void> finish() override {
-    writer_slot slot = slots_.acquire();
-    return inner_->finish();
-  }
+  result<void> write_at(std::uint64_t offset, std::span<const std::byte> data) override;
+  result<void> finish() override;
 
  private:
   std::unique_ptr<object_writer> inner_;
@@ -191,3 +148,7 @@ static_assert(storage<writer_slot_storage<memory_storage>>);
 static_assert(storage<writer_slot_storage<file_storage>>);
 
 }  // namespace cairn
+
+#if CAIRN_HEADER_ONLY
+#  include "cairn/storage/writer_slots-inl.hpp"
+#endif

@@ -16,6 +16,7 @@
 #include "cairn/core/common_value.hpp"
 #include "cairn/core/sharded_object.hpp"
 #include "cairn/core/sharded_tensor.hpp"
+#include "cairn/detail/config.hpp"
 
 namespace cairn {
 
@@ -83,35 +84,15 @@ class state_dict {
     return std::get<factory>(set(std::move(name), std::move(f)));
   }
   /// Adds (or replaces) a nested state_dict built elsewhere.
-  state_dict& add(std::string name, state_dict child) {
-    return *std::get<std::unique_ptr<state_dict>>(
-        set(std::move(name), std::make_unique<state_dict>(std::move(child))));
-  }
+  state_dict& add(std::string name, state_dict child);
   /// The nested state_dict called `name`, created when missing.
-  state_dict& child(std::string name) {
-    auto it = entries_.find(name);
-    if (it == entries_.end() || !std::holds_alternative<std::unique_ptr<state_dict>>(it->second))
-      return *std::get<std::unique_ptr<state_dict>>(
-          set(std::move(name), std::make_unique<state_dict>()));
-    return *std::get<std::unique_ptr<state_dict>>(it->second);
-  }
+  state_dict& child(std::string name);
 
   /// The entry called `name`, or nullptr.
-  state_dict_entry* find(std::string_view name) {
-    auto it = entries_.find(name);
-    return it == entries_.end() ? nullptr : &it->second;
-  }
-  const state_dict_entry* find(std::string_view name) const {
-    auto it = entries_.find(name);
-    return it == entries_.end() ? nullptr : &it->second;
-  }
+  state_dict_entry* find(std::string_view name);
+  const state_dict_entry* find(std::string_view name) const;
   /// Removes the entry called `name`; returns whether it existed.
-  bool erase(std::string_view name) {
-    auto it = entries_.find(name);
-    if (it == entries_.end()) return false;
-    entries_.erase(it);
-    return true;
-  }
+  bool erase(std::string_view name);
 
   /// All entries, sorted by name.
   std::map<std::string, state_dict_entry, std::less<>>& entries() noexcept { return entries_; }
@@ -135,12 +116,13 @@ class state_dict {
   void keep_alive(std::shared_ptr<void> owner) { owned_.push_back(std::move(owner)); }
 
  private:
-  state_dict_entry& set(std::string name, state_dict_entry e) {
-    auto [it, inserted] = entries_.insert_or_assign(std::move(name), std::move(e));
-    return it->second;
-  }
+  state_dict_entry& set(std::string name, state_dict_entry e);
   std::map<std::string, state_dict_entry, std::less<>> entries_;
   std::vector<std::shared_ptr<void>> owned_;
 };
 
 }  // namespace cairn
+
+#if CAIRN_HEADER_ONLY
+#  include "cairn/tree/state_dict-inl.hpp"
+#endif

@@ -21,6 +21,7 @@
 #include "cairn/core/local_non_persistent.hpp"
 #include "cairn/core/sharded_object.hpp"
 #include "cairn/core/sharded_tensor.hpp"
+#include "cairn/detail/config.hpp"
 #include "cairn/tree/fields.hpp"
 #include "cairn/tree/leaves.hpp"
 #include "cairn/tree/state_dict.hpp"
@@ -85,14 +86,7 @@ inline constexpr bool directly_visitable =
     is_optional<T>::value || has_fields<T>;
 
 /// `parent.name`; a state_dict entry named "" stands at its parent's path.
-inline std::string join_path(const std::string& parent, std::string_view name) {
-  if (parent.empty()) return std::string(name);
-  if (name.empty()) return parent;
-  std::string p = parent;
-  p += '.';
-  p += name;
-  return p;
-}
+CAIRN_INLINE std::string join_path(const std::string& parent, std::string_view name);
 
 /// Reports a type cairn cannot visit. The compiler's instantiation trace names the type
 /// (`T`) and, for struct fields, the parent struct and field index.
@@ -326,3 +320,7 @@ template <class T>
 inline constexpr bool visitable = detail::directly_visitable<std::remove_cvref_t<T>>;
 
 }  // namespace cairn
+
+#if CAIRN_HEADER_ONLY
+#  include "cairn/tree/visit-inl.hpp"
+#endif

@@ -6,24 +6,19 @@
 // thin adapter over the reader.
 #pragma once
 
-#include <cmath>
 #include <cstdint>
-#include <cstring>
-#include <limits>
 #include <map>
 #include <optional>
-#include <set>
 #include <string>
 #include <tuple>
 #include <vector>
 
 #include "cairn/core/common_value.hpp"
 #include "cairn/core/error.hpp"
+#include "cairn/detail/config.hpp"
 #include "cairn/format/dcp/metadata.hpp"
 #include "cairn/format/dcp/writer.hpp"
 #include "cairn/format/native/metadata.hpp"
-#include "cairn/format/native/reader.hpp"
-#include "cairn/format/registry.hpp"
 #include "cairn/format/torch/pickle.hpp"
 #include "cairn/format/torch/zip.hpp"
 #include "cairn/storage/storage.hpp"
@@ -34,95 +29,18 @@ namespace detail {
 
 /// Splits a sharded object's unique key `key/shard_<offset>_<grid>` (Megatron's spelling, which
 /// cairn shares) into key, offset and grid.
-inline std::optional<std::tuple<std::string, shape, shape>> parse_object_unique_key(
-    const std::string& u) {
-  auto at = u.rfind("/shard_");
-  if (at == std::string::npos) return std::nullopt;
-  std::string rest = u.substr(at + 7);
-  auto us = rest.find('_');
-  if (us == std::string::npos) return std::nullopt;
-  auto ints = [](const std::string& s) -> std::optional<shape> {
-    shape out;
-    std::size_t i = 0;
-    while (i <= s.size()) {
-      std::size_t j = s.find('.', i);
-      if (j == std::string::npos) j = s.size();
-      if (j == i) return s.empty() ? std::optional<shape>(out) : std::nullopt;
-      std::int64_t v = 0;
-      for (std::size_t k = i; k < j; ++k) {
-        if (s[k] < '0' || s[k] > '9' || v > (INT64_MAX - (s[k] - '0')) / 10) return std::nullopt;
-        v = v * 10 + (s[k] - '0');
-      }
-      out.push_back(v);
-      i = j + 1;
-    }
-    return out;
-  };
-  auto off = ints(rest.substr(0, us)), grid = ints(rest.substr(us + 1));
-  if (!off || !grid || off->size() != grid->size()) return std::nullopt;
-  return std::make_tuple(u.substr(0, at), *off, *grid);
-}
+CAIRN_INLINE std::optional<std::tuple<std::string, shape, shape>> parse_object_unique_key(
+    const std::string& u);
 
 /// A Python value from Megatron's `common.pt` as a common value: int as I64, float as F64,
 /// bool as BOOL, str as a string, a list or tuple of one of those as a vector. nullopt for
 /// anything else (nested dicts, None, tensors).
-inline std::optional<common_value> common_from_pickle(const pickle::value& v) {
-  using K = pickle::value::kind;
-  auto put = [](common_value& c, auto x) {
-    auto b = std::as_bytes(std::span(&x, 1));
-    c.data.insert(c.data.end(), b.begin(), b.end());
-  };
-  // Appends one Python scalar; all elements of a vector share one dtype.
-  auto scalar = [&](const pickle::value& x, common_value& c) -> bool {
-    auto push = [&](dtype t, auto value) {
-      if (!c.data.empty() && c.type != t) return false;
-      c.type = t;
-      put(c, value);
-      return true;
-    };
-    switch (x.type) {
-      case K::boolean:
-        return push(dtype::bool_, static_cast<std::uint8_t>(x.i != 0));
-      case K::integer:
-        return push(dtype::i64, x.i);
-      case K::floating:
-        return push(dtype::f64, x.f);
-      default:
-        return false;
-    }
-  };
-  common_value c;
-  if (v.type == K::string) {
-    c.kind = common_kind::string;
-    c.data.assign(reinterpret_cast<const std::byte*>(v.str.data()),
-                  reinterpret_cast<const std::byte*>(v.str.data()) + v.str.size());
-    return c;
-  }
-  if (v.type == K::list || v.type == K::tuple) {
-    c.kind = common_kind::vector;
-    c.type = dtype::i64;
-    if (v.items)
-      for (const auto& x : *v.items)
-        if (!scalar(x, c)) return std::nullopt;
-    return c;
-  }
-  c.kind = common_kind::scalar;
-  if (!scalar(v, c)) return std::nullopt;
-  return c;
-}
+CAIRN_INLINE std::optional<common_value> common_from_pickle(const pickle::value& v);
 
-inline result<std::uint32_t> file_index_of(storage_ref st,
-                                           checkpoint_metadata& m,
-                                           std::map<std::string, std::uint32_t>& index,
-                                           const std::string& name) {
-  auto it = index.find(name);
-  if (it != index.end()) return it->second;
-  CAIRN_TRY_ASSIGN(std::uint64_t n, st.size(name));
-  auto i = static_cast<std::uint32_t>(m.files.size());
-  m.files.push_back(file_record{name, 0, n});
-  index.emplace(name, i);
-  return i;
-}
+CAIRN_INLINE result<std::uint32_t> file_index_of(storage_ref st,
+                                                 checkpoint_metadata& m,
+                                                 std::map<std::string, std::uint32_t>& index,
+                                                 const std::string& name);
 
 }  // namespace detail
 
@@ -145,19 +63,7 @@ struct item_span {
 class reader {
  public:
   /// Reads and checks `.metadata` on `st`.
-  static result<reader> open(storage_ref st) {
-    CAIRN_TRY_ASSIGN(metadata m, read(st));
-    CAIRN_TRY(check_storage(st, m));
-    reader r(st, std::move(m));
-    for (std::size_t i = 0; i < r.m_.storage_data.size(); ++i) {
-      const auto& idx = r.m_.storage_data[i].first;
-      if (idx.offset)
-        r.chunk_items_.emplace(std::make_pair(idx.fqn, *idx.offset), i);
-      else
-        r.bytes_items_.emplace(idx.fqn, i);
-    }
-    return r;
-  }
+  static result<reader> open(storage_ref st);
 
   /// The parsed `.metadata`.
   const metadata& meta() const noexcept { return m_; }
@@ -166,46 +72,18 @@ class reader {
 
   /// Where chunk `c` of tensor `key` is stored; errc::corrupt when `.metadata` lists the chunk
   /// but no item for it.
-  result<const storage_info*> chunk_item(const std::string& key, const chunk& c) const {
-    auto it = chunk_items_.find(std::make_pair(key, c.offsets));
-    if (it == chunk_items_.end())
-      return make_error(errc::corrupt,
-                        "dcp: no storage_data entry for chunk " + box{c.offsets, c.sizes}.str())
-          .with_key(key)
-          .with_file(st_.describe(metadata_name));
-    return &m_.storage_data[it->second].second;
-  }
+  result<const storage_info*> chunk_item(const std::string& key, const chunk& c) const;
   /// Where bytes item `key` is stored, or nullptr.
-  const storage_info* bytes_item(const std::string& key) const {
-    auto it = bytes_items_.find(key);
-    return it == bytes_items_.end() ? nullptr : &m_.storage_data[it->second].second;
-  }
+  const storage_info* bytes_item(const std::string& key) const;
 
   /// The `torch.save` archive of an item (parsed once; the cache holds at most 4096).
-  result<const torch_zip::archive*> item(const storage_info& where) {
-    auto k = std::make_pair(where.relative_path, where.offset);
-    auto it = archives_.find(k);
-    if (it != archives_.end()) return &it->second;
-    CAIRN_TRY_ASSIGN(torch_zip::archive a,
-                     torch_zip::open_archive(st_, where.relative_path, where.offset, where.length));
-    if (archives_.size() >= 4096) archives_.clear();
-    return &archives_.emplace(k, std::move(a)).first->second;
-  }
+  result<const torch_zip::archive*> item(const storage_info& where);
 
   /// The tensor an item holds, checked to be a `type` tensor of `volume` elements.
   result<torch_zip::tensor_ref> item_tensor(const storage_info& where,
                                             const std::string& key,
                                             dtype type,
-                                            std::int64_t volume) {
-    CAIRN_TRY_ASSIGN(const torch_zip::archive* a, item(where));
-    auto ref = torch_zip::as_tensor(a->root);
-    if (!ref || ref->type != type || numel(ref->dims) != volume)
-      return make_error(errc::corrupt, "dcp: item is not a " + std::string(dtype_name(type)) +
-                                           " tensor of " + std::to_string(volume) + " elements")
-          .with_key(key)
-          .with_file(st_.describe(where.relative_path));
-    return *ref;
-  }
+                                            std::int64_t volume);
 
   /// Where the elements of the `type` tensor of `volume` elements in item `where` lie in its
   /// file. errc::unsupported_version for a strided (non-contiguous) item, which `read_box`
@@ -213,43 +91,12 @@ class reader {
   result<item_span> contiguous_span(const storage_info& where,
                                     const std::string& key,
                                     dtype type,
-                                    std::int64_t volume) {
-    CAIRN_TRY_ASSIGN(torch_zip::tensor_ref ref, item_tensor(where, key, type, volume));
-    if (!contiguous(ref))
-      return make_error(errc::unsupported_version,
-                        "dcp: item is a non-contiguous view; load cannot read it in "
-                        "place (rewrite the checkpoint with `cairn convert`)")
-          .with_key(key)
-          .with_file(st_.describe(where.relative_path));
-    return span_of(where, key, ref, type, volume);
-  }
+                                    std::int64_t volume);
 
   /// Reads box `region` (global coordinates) of tensor `key` into `out`, row-major; `out`
   /// holds exactly the box's bytes. Fails when the box lies outside the tensor, or the chunks
   /// do not cover it.
-  result<void> read_box(const std::string& key, const box& region, std::span<std::byte> out) {
-    auto found = m_.state_dict_metadata.find(key);
-    const auto* tm =
-        found == m_.state_dict_metadata.end() ? nullptr : std::get_if<tensor_meta>(&found->second);
-    if (!tm) return make_error(errc::not_found, "dcp: no such tensor").with_key(key);
-    CAIRN_TRY(check_box_read(tm->size, region, dtype_size(tm->type), out.size(), key));
-    if (region.volume() == 0) return ok();
-    std::int64_t covered = 0;
-    for (const auto& c : tm->chunks) {
-      box cb{c.offsets, c.sizes};
-      auto x = intersect(cb, region);
-      if (!x && !(region.size.empty() && cb.size.empty())) continue;
-      box part = x ? *x : region;
-      covered += part.volume();
-      CAIRN_TRY(read_chunk_part(key, *tm, c, region, part, out));
-    }
-    if (covered != region.volume())
-      return make_error(errc::integrity,
-                        "the checkpoint's chunks cover " + std::to_string(covered) + " of the " +
-                            std::to_string(region.volume()) + " elements of " + region.str())
-          .with_key(key);
-    return ok();
-  }
+  result<void> read_box(const std::string& key, const box& region, std::span<std::byte> out);
 
  private:
   reader(storage_ref st, metadata m) : st_(st), m_(std::move(m)) {}
@@ -259,39 +106,13 @@ class reader {
                             const std::string& key,
                             const torch_zip::tensor_ref& ref,
                             dtype type,
-                            std::int64_t volume) {
-    CAIRN_TRY_ASSIGN(const torch_zip::record* rec, storage_record(where, key, ref));
-    // item_tensor checked the view: offset and volume * es are within 2^62.
-    const std::uint64_t es = dtype_size(type);
-    const auto so = static_cast<std::uint64_t>(ref.storage_offset);
-    const std::uint64_t n = static_cast<std::uint64_t>(volume) * es;
-    if (so > rec->size / es || n > rec->size - so * es)
-      return make_error(errc::corrupt, "dcp: tensor storage record is shorter than the tensor")
-          .with_key(key)
-          .with_file(st_.describe(where.relative_path));
-    // offset < 2^63 (from the pickle) and data_offset + so * es <= length < 2^63: no overflow.
-    return item_span{where.relative_path, where.offset + rec->data_offset + so * es, n};
-  }
+                            std::int64_t volume);
 
-  static bool contiguous(const torch_zip::tensor_ref& ref) {
-    for (std::int64_t d = static_cast<std::int64_t>(ref.dims.size()) - 1, s = 1; d >= 0; --d) {
-      if (ref.dims[d] != 1 && ref.strides[d] != s) return false;
-      s *= ref.dims[d];
-    }
-    return true;
-  }
+  static bool contiguous(const torch_zip::tensor_ref& ref);
 
   result<const torch_zip::record*> storage_record(const storage_info& where,
                                                   const std::string& key,
-                                                  const torch_zip::tensor_ref& ref) {
-    CAIRN_TRY_ASSIGN(const torch_zip::archive* a, item(where));
-    const torch_zip::record* rec = a->zip.find(a->prefix + "/data/" + ref.storage_key);
-    if (!rec)
-      return make_error(errc::corrupt, "dcp: item has no storage record")
-          .with_key(key)
-          .with_file(st_.describe(where.relative_path));
-    return rec;
-  }
+                                                  const torch_zip::tensor_ref& ref);
 
   /// Reads `part` (inside chunk `c` and inside `region`) into its place in `out`.
   result<void> read_chunk_part(const std::string& key,
@@ -299,41 +120,7 @@ class reader {
                                const chunk& c,
                                const box& region,
                                const box& part,
-                               std::span<std::byte> out) {
-    const box cb{c.offsets, c.sizes};
-    const std::size_t es = dtype_size(tm.type);
-    CAIRN_TRY_ASSIGN(const storage_info* where, chunk_item(key, c));
-    CAIRN_TRY_ASSIGN(torch_zip::tensor_ref ref, item_tensor(*where, key, tm.type, cb.volume()));
-    // Element span of `part` inside the chunk (row-major), read in one piece.
-    std::int64_t lo = -1, hi = 0;
-    for_each_run(cb, region, part, [&](std::int64_t s, std::int64_t, std::int64_t n) {
-      if (lo < 0) lo = s;
-      hi = s + n;
-    });
-    if (lo < 0) return ok();
-    std::vector<std::byte> buf;
-    std::int64_t base = 0;
-    const std::string file = st_.describe(where->relative_path);
-    if (contiguous(ref)) {
-      CAIRN_TRY_ASSIGN(item_span span, span_of(*where, key, ref, tm.type, cb.volume()));
-      CAIRN_TRY_ASSIGN(buf,
-                       format_detail::buffer(static_cast<std::uint64_t>(hi - lo) * es, file, key));
-      auto rd = st_.read(span.file, span.offset + static_cast<std::uint64_t>(lo) * es, buf);
-      if (!rd) return std::move(rd).err().with_key(key).with_file(file);
-      base = lo;
-    } else {
-      CAIRN_TRY_ASSIGN(const torch_zip::archive* a, item(*where));
-      auto whole = torch_zip::read_tensor(*a, ref);
-      if (!whole) return std::move(whole).err().with_key(key);
-      buf = std::move(*whole);
-    }
-    for_each_run(cb, region, part, [&](std::int64_t s, std::int64_t t, std::int64_t n) {
-      std::memcpy(out.data() + static_cast<std::size_t>(t) * es,
-                  buf.data() + static_cast<std::size_t>(s - base) * es,
-                  static_cast<std::size_t>(n) * es);
-    });
-    return ok();
-  }
+                               std::span<std::byte> out);
 
   storage_ref st_;
   metadata m_;
@@ -356,53 +143,10 @@ namespace cairn {
 /// values. Reads each item's ZIP directory (a few small reads per item). Items stored with a
 /// storage offset are supported; non-contiguous ones fail naming the key (convert those with
 /// `cairn convert`, which reads them).
-inline result<checkpoint_metadata> dcp_as_metadata(storage_ref st) {
-  CAIRN_TRY_ASSIGN(dcp::reader rd, dcp::reader::open(st));
-  checkpoint_metadata m;
-  m.format = "torch_dist";
-  m.block_size = foreign_read_block;
-  m.save_id = "dcp";
-  std::map<std::string, std::uint32_t> files;
-  auto place = [&](const dcp::storage_info& where, const std::string& key, dtype type,
-                   std::int64_t volume) -> result<extent> {
-    CAIRN_TRY_ASSIGN(dcp::item_span span, rd.contiguous_span(where, key, type, volume));
-    CAIRN_TRY_ASSIGN(std::uint32_t fi, detail::file_index_of(st, m, files, span.file));
-    return extent{fi, span.offset, span.nbytes, {}};
-  };
-  for (const auto& [fqn, item] : rd.meta().state_dict_metadata) {
-    if (const auto* t = std::get_if<dcp::tensor_meta>(&item)) {
-      tensor_record rec;
-      rec.type = t->type;
-      rec.global_shape = t->size;
-      for (const auto& c : t->chunks) {
-        box b{c.offsets, c.sizes};
-        CAIRN_TRY_ASSIGN(const dcp::storage_info* where, rd.chunk_item(fqn, c));
-        CAIRN_TRY_ASSIGN(extent e, place(*where, fqn, t->type, b.volume()));
-        rec.chunks.push_back(chunk_record{b, std::move(e), {}});
-      }
-      m.tensors.emplace(fqn, std::move(rec));
-    } else if (auto parsed = detail::parse_object_unique_key(fqn)) {
-      const dcp::storage_info* where = rd.bytes_item(fqn);
-      if (!where) continue;
-      CAIRN_TRY_ASSIGN(const torch_zip::archive* a, rd.item(*where));
-      auto ref = torch_zip::as_tensor(a->root);
-      if (!ref || ref->type != dtype::u8 || ref->dims.size() != 1) continue;  // not cairn's
-      CAIRN_TRY_ASSIGN(extent e, place(*where, fqn, dtype::u8, ref->dims[0]));
-      auto& [key, offset, grid] = *parsed;
-      m.objects.emplace(fqn, object_record{key, grid, offset, std::move(e)});
-    }
-  }
-  CAIRN_TRY_ASSIGN(bool has_common, st.exists(megatron_common_name));
-  if (has_common) {
-    CAIRN_TRY_ASSIGN(torch_zip::archive a, torch_zip::open_archive(st, megatron_common_name));
-    if (a.root.type == pickle::value::kind::dict && a.root.entries)
-      for (const auto& [k, v] : *a.root.entries)
-        if (k.type == pickle::value::kind::string)
-          if (auto c = detail::common_from_pickle(v)) m.inline_commons.emplace(k.str, *c);
-  }
-  m.world_size = 1;  // at least one rank saved it, even with no tensor files
-  for (const auto& f : m.files) m.world_size = std::max(m.world_size, f.rank + 1);
-  return m;
-}
+CAIRN_INLINE result<checkpoint_metadata> dcp_as_metadata(storage_ref st);
 
 }  // namespace cairn
+
+#if CAIRN_HEADER_ONLY
+#  include "cairn/format/dcp/reader-inl.hpp"
+#endif

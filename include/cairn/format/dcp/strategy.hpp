@@ -2,20 +2,17 @@
 // DCP items, rank 0 commits with Megatron's files and `.metadata` (format/dcp/writer.hpp).
 #pragma once
 
-#include <any>
 #include <cstdint>
 #include <memory>
-#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "cairn/core/progress.hpp"
-#include "cairn/detail/binary.hpp"
+#include "cairn/detail/config.hpp"
 #include "cairn/format/dcp/metadata.hpp"
 #include "cairn/format/dcp/writer.hpp"
 #include "cairn/format/save_strategy.hpp"
-#include "cairn/format/torch/zip.hpp"
 #include "cairn/format/writers.hpp"
 
 namespace cairn {
@@ -42,11 +39,7 @@ class torch_dist_strategy final : public save_strategy {
   bool can_overwrite() const noexcept override { return false; }
 
   /// Refuses, before anything is written, tensors whose dtype the flavor's torch lacks.
-  result<void> check(const leaf_list& leaves) const override {
-    for (const auto& t : leaves.tensors)
-      CAIRN_TRY(dcp::check_flavor_holds(flavor_, t.sharding.type, t.sharding.key));
-    return ok();
-  }
+  result<void> check(const leaf_list& leaves) const override;
 
   /// The data file of `rank` for a save id.
   static std::string data_name(int rank, const std::string& save_id) {
@@ -57,103 +50,21 @@ class torch_dist_strategy final : public save_strategy {
                      storage_ref st,
                      const save_options& opt,
                      buffer_pool*,
-                     written_save& out) const override {
-    const auto& slots = plan.index.slots[plan.rank];
-    detail::binary_writer report;
-    if (!plan.items.empty()) {
-      std::string name = data_name(plan.rank, plan.save_id);
-      std::string where = st.describe(name);
-      CAIRN_TRY_ASSIGN(auto w, st.open_writer(name));
-      std::uint64_t off = 0, total = 0;
-      for (const auto& it : plan.items) total += it.nbytes;
-      detail::progress_meter progress(&opt.progress, "write", total);
-      for (std::size_t i = 0; i < plan.items.size(); ++i) {
-        const write_item& it = plan.items[i];
-        const write_slot& slot = slots[i];
-        torch_zip::tensor_view v;
-        if (slot.is_object) {
-          v = {slot.key,
-               dtype::u8,
-               shape{static_cast<std::int64_t>(it.nbytes)},
-               {it.src, static_cast<std::size_t>(it.nbytes)}};
-        } else {
-          v = {it.key,
-               plan.index.tensors.at(slot.key).type,
-               it.region.size,
-               {it.src, static_cast<std::size_t>(it.nbytes)}};
-        }
-        auto len = torch_zip::write_tensor_item(*w, off, v, where);
-        if (!len) return std::move(len).err().with_key(it.key).with_file(where);
-        report.u64(off);
-        report.u64(*len);
-        off += *len;
-        progress.add(it.nbytes);
-      }
-      if (auto f = w->finish(); !f) return std::move(f).err().with_file(where);
-      plan.stats.bytes_written += total;
-      plan.stats.chunks_written = plan.items.size();
-    }
-    out.report = std::move(report.data());
-    return ok();
-  }
+                     written_save& out) const override;
 
   result<void> commit(planned_save& plan,
                       written_save& w,
                       const std::vector<bytes>& reports,
                       const std::vector<bytes>&,
                       storage_ref st,
-                      const save_options&) const override {
-    const save_index& index = plan.index;
-    dcp::metadata m;
-    for (std::size_t r = 0; r < reports.size(); ++r) {
-      detail::binary_reader rd(reports[r]);
-      std::string file = data_name(static_cast<int>(r), plan.save_id);
-      for (const write_slot& slot : index.slots[r]) {
-        std::uint64_t off = rd.u64(), len = rd.u64();
-        if (slot.is_object) {
-          dcp::add_bytes_item(m, slot.key, {file, off, len});
-          continue;
-        }
-        const tensor_record& rec = index.tensors.at(slot.key);
-        dcp::add_tensor_chunk(m, slot.key, rec.type, rec.global_shape,
-                              rec.chunks.at(slot.chunk).region, {file, off, len});
-      }
-    }
-    // Megatron's common.pt and metadata.json, then .metadata: the commit.
-    w.local = true;  // abandon removes common.pt and metadata.json too
-    CAIRN_TRY(dcp::write_commit_files(st, m, flavor_, plan.commons));
-    // Data files of a checkpoint this one replaced.
-    if (auto names = st.list("")) {
-      std::set<std::string> referenced;
-      for (const auto& [k, v] : m.storage_data) referenced.insert(v.relative_path);
-      for (const auto& n : *names)
-        if (n.find('/') == std::string::npos && n.rfind("__", 0) == 0 && n.size() > 7 &&
-            n.substr(n.size() - 7) == ".distcp" && !referenced.count(n))
-          (void)st.remove(n);
-    }
-    return ok();
-  }
+                      const save_options&) const override;
 
-  void abandon(const planned_save& plan, const written_save& w, storage_ref st) const override {
-    if (!plan.items.empty()) (void)st.remove(data_name(plan.rank, plan.save_id));
-    if (w.local.has_value()) {  // rank 0 got as far as the commit, in a fresh place
-      (void)st.remove(megatron_common_name);
-      (void)st.remove(metadata_name);
-    }
-  }
+  void abandon(const planned_save& plan, const written_save& w, storage_ref st) const override;
 
   /// Committed when `.metadata` is there and names this save's data files.
   result<bool> committed(const planned_save& plan,
                          const written_save&,
-                         storage_ref st) const override {
-    CAIRN_TRY_ASSIGN(bool present, st.exists(dcp::metadata_name));
-    if (!present) return false;
-    CAIRN_TRY_ASSIGN(dcp::metadata m, dcp::read(st));
-    const std::string mine = "." + plan.save_id + ".distcp";
-    for (const auto& [k, v] : m.storage_data)
-      if (v.relative_path.ends_with(mine)) return true;
-    return m.storage_data.empty() && plan.index.tensors.empty() && plan.index.objects.empty();
-  }
+                         storage_ref st) const override;
 
  private:
   dcp::flavor flavor_;
@@ -165,3 +76,7 @@ inline const bool torch_dist_strategy_registered = register_save_strategy(
 }  // namespace detail
 
 }  // namespace cairn
+
+#if CAIRN_HEADER_ONLY
+#  include "cairn/format/dcp/strategy-inl.hpp"
+#endif

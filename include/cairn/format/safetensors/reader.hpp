@@ -3,23 +3,14 @@
 // its own format.
 #pragma once
 
-#include <cmath>
 #include <cstdint>
-#include <cstring>
-#include <limits>
-#include <map>
-#include <optional>
-#include <set>
 #include <string>
-#include <tuple>
 #include <vector>
 
-#include "cairn/core/common_value.hpp"
 #include "cairn/core/error.hpp"
+#include "cairn/detail/config.hpp"
 #include "cairn/format/native/metadata.hpp"
-#include "cairn/format/native/reader.hpp"
 #include "cairn/format/registry.hpp"
-#include "cairn/format/safetensors/file.hpp"
 #include "cairn/storage/storage.hpp"
 
 namespace cairn {
@@ -28,39 +19,10 @@ namespace cairn {
 /// (`model.safetensors.index.json`) and the files it names, or one `model.safetensors`. Each
 /// tensor is one chunk covering the whole tensor; the header's `__metadata__` becomes the
 /// content metadata.
-inline result<checkpoint_metadata> safetensors_as_metadata(storage_ref st) {
-  checkpoint_metadata m;
-  m.format = "safetensors";
-  m.block_size = foreign_read_block;
-  m.save_id = "safetensors";
-  std::vector<std::string> names;
-  CAIRN_TRY_ASSIGN(bool has_index, st.exists(safetensors::index_name));
-  if (has_index) {
-    CAIRN_TRY_ASSIGN(safetensors::index ix, safetensors::read_index(st, safetensors::index_name));
-    std::set<std::string> seen;
-    for (const auto& [k, f] : ix.weight_map)
-      if (seen.insert(f).second) names.push_back(f);
-  } else {
-    names.emplace_back("model.safetensors");
-  }
-  for (const auto& name : names) {
-    CAIRN_TRY_ASSIGN(safetensors::header h, safetensors::read_header(st, name));
-    auto fi = static_cast<std::uint32_t>(m.files.size());
-    m.files.push_back(file_record{name, 0, h.file_size});
-    for (const auto& [k, v] : h.metadata) m.content_metadata.emplace(k, v);
-    for (const auto& t : h.tensors) {
-      tensor_record rec;
-      rec.type = t.type;
-      rec.global_shape = t.dims;
-      rec.chunks.push_back(chunk_record{
-          box{shape(t.dims.size(), 0), t.dims}, extent{fi, t.file_offset(), t.nbytes(), {}}, {}});
-      if (!m.tensors.emplace(t.name, std::move(rec)).second)
-        return make_error(errc::corrupt, "safetensors: tensor is in two files")
-            .with_key(t.name)
-            .with_file(st.describe(name));
-    }
-  }
-  return m;
-}
+CAIRN_INLINE result<checkpoint_metadata> safetensors_as_metadata(storage_ref st);
 
 }  // namespace cairn
+
+#if CAIRN_HEADER_ONLY
+#  include "cairn/format/safetensors/reader-inl.hpp"
+#endif

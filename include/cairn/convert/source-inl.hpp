@@ -1,0 +1,128 @@
+// cairn/convert/source-inl.hpp: the bodies of cairn/convert/source.hpp (included by it when
+// header-only; compiled once into cairn::compiled with CAIRN_SEPARATE_COMPILATION).
+#pragma once
+
+#include <algorithm>
+#include <cstring>
+#include <variant>
+
+#include "cairn/comm/single.hpp"
+#include "cairn/convert/source.hpp"
+#include "cairn/format/torch/zip.hpp"
+#include "cairn/plan/box.hpp"
+#include "cairn/tree/state_dict.hpp"
+
+namespace cairn::convert {
+
+CAIRN_INLINE const tensor_entry* source::find(std::string_view key) const noexcept {
+  const auto& ts = tensors();
+  auto it = std::lower_bound(ts.begin(), ts.end(), key,
+                             [](const tensor_entry& e, std::string_view k) { return e.key < k; });
+  return it != ts.end() && it->key == key ? &*it : nullptr;
+}
+
+CAIRN_INLINE result<void> source::read_rows(const std::string& key,
+                                            std::int64_t begin,
+                                            std::int64_t end,
+                                            std::span<std::byte> out) {
+  const tensor_entry* t = find(key);
+  if (!t) return make_error(errc::not_found, "no such tensor").with_key(key);
+  if (t->global_shape.empty())
+    return make_error(errc::invalid_argument, "a rank-0 tensor has no rows").with_key(key);
+  box b{shape(t->global_shape.size(), 0), t->global_shape};
+  b.offset[0] = begin;
+  b.size[0] = end - begin;
+  return read_box(key, b, out);
+}
+
+}  // namespace cairn::convert
+
+namespace cairn::convert::detail {
+
+CAIRN_INLINE result<void> check_request(const tensor_entry* t, const box_read& r) {
+  if (!t) return make_error(errc::not_found, "no such tensor").with_key(r.key);
+  return check_box_read(t->global_shape, r.region, dtype_size(t->type), r.out.size(), r.key);
+}
+
+}  // namespace cairn::convert::detail
+
+namespace cairn::convert {
+
+CAIRN_INLINE result<std::unique_ptr<native_source>> native_source::open(storage_ref st,
+                                                                        int io_threads) {
+  CAIRN_TRY_ASSIGN(checkpoint_metadata m, read_any_metadata(st));
+  return over(st, std::move(m), io_threads);
+}
+
+CAIRN_INLINE result<std::unique_ptr<native_source>> native_source::over(storage_ref st,
+                                                                        checkpoint_metadata m,
+                                                                        int io_threads) {
+  std::unique_ptr<native_source> s(new native_source(st, io_threads));
+  for (const auto& [k, t] : m.tensors) s->tensors_.push_back({k, t.type, t.global_shape});
+  for (const auto& [u, o] : m.objects) s->objects_.push_back(u);
+  s->m_ = std::move(m);
+  return s;
+}
+
+CAIRN_INLINE result<void> native_source::read(const std::vector<box_read>& reqs) {
+  state_dict sd;
+  std::size_t n = 0;
+  for (const auto& r : reqs) {
+    const tensor_entry* t = find(r.key);
+    CAIRN_TRY(detail::check_request(t, r));
+    if (r.region.volume() == 0) continue;
+    sharded_tensor<> st;
+    st.key = r.key;
+    st.type = t->type;
+    st.local_shape = r.region.size;
+    st.global_shape = t->global_shape;
+    st.global_offset = r.region.offset;
+    st.data = r.out;
+    // The state_dict is keyed by tree path; two boxes of one tensor need two paths.
+    sd.add(std::to_string(n++), st);
+  }
+  if (n == 0) return ok();
+  load_options opt;
+  opt.io_threads = io_threads_;
+  load_stats stats;
+  leaf_list leaves = flatten(sd);
+  try {
+    return cairn::detail::load_leaves_local(leaves, st_, m_, opt, stats, {}, &pool_);
+  } catch (const exception& e) {
+    return e.err();
+  }
+}
+
+CAIRN_INLINE result<std::unique_ptr<dcp_source>> dcp_source::open(storage_ref st) {
+  CAIRN_TRY_ASSIGN(dcp::reader rd, dcp::reader::open(st));
+  std::unique_ptr<dcp_source> s(new dcp_source(std::move(rd)));
+  for (const auto& [fqn, item] : s->reader_.meta().state_dict_metadata) {
+    if (const auto* t = std::get_if<dcp::tensor_meta>(&item))
+      s->tensors_.push_back({fqn, t->type, t->size});
+    else
+      s->others_.push_back(fqn);
+  }
+  return s;
+}
+
+CAIRN_INLINE result<void> dcp_source::read(const std::vector<box_read>& reqs) {
+  for (const auto& r : reqs) CAIRN_TRY(reader_.read_box(r.key, r.region, r.out));
+  return ok();
+}
+
+CAIRN_INLINE result<std::unique_ptr<source>> open_source(storage_ref st) {
+  CAIRN_TRY_ASSIGN(std::string format, detect_format(st));
+  if (format == "torch_dist") {
+    CAIRN_TRY_ASSIGN(auto s, dcp_source::open(st));
+    return std::unique_ptr<source>(std::move(s));
+  }
+  if (format.empty())
+    return make_error(errc::incomplete_checkpoint,
+                      "not a readable checkpoint: no cairn metadata.json, no DCP "
+                      ".metadata and no safetensors")
+        .with_file(st.describe(""));
+  CAIRN_TRY_ASSIGN(auto s, native_source::open(st));
+  return std::unique_ptr<source>(std::move(s));
+}
+
+}  // namespace cairn::convert

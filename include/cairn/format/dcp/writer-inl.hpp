@@ -1,0 +1,102 @@
+// cairn/format/dcp/writer-inl.hpp: the bodies of cairn/format/dcp/writer.hpp (included by it when
+// header-only; compiled once into cairn::compiled with CAIRN_SEPARATE_COMPILATION).
+#pragma once
+
+#include <cstring>
+#include <variant>
+
+#include "cairn/format/dcp/writer.hpp"
+#include "cairn/plan/box.hpp"
+
+namespace cairn::dcp {
+
+CAIRN_INLINE result<void> check_flavor_holds(flavor f, dtype t, const std::string& key) {
+  if (flavor_holds(f, t)) return ok();
+  return make_error(errc::invalid_argument,
+                    "torch 1.13 has no " + std::string(dtype_name(t)) +
+                        " tensors: write this checkpoint with the torch2 DCP flavor, or convert "
+                        "the tensor first")
+      .with_key(key);
+}
+
+CAIRN_INLINE void add_tensor_chunk(metadata& m,
+                                   const std::string& key,
+                                   dtype type,
+                                   const shape& global_shape,
+                                   const box& region,
+                                   storage_info where) {
+  auto [it, fresh] = m.state_dict_metadata.try_emplace(key, tensor_meta{type, global_shape, {}});
+  auto& chunks = std::get<tensor_meta>(it->second).chunks;
+  m.storage_data.push_back(
+      {{key, region.offset, static_cast<std::int64_t>(chunks.size())}, std::move(where)});
+  chunks.push_back({region.offset, region.size});
+}
+
+CAIRN_INLINE void add_bytes_item(metadata& m, const std::string& key, storage_info where) {
+  m.state_dict_metadata[key] = bytes_meta{};
+  m.storage_data.push_back({{key, std::nullopt, 0}, std::move(where)});
+}
+
+CAIRN_INLINE pickle::value common_to_pickle(const common_value& c) {
+  using pickle::value;
+  auto scalar = [&](const std::byte* p) -> value {
+    auto get = [&](auto v) {
+      std::memcpy(&v, p, sizeof v);
+      return v;
+    };
+    switch (c.type) {
+      case dtype::bool_:
+        return value::boolean(get(std::uint8_t{}) != 0);
+      case dtype::u8:
+        return value::integer(get(std::uint8_t{}));
+      case dtype::i8:
+        return value::integer(get(std::int8_t{}));
+      case dtype::i16:
+        return value::integer(get(std::int16_t{}));
+      case dtype::u16:
+        return value::integer(get(std::uint16_t{}));
+      case dtype::i32:
+        return value::integer(get(std::int32_t{}));
+      case dtype::u32:
+        return value::integer(get(std::uint32_t{}));
+      case dtype::i64:
+        return value::integer(get(std::int64_t{}));
+      case dtype::u64:
+        return value::integer(static_cast<std::int64_t>(get(std::uint64_t{})));
+      case dtype::f16:
+        return value::floating(f16::to_float(get(std::uint16_t{})));
+      case dtype::bf16: {
+        bf16 b;
+        b.bits = get(std::uint16_t{});
+        return value::floating(static_cast<float>(b));
+      }
+      case dtype::f32:
+        return value::floating(get(float{}));
+      case dtype::f64:
+        return value::floating(get(double{}));
+      default:
+        return value::integer(get(std::uint8_t{}));
+    }
+  };
+  if (c.kind == common_kind::string)
+    return value::string(std::string(reinterpret_cast<const char*>(c.data.data()), c.data.size()));
+  std::size_t es = dtype_size(c.type);
+  if (c.kind == common_kind::scalar) return c.data.size() == es ? scalar(c.data.data()) : value();
+  std::vector<value> xs;
+  for (std::size_t i = 0; i + es <= c.data.size(); i += es) xs.push_back(scalar(c.data.data() + i));
+  return value::list(std::move(xs));
+}
+
+}  // namespace cairn::dcp
+
+namespace cairn::dcp::detail {
+
+CAIRN_INLINE result<void> buffer_writer::write_at(std::uint64_t offset,
+                                                  std::span<const std::byte> data) {
+  std::lock_guard lock(mu_);
+  if (buf_.size() < offset + data.size()) buf_.resize(offset + data.size());
+  std::copy(data.begin(), data.end(), buf_.begin() + static_cast<std::ptrdiff_t>(offset));
+  return ok();
+}
+
+}  // namespace cairn::dcp::detail

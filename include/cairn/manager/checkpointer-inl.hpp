@@ -1,0 +1,434 @@
+// cairn/manager/checkpointer-inl.hpp: the bodies of cairn/manager/checkpointer.hpp (included by it
+// when header-only; compiled once into cairn::compiled with CAIRN_SEPARATE_COMPILATION).
+#pragma once
+
+#include <algorithm>
+#include <charconv>
+#include <set>
+#include <tuple>
+
+#include "cairn/format/native/reader.hpp"
+#include "cairn/format/registry.hpp"
+#include "cairn/manager/checkpointer.hpp"
+#include "cairn/manager/presets.hpp"
+#include "cairn/storage/names.hpp"
+
+namespace cairn::detail {
+
+CAIRN_INLINE std::map<std::string, std::vector<std::string>> group_by_checkpoint(
+    const std::vector<std::string>& names) {
+  std::map<std::string, std::vector<std::string>> out;
+  for (const auto& n : names) {
+    const std::size_t slash = n.find('/');
+    if (slash == std::string::npos) continue;
+    std::string dir = n.substr(0, slash);
+    if (dir + "/" == tags_prefix) continue;
+    out[std::move(dir)].push_back(n.substr(slash + 1));
+  }
+  return out;
+}
+
+CAIRN_INLINE bool has_commit_marker(const std::vector<std::string>& files) {
+  for (const auto& f : files)
+    for (auto m : commit_markers)
+      if (f == m) return true;
+  return false;
+}
+
+CAIRN_INLINE result<std::optional<std::string>> read_pointer(storage_ref root,
+                                                             std::string_view ptr) {
+  auto size = root.size(ptr);
+  if (!size && size.err().code == errc::not_found) return std::optional<std::string>();
+  if (!size) return size.err();
+  if (*size > 4096) return std::optional<std::string>();  // not a pointer of ours
+  std::string text(*size, '\0');
+  CAIRN_TRY(root.read(ptr, 0, std::as_writable_bytes(std::span(text))));
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' ' || text.back() == '\r'))
+    text.pop_back();
+  if (text.empty() || text.find('/') != std::string::npos || !object_name_problem(text).empty())
+    return std::optional<std::string>();
+  return std::optional<std::string>(std::move(text));
+}
+
+CAIRN_INLINE result<void> write_pointer(storage_ref root,
+                                        std::string_view ptr,
+                                        const std::string& name) {
+  const std::string text = name + "\n";
+  return root.put(ptr, std::as_bytes(std::span(text)));
+}
+
+CAIRN_INLINE void put_counters(std::map<std::string, std::string>& m,
+                               const checkpoint_counters& c) {
+  m["cairn.step"] = std::to_string(c.step);
+  m["cairn.epoch"] = std::to_string(c.epoch);
+  m["cairn.batch"] = std::to_string(c.batch);
+  m["cairn.sample"] = std::to_string(c.sample);
+  m["cairn.token"] = std::to_string(c.token);
+  m["cairn.tag"] = c.tag;
+}
+
+CAIRN_INLINE std::optional<checkpoint_counters> get_counters(
+    const std::map<std::string, std::string>& m) {
+  checkpoint_counters c;
+  auto number = [&](const char* key, std::int64_t& out) {
+    auto it = m.find(key);
+    if (it == m.end()) return false;
+    auto [end, ec] = std::from_chars(it->second.data(), it->second.data() + it->second.size(), out);
+    return ec == std::errc() && end == it->second.data() + it->second.size();
+  };
+  if (!number("cairn.step", c.step) || !number("cairn.epoch", c.epoch) ||
+      !number("cairn.batch", c.batch) || !number("cairn.sample", c.sample) ||
+      !number("cairn.token", c.token))
+    return std::nullopt;
+  if (auto it = m.find("cairn.tag"); it != m.end()) c.tag = it->second;
+  return c;
+}
+
+CAIRN_INLINE void put_counters(binary_writer& w, const checkpoint_counters& c) {
+  for (std::int64_t v : {c.step, c.epoch, c.batch, c.sample, c.token})
+    w.u64(static_cast<std::uint64_t>(v));
+  w.str(c.tag);
+}
+
+CAIRN_INLINE checkpoint_counters get_counters(binary_reader& r) {
+  checkpoint_counters c;
+  for (std::int64_t* v : {&c.step, &c.epoch, &c.batch, &c.sample, &c.token})
+    *v = static_cast<std::int64_t>(r.u64());
+  c.tag = r.str();
+  return c;
+}
+
+CAIRN_INLINE bool newer(const checkpoint_entry& a, const checkpoint_entry& b) {
+  const auto& x = *a.counters;
+  const auto& y = *b.counters;
+  auto key = [](const checkpoint_counters& c) {
+    return std::tuple(c.step, c.epoch, c.batch, c.sample, c.token);
+  };
+  if (key(x) != key(y)) return key(x) > key(y);
+  return a.name > b.name;
+}
+
+}  // namespace cairn::detail
+
+namespace cairn {
+
+CAIRN_INLINE result<std::vector<checkpoint_entry>> list_checkpoints(storage_ref root,
+                                                                    const name_template* names,
+                                                                    std::string_view latest,
+                                                                    bool measure) {
+  CAIRN_TRY_ASSIGN(auto all, root.list(""));
+  std::optional<std::string> latest_name;
+  if (!latest.empty()) {
+    CAIRN_TRY_ASSIGN(latest_name, detail::read_pointer(root, latest));
+  }
+  std::map<std::string, std::vector<std::string>> tags;  // checkpoint -> tags naming it
+  for (const auto& n : all) {
+    if (!n.starts_with(detail::tags_prefix)) continue;
+    CAIRN_TRY_ASSIGN(auto target, detail::read_pointer(root, n));
+    if (target) tags[*target].push_back(n.substr(detail::tags_prefix.size()));
+  }
+  std::vector<checkpoint_entry> out;
+  for (auto& [dir, files] : detail::group_by_checkpoint(all)) {
+    checkpoint_entry e;
+    e.name = dir;
+    e.complete = detail::has_commit_marker(files);
+    if (e.complete && measure) {
+      CAIRN_TRY_ASSIGN(auto sub, prefixed_storage::make(root, dir + "/"));
+      CAIRN_TRY_ASSIGN(e.format, detect_format(sub));
+      e.complete = !e.format.empty();
+    }
+    if (names) e.counters = names->match(dir);
+    e.latest = latest_name && *latest_name == dir;
+    if (auto it = tags.find(dir); it != tags.end()) e.tags = it->second;
+    e.objects = files.size();
+    for (const auto& f : files) {
+      if (!measure) break;
+      auto size = root.size(dir + "/" + f);
+      if (size) e.bytes += *size;
+    }
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+CAIRN_INLINE result<void> remove_checkpoint(storage_ref root, const std::string& name) {
+  CAIRN_TRY_ASSIGN(auto files, root.list(name + "/"));
+  std::vector<std::string> last;
+  for (const auto& f : files) {
+    const std::string_view rel = std::string_view(f).substr(name.size() + 1);
+    bool marker = false;
+    for (auto m : detail::commit_markers) marker = marker || rel == m;
+    if (marker) {
+      CAIRN_TRY(root.remove(f));
+    } else {
+      last.push_back(f);
+    }
+  }
+  for (const auto& f : last) CAIRN_TRY(root.remove(f));
+  CAIRN_TRY(root.remove_temporaries(name + "/"));
+  return ok();
+}
+
+CAIRN_INLINE result<std::optional<committed_checkpoint>> checkpointer::finalize() {
+  if (!saver_ || !pending_) return std::optional<committed_checkpoint>();
+  pending p = std::move(*pending_);
+  pending_.reset();
+  auto stats = saver_->finalize();
+  inflight_.reset();
+  if (!stats) return stats.err();
+  CAIRN_TRY_ASSIGN(committed_checkpoint c, publish(p.name, p.tags, std::move(*stats)));
+  return std::optional<committed_checkpoint>(std::move(c));
+}
+
+CAIRN_INLINE result<std::optional<std::pair<std::string, bool>>> checkpointer::find_latest() {
+  CAIRN_TRY_ASSIGN(bytes got, decided_on_root([&]() -> result<bytes> {
+                     CAIRN_TRY_ASSIGN(auto found, resolve_latest());
+                     detail::binary_writer w;
+                     if (found) {
+                       w.str(found->first);
+                       w.u8(found->second ? 1 : 0);
+                     }
+                     return std::move(w.data());
+                   }));
+  if (got.empty()) return std::optional<std::pair<std::string, bool>>();
+  detail::binary_reader r(got);
+  std::string name = r.str();
+  const bool scanned = r.u8() != 0;
+  return std::optional(std::pair(std::move(name), scanned));
+}
+
+CAIRN_INLINE checkpointer::checkpointer(std::shared_ptr<any_storage> owned,
+                                        storage_ref root,
+                                        comm_ref comm,
+                                        checkpointer_options opt)
+    : owned_(std::move(owned)),
+      root_(root),
+      comm_(comm),
+      opt_(std::move(opt)),
+      names_(parse_or_throw(opt_)) {
+  if (opt_.save.plan_cache == nullptr) opt_.save.plan_cache = &cache_;
+  if (opt_.save.staging == nullptr) {
+    pool_ =
+        std::make_unique<cuda::staging_pool>(opt_.async_options.pool, opt_.async_options.runtime);
+    opt_.save.staging = pool_.get();
+  }
+  opt_.save.overwrite = opt_.overwrite;
+  if (opt_.async) {
+    async_saver_options a = opt_.async_options;
+    if (a.staging == nullptr) a.staging = opt_.save.staging;
+    a.in_flight = on_save_in_flight::wait;
+    saver_ = std::make_unique<async_saver>(a);
+  }
+}
+
+CAIRN_INLINE name_template checkpointer::parse_or_throw(const checkpointer_options& opt) {
+  auto t = name_template::parse(opt.name);
+  if (!t) throw exception(t.err());
+  if (auto why = object_name_problem(opt.latest);
+      !why.empty() || opt.latest.find('/') != std::string::npos)
+    throw exception(make_error(errc::invalid_argument, "the latest pointer \"" + opt.latest +
+                                                           "\" must be one valid path component"));
+  if (opt.keep_last < 0 || opt.keep_every < 0)
+    throw exception(make_error(errc::invalid_argument, "keep_last and keep_every must be >= 0"));
+  return std::move(*t);
+}
+
+CAIRN_INLINE std::shared_ptr<any_storage> checkpointer::open_shared(std::string_view uri) {
+  auto st = open_storage(uri);
+  if (!st) throw exception(st.err());
+  return std::make_shared<any_storage>(std::move(*st));
+}
+
+CAIRN_INLINE result<std::string> checkpointer::agree_on_name(const checkpoint_counters& at,
+                                                             const std::vector<std::string>& tags) {
+  std::optional<error> mine;
+  std::string name;
+  if (auto n = names_.format(at, comm_.size())) {
+    name = std::move(*n);
+  } else {
+    mine = n.err();
+  }
+  for (const auto& t : tags)
+    if (t.empty() || t.find('/') != std::string::npos || !object_name_problem(t).empty())
+      mine = make_error(errc::invalid_argument, "tag \"" + t + "\" is not one path component");
+  detail::binary_writer w;
+  w.str(name);
+  w.u64(tags.size());
+  for (const auto& t : tags) w.str(t);
+  auto [status, agreed] =
+      agree_at_root(comm_, 0, mine, w.data(), [&](const std::vector<bytes>& all) {
+        std::map<bytes, std::vector<int>> by;
+        for (std::size_t r = 0; r < all.size(); ++r) by[all[r]].push_back(static_cast<int>(r));
+        if (by.size() == 1) return std::pair(std::optional<error>(), bytes());
+        std::string msg = "the ranks name different checkpoints (or tags):";
+        for (const auto& [b, ranks] : by) {
+          detail::binary_reader r(b);
+          msg += " rank" + std::string(ranks.size() > 1 ? "s " : " ");
+          for (std::size_t i = 0; i < ranks.size() && i < 8; ++i)
+            msg += (i ? "," : "") + std::to_string(ranks[i]);
+          if (ranks.size() > 8) msg += ",...";
+          msg += " \"" + r.str() + "\";";
+        }
+        msg.pop_back();
+        return std::pair(std::optional(make_error(errc::invalid_argument, msg)), bytes());
+      });
+  if (status) return *status;
+  return name;
+}
+
+CAIRN_INLINE result<committed_checkpoint> checkpointer::publish(
+    const std::string& name, const std::vector<std::string>& tags, save_stats stats) {
+  CAIRN_TRY_ASSIGN(bytes got, decided_on_root([&]() -> result<bytes> {
+                     CAIRN_TRY_ASSIGN(committed_checkpoint done, catch_and_publish(name, tags));
+                     detail::binary_writer w;
+                     w.u64(done.deleted.size());
+                     for (const auto& d : done.deleted) w.str(d);
+                     w.u64(done.retention_errors.size());
+                     for (const auto& e : done.retention_errors) detail::put_error(w, e);
+                     return std::move(w.data());
+                   }));
+  committed_checkpoint c;
+  c.name = name;
+  c.stats = std::move(stats);
+  detail::binary_reader r(got);
+  for (std::uint64_t i = 0, n = r.u64(); i < n; ++i) c.deleted.push_back(r.str());
+  for (std::uint64_t i = 0, n = r.u64(); i < n; ++i)
+    if (auto e = detail::get_error(r)) c.retention_errors.push_back(std::move(*e));
+  return c;
+}
+
+CAIRN_INLINE result<committed_checkpoint> checkpointer::catch_and_publish(
+    const std::string& name, const std::vector<std::string>& tags) {
+  return detail::catch_all("publishing the checkpoint", [&]() -> result<committed_checkpoint> {
+    committed_checkpoint c;
+    auto moved = [&](const std::string& ptr) -> result<void> {
+      auto w = detail::write_pointer(root_, ptr, name);
+      if (w) return ok();
+      error e = w.err();
+      e.message = "checkpoint \"" + name + "\" is committed, but pointer \"" + ptr +
+                  "\" could not be moved to it: " + e.message;
+      return e;
+    };
+    CAIRN_TRY(moved(opt_.latest));
+    for (const auto& t : tags) CAIRN_TRY(moved(std::string(detail::tags_prefix) + t));
+    // What killed puts of the pointers left (no put of this checkpointer is in flight now).
+    (void)root_.remove_temporaries(opt_.latest);
+    if (!tags.empty()) (void)root_.remove_temporaries(detail::tags_prefix);
+    retain(name, c);
+    return c;
+  });
+}
+
+CAIRN_INLINE void checkpointer::retain(const std::string& name, committed_checkpoint& c) {
+  if (opt_.keep_last == 0) return;
+  auto found = list_checkpoints(root_, &names_, opt_.latest, /*measure=*/false);
+  if (!found) {
+    c.retention_errors.push_back(found.err());
+    return;
+  }
+  std::vector<checkpoint_entry> ours, unfinished;
+  for (auto& e : *found) {
+    if (!e.counters) continue;
+    (e.complete ? ours : unfinished).push_back(std::move(e));
+  }
+  std::sort(ours.begin(), ours.end(), detail::newer);
+  // Incomplete checkpoints older than the one just committed are what killed or failed saves
+  // left (this job's saves in flight are all newer): they go too.
+  auto just = std::find_if(ours.begin(), ours.end(),
+                           [&](const checkpoint_entry& e) { return e.name == name; });
+  for (const auto& e : unfinished) {
+    if (just == ours.end() || !detail::newer(*just, e)) continue;
+    if (auto r = remove_checkpoint(root_, e.name); !r) {
+      c.retention_errors.push_back(r.err());
+    } else {
+      c.deleted.push_back(e.name);
+    }
+  }
+  for (std::size_t i = 0; i < ours.size(); ++i) {
+    const checkpoint_entry& e = ours[i];
+    const bool keep = i < static_cast<std::size_t>(opt_.keep_last) || e.name == name || e.latest ||
+                      !e.tags.empty() ||
+                      (opt_.keep_every > 0 && e.counters->step % opt_.keep_every == 0);
+    if (keep) continue;
+    if (auto r = remove_checkpoint(root_, e.name); !r) {
+      c.retention_errors.push_back(r.err());
+    } else {
+      c.deleted.push_back(e.name);
+    }
+  }
+}
+
+CAIRN_INLINE result<std::optional<std::pair<std::string, bool>>> checkpointer::resolve_latest() {
+  return detail::catch_all(
+      "finding the latest checkpoint",
+      [&]() -> result<std::optional<std::pair<std::string, bool>>> {
+        CAIRN_TRY_ASSIGN(auto ptr, detail::read_pointer(root_, opt_.latest));
+        if (ptr) {
+          CAIRN_TRY_ASSIGN(std::string format, format_at(*ptr));
+          if (!format.empty()) return std::optional(std::pair(*ptr, false));
+        }
+        CAIRN_TRY_ASSIGN(auto found,
+                         list_checkpoints(root_, &names_, opt_.latest, /*measure=*/false));
+        std::vector<checkpoint_entry> ours;
+        std::vector<std::string> others;
+        for (auto& e : found) {
+          if (!e.complete) continue;
+          if (e.counters) {
+            ours.push_back(std::move(e));
+          } else {
+            others.push_back(e.name);
+          }
+        }
+        if (ours.empty() && !others.empty()) {
+          std::string list;
+          for (std::size_t i = 0; i < others.size() && i < 5; ++i)
+            list += (i ? ", " : "") + others[i];
+          return make_error(errc::not_found, "no committed checkpoint named like \"" +
+                                                 names_.text() + "\", but others are there (" +
+                                                 list +
+                                                 "): load one by name, or use their template")
+              .with_file(root_.describe(""));
+        }
+        std::sort(ours.begin(), ours.end(), detail::newer);
+        for (const auto& e : ours) {  // newest first; a marker that is not a checkpoint's is passed
+          CAIRN_TRY_ASSIGN(std::string format, format_at(e.name));
+          if (!format.empty()) return std::optional(std::pair(e.name, true));
+        }
+        return std::optional<std::pair<std::string, bool>>();
+      });
+}
+
+CAIRN_INLINE result<std::string> checkpointer::format_at(const std::string& name) {
+  CAIRN_TRY_ASSIGN(auto sub, prefixed_storage::make(root_, name + "/"));
+  return detect_format(sub);
+}
+
+CAIRN_INLINE result<std::pair<std::string, checkpoint_counters>> checkpointer::resolve_name(
+    std::string name) {
+  return detail::catch_all(
+      "finding the checkpoint", [&]() -> result<std::pair<std::string, checkpoint_counters>> {
+        CAIRN_TRY_ASSIGN(std::string format, format_at(name));
+        if (format.empty()) {
+          CAIRN_TRY_ASSIGN(auto tagged,
+                           detail::read_pointer(root_, std::string(detail::tags_prefix) + name));
+          if (tagged) {
+            name = *tagged;
+            CAIRN_TRY_ASSIGN(format, format_at(name));
+          }
+        }
+        if (format.empty())
+          return make_error(errc::not_found,
+                            "no committed checkpoint (or tag) \"" + name + "\" here")
+              .with_file(root_.describe(name));
+        std::optional<checkpoint_counters> c;
+        if (format == "cairn") {
+          CAIRN_TRY_ASSIGN(auto sub, prefixed_storage::make(root_, name + "/"));
+          CAIRN_TRY_ASSIGN(auto meta, read_content_metadata(sub));
+          c = detail::get_counters(meta);
+        }
+        if (!c) c = names_.match(name);
+        return std::pair(name, c.value_or(checkpoint_counters{}));
+      });
+}
+
+}  // namespace cairn

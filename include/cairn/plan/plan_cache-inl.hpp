@@ -1,0 +1,52 @@
+// cairn/plan/plan_cache-inl.hpp: the bodies of cairn/plan/plan_cache.hpp (included by it when
+// header-only; compiled once into cairn::compiled with CAIRN_SEPARATE_COMPILATION).
+#pragma once
+
+#include "cairn/core/checksum.hpp"
+#include "cairn/plan/plan_cache.hpp"
+
+namespace cairn::detail {
+
+CAIRN_INLINE std::uint64_t structure_hash(const rank_desc& d) {
+  rank_desc s;
+  s.tensors = d.tensors;
+  s.objects = d.objects;
+  for (const auto& c : d.commons) s.commons.push_back(common_desc{c.path, 0});
+  return checksum(encode(s));
+}
+
+CAIRN_INLINE bool plan_cache_access::usable(const save_plan_cache& c,
+                                            int world,
+                                            const save_options& o) {
+  return c.valid_ && c.world_ == world && c.block_size_ == o.block_size &&
+         c.balance_min_bytes_ == o.balance_min_bytes && c.tile_ == o.tile &&
+         c.strategy_ == static_cast<const void*>(o.strategy) &&
+         c.scalable_ == o.scalable_planning && c.index_files_ == o.index_files &&
+         (c.validated_ || !o.validate_access_integrity);
+}
+
+CAIRN_INLINE save_index plan_cache_access::hit(save_plan_cache& c) {
+  ++c.hits_;
+  return c.index_;
+}
+
+CAIRN_INLINE void plan_cache_access::store(save_plan_cache& c,
+                                           int world,
+                                           const save_options& o,
+                                           std::vector<std::uint64_t> structure,
+                                           const save_index& index) {
+  ++c.misses_;
+  c.valid_ = true;
+  c.world_ = world;
+  c.block_size_ = o.block_size;
+  c.balance_min_bytes_ = o.balance_min_bytes;
+  c.tile_ = o.tile;
+  c.scalable_ = o.scalable_planning;
+  c.index_files_ = o.index_files;
+  c.strategy_ = o.strategy;
+  c.validated_ = o.validate_access_integrity;
+  c.structure_ = std::move(structure);
+  c.index_ = index;
+}
+
+}  // namespace cairn::detail
