@@ -8,7 +8,7 @@
 // and build every other file that includes cairn with CAIRN_SEPARATE_COMPILATION defined too
 // (mixing modes in one program breaks the one-definition rule). Each `X-inl.hpp` holds the
 // bodies declared by `X.hpp`; in the default header-only mode, `X.hpp` includes it itself.
-// The optional parts (comm/mpi.hpp, comm/nccl.hpp, storage/s3, cuda/, libtorch) are header-only
+// The optional parts (comm/mpi.hpp, comm/nccl.hpp, storage/s3, libtorch) are header-only
 // in both modes. The library registers every format reader and save strategy (torch_dist,
 // safetensors): compiled once, they cost a program nothing to have, so with separate
 // compilation every program reads and writes every format without including
@@ -19,6 +19,10 @@
 #  error "cairn/compiled.hpp builds cairn's compiled library: define CAIRN_SEPARATE_COMPILATION"
 #endif
 
+// Every reader and writer registers itself.
+#include "cairn/strategies.hpp"
+
+// The bodies.
 #include "cairn/async/saver-inl.hpp"
 #include "cairn/comm/agree-inl.hpp"
 #include "cairn/comm/single-inl.hpp"
@@ -33,6 +37,8 @@
 #include "cairn/core/progress-inl.hpp"
 #include "cairn/core/sharded_object-inl.hpp"
 #include "cairn/core/sharded_tensor-inl.hpp"
+#include "cairn/cuda/memory_resource-inl.hpp"
+#include "cairn/cuda/staging_pool-inl.hpp"
 #include "cairn/detail/binary-inl.hpp"
 #include "cairn/format/commit-inl.hpp"
 #include "cairn/format/dcp/metadata-inl.hpp"
@@ -83,6 +89,5 @@
 #include "cairn/storage/storage-inl.hpp"
 #include "cairn/storage/throttled-inl.hpp"
 #include "cairn/storage/writer_slots-inl.hpp"
-#include "cairn/strategies.hpp"
 #include "cairn/tree/state_dict-inl.hpp"
 #include "cairn/tree/visit-inl.hpp"

@@ -7,6 +7,7 @@
 #include "cairn/format/native/reader.hpp"
 #include "cairn/format/registry.hpp"
 #include "cairn/load.hpp"
+#include "cairn/pipeline/load.hpp"
 #include "cairn/plan/load_plan.hpp"
 
 namespace cairn {

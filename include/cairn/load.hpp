@@ -11,11 +11,19 @@
 #include "cairn/core/error.hpp"
 #include "cairn/detail/config.hpp"
 #include "cairn/options.hpp"
-#include "cairn/pipeline/load.hpp"
 #include "cairn/storage/storage.hpp"
+#include "cairn/tree/leaves.hpp"
 #include "cairn/tree/visit.hpp"
 
 namespace cairn {
+
+namespace detail {
+/// The non-template body of `load` (the phases are in cairn/pipeline/load.hpp).
+CAIRN_INLINE result<load_stats> load_leaves(const leaf_list& tree_leaves,
+                                            storage_ref st,
+                                            comm_ref comm,
+                                            const load_options& opt);
+}  // namespace detail
 
 /// A whole tensor read from a checkpoint, owning its bytes (row-major, little-endian).
 struct tensor_data {
@@ -71,5 +79,6 @@ CAIRN_INLINE result<std::map<std::string, tensor_data>> load_tensors(
 }  // namespace cairn
 
 #if CAIRN_HEADER_ONLY
+#  include "cairn/pipeline/load.hpp"  // the phases, with their bodies and load_leaves'
 #  include "cairn/load-inl.hpp"
 #endif

@@ -4,15 +4,22 @@
 
 #include "cairn/comm/communicator.hpp"
 #include "cairn/core/error.hpp"
-#include "cairn/format/native/strategy.hpp"
-#include "cairn/format/save_strategy.hpp"
+#include "cairn/detail/config.hpp"
 #include "cairn/options.hpp"
-#include "cairn/pipeline/save.hpp"
-#include "cairn/plan/plan_cache.hpp"
 #include "cairn/storage/storage.hpp"
+#include "cairn/tree/leaves.hpp"
 #include "cairn/tree/visit.hpp"
 
 namespace cairn {
+
+namespace detail {
+/// The non-template body of `save`: plan, write and commit the leaves (the phases are in
+/// cairn/pipeline/save.hpp).
+CAIRN_INLINE result<save_stats> save_leaves(const leaf_list& leaves,
+                                            storage_ref st,
+                                            comm_ref comm,
+                                            const save_options& requested);
+}  // namespace detail
 
 /// Saves `tree` from this rank; every rank of `comm` calls it with its own shards. Returns
 /// this rank's statistics or the first error any rank hit (the same error on every rank).
@@ -39,3 +46,7 @@ save_stats save(const Tree& tree, storage_ref st, comm_ref comm, const save_opti
 }
 
 }  // namespace cairn
+
+#if CAIRN_HEADER_ONLY
+#  include "cairn/pipeline/save.hpp"  // the phases, with their bodies and save_leaves'
+#endif

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <set>
 
 #include "cairn/cairn.hpp"
 #include "cairn/convert/source.hpp"

@@ -6,24 +6,66 @@
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
+#include <optional>
+#include <thread>
+#include <utility>
+#include <vector>
 
 #include "cairn/async/saver.hpp"
 #include "cairn/comm/agree.hpp"
+#include "cairn/pipeline/buffer_pool.hpp"
+#include "cairn/pipeline/save.hpp"
 #include "cairn/storage/writer_slots.hpp"
 
 namespace cairn {
 
+struct async_saver::state {
+  struct flight {
+    std::uint64_t seq;
+    planned_save plan;
+    written_save written;
+    std::unique_ptr<detail::recording_storage> st;  ///< the caller's storage, recording
+    comm_ref comm;
+    save_options opt;
+  };
+
+  explicit state(async_saver_options opt)
+      : opt_(std::move(opt)),
+        own_pool_(opt_.staging
+                      ? std::nullopt
+                      : std::optional<cuda::staging_pool>(std::in_place, opt_.pool, opt_.runtime)),
+        pool_(opt_.staging ? opt_.staging : &*own_pool_),
+        stager_(*pool_,
+                cuda::stager_options{.threads = opt_.staging_threads, .runtime = opt_.runtime}) {}
+
+  async_saver_options opt_;
+  std::optional<cuda::staging_pool> own_pool_;
+  cuda::staging_pool* pool_;
+  cuda::stager stager_;
+  buffer_pool buffers_;
+  std::optional<flight> flight_;
+  std::thread worker_;
+  std::optional<result<save_stats>> last_;
+  std::uint64_t seq_ = 0, committed_seq_ = 0;
+  planned_save spare_plan_;
+  std::vector<cuda::stage_item> stage_items_;
+  std::vector<std::size_t> stage_index_;
+};
+
+CAIRN_INLINE async_saver::async_saver(async_saver_options opt)
+    : s_(std::make_unique<state>(std::move(opt))) {}
+
 CAIRN_INLINE async_saver::~async_saver() {
-  if (worker_.joinable()) worker_.join();
+  if (s_->worker_.joinable()) s_->worker_.join();
 }
 
 CAIRN_INLINE result<save_stats> async_saver::finalize() {
-  if (!flight_) {
-    if (last_) return *last_;
+  if (!s_->flight_) {
+    if (s_->last_) return *s_->last_;
     return make_error(errc::invalid_argument, "async_saver: no save was started");
   }
-  flight& f = *flight_;
-  if (worker_.joinable()) worker_.join();
+  state::flight& f = *s_->flight_;
+  if (s_->worker_.joinable()) s_->worker_.join();
   result<save_stats> r = [&]() -> result<save_stats> {
     try {
       CAIRN_TRY_ASSIGN(save_stats stats,
@@ -34,11 +76,11 @@ CAIRN_INLINE result<save_stats> async_saver::finalize() {
       return detail::current_exception_error("committing an async save").with_rank(f.comm.rank());
     }
   }();
-  pool_->reset();
-  committed_seq_ = f.seq;
-  spare_plan_ = std::move(f.plan);
-  flight_.reset();
-  last_ = r;
+  s_->pool_->reset();
+  s_->committed_seq_ = f.seq;
+  s_->spare_plan_ = std::move(f.plan);
+  s_->flight_.reset();
+  s_->last_ = r;
   return r;
 }
 
@@ -52,8 +94,8 @@ CAIRN_INLINE result<save_handle> async_saver::save_leaves(const leaf_list& leave
     return std::chrono::duration<double, std::milli>(b - a).count();
   };
   const auto t0 = clock::now();
-  if (flight_) {
-    if (opt_.in_flight == on_save_in_flight::fail) {
+  if (s_->flight_) {
+    if (s_->opt_.in_flight == on_save_in_flight::fail) {
       // Every rank has a save in flight (they started it together), so every rank fails here.
       return make_error(errc::invalid_argument,
                         "async_saver: a save is still in flight (finalize() it first, "
@@ -64,14 +106,14 @@ CAIRN_INLINE result<save_handle> async_saver::save_leaves(const leaf_list& leave
     if (auto prev = finalize(); !prev) return std::move(prev).err();
   }
   // Reuse the last plan's storage (its vectors keep their capacity).
-  planned_save plan = std::move(spare_plan_);
+  planned_save plan = std::move(s_->spare_plan_);
   auto recorded = std::make_unique<detail::recording_storage>(st);
   CAIRN_TRY(detail::plan_phase(leaves, *recorded, comm, opt, plan));
   const auto t1 = clock::now();
 
   // Stage every tensor item (objects and common values are owned copies already).
-  std::vector<cuda::stage_item>& items = stage_items_;
-  std::vector<std::size_t>& which = stage_index_;
+  std::vector<cuda::stage_item>& items = s_->stage_items_;
+  std::vector<std::size_t>& which = s_->stage_index_;
   items.clear();
   which.clear();
   for (std::size_t i = 0; i < plan.items.size(); ++i) {
@@ -81,17 +123,17 @@ CAIRN_INLINE result<save_handle> async_saver::save_leaves(const leaf_list& leave
     which.push_back(i);
   }
   std::optional<error> stage_failure;
-  pool_->reset();
-  if (auto staged = stager_.stage(items); !staged) {
+  s_->pool_->reset();
+  if (auto staged = s_->stager_.stage(items); !staged) {
     stage_failure = std::move(staged).err();
   } else {
     for (std::size_t k = 0; k < which.size(); ++k) plan.items[which[k]].src = (*staged)[k].data();
-    if (auto w = stager_.wait(); !w) stage_failure = std::move(w).err();
+    if (auto w = s_->stager_.wait(); !w) stage_failure = std::move(w).err();
   }
   // Staging is local; a failure on one rank must stop every rank before anything is written.
   if (stage_failure) stage_failure = std::move(*stage_failure).with_rank(comm.rank());
   if (auto f = agree(comm, stage_failure).first_failure()) {
-    pool_->reset();
+    s_->pool_->reset();
     return std::move(*f);
   }
   const auto t2 = clock::now();
@@ -102,13 +144,14 @@ CAIRN_INLINE result<save_handle> async_saver::save_leaves(const leaf_list& leave
   for (const auto& it : items) started.staged_bytes += it.bytes;
   started.plan_reused = plan.stats.plan_reused;
 
-  const std::uint64_t seq = ++seq_;
-  flight_.emplace(flight{seq, std::move(plan), {}, std::move(recorded), comm, opt});
-  flight* f = &*flight_;
-  worker_ = std::thread([this, f] {
+  const std::uint64_t seq = ++s_->seq_;
+  s_->flight_.emplace(state::flight{seq, std::move(plan), {}, std::move(recorded), comm, opt});
+  state::flight* f = &*s_->flight_;
+  s_->worker_ = std::thread([this, f] {
     try {
-      writer_slot slot = writer_slots(opt_.max_writers_per_node, opt_.writer_lock_dir).acquire();
-      f->written = detail::write_phase(f->plan, *f->st, f->opt, &buffers_);
+      writer_slot slot =
+          writer_slots(s_->opt_.max_writers_per_node, s_->opt_.writer_lock_dir).acquire();
+      f->written = detail::write_phase(f->plan, *f->st, f->opt, &s_->buffers_);
     } catch (...) {
       f->written.failure =
           detail::current_exception_error("writing an async save").with_rank(f->plan.rank);
@@ -119,11 +162,19 @@ CAIRN_INLINE result<save_handle> async_saver::save_leaves(const leaf_list& leave
 }
 
 CAIRN_INLINE result<save_stats> async_saver::wait_for(std::uint64_t seq) {
-  if (flight_ && flight_->seq == seq) return finalize();
-  if (seq <= committed_seq_ && last_ && seq == committed_seq_) return *last_;
+  if (s_->flight_ && s_->flight_->seq == seq) return finalize();
+  if (seq <= s_->committed_seq_ && s_->last_ && seq == s_->committed_seq_) return *s_->last_;
   return make_error(errc::invalid_argument,
                     "save_handle: this save was committed by a later call; its result was "
                     "returned there");
+}
+
+CAIRN_INLINE bool async_saver::in_flight() const noexcept { return s_->flight_.has_value(); }
+
+CAIRN_INLINE const cuda::staging_pool& async_saver::pool() const noexcept { return *s_->pool_; }
+
+CAIRN_INLINE bool async_saver::device_enabled() const noexcept {
+  return s_->stager_.device_enabled();
 }
 
 }  // namespace cairn

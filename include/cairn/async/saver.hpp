@@ -22,11 +22,7 @@
 
 #include <cstdint>
 #include <memory>
-#include <optional>
 #include <string>
-#include <thread>
-#include <utility>
-#include <vector>
 
 #include "cairn/cuda/staging_pool.hpp"
 #include "cairn/detail/config.hpp"
@@ -100,14 +96,7 @@ class save_handle {
 class async_saver {
  public:
   /// A saver staging into `opt.staging`, or into a pool of its own.
-  explicit async_saver(async_saver_options opt = {})
-      : opt_(opt),
-        own_pool_(opt.staging
-                      ? std::nullopt
-                      : std::optional<cuda::staging_pool>(std::in_place, opt.pool, opt.runtime)),
-        pool_(opt.staging ? opt.staging : &*own_pool_),
-        stager_(*pool_,
-                cuda::stager_options{.threads = opt.staging_threads, .runtime = opt.runtime}) {}
+  explicit async_saver(async_saver_options opt = {});
   async_saver(const async_saver&) = delete;
   async_saver& operator=(const async_saver&) = delete;
   /// Waits for the background write of a save that was never committed, and drops it: that
@@ -135,22 +124,18 @@ class async_saver {
   result<save_stats> finalize();
 
   /// Whether a save was started and not yet committed.
-  bool in_flight() const noexcept { return flight_.has_value(); }
+  bool in_flight() const noexcept;
   /// The staging pool (its capacity and allocation count show the reuse).
-  const cuda::staging_pool& pool() const noexcept { return *pool_; }
+  const cuda::staging_pool& pool() const noexcept;
   /// Whether staging copies device memory through CUDA (a usable device).
-  bool device_enabled() const noexcept { return stager_.device_enabled(); }
+  bool device_enabled() const noexcept;
 
  private:
   friend class save_handle;
-  struct flight {
-    std::uint64_t seq;
-    planned_save plan;
-    written_save written;
-    std::unique_ptr<detail::recording_storage> st;  ///< the caller's storage, recording
-    comm_ref comm;
-    save_options opt;
-  };
+  friend class checkpointer;  // starts saves of trees it has visited (save_leaves)
+  /// Everything a saver holds between calls: its pool, stager, worker thread and the save in
+  /// flight (cairn/async/saver-inl.hpp).
+  struct state;
 
   result<save_handle> save_leaves(const leaf_list& leaves,
                                   storage_ref st,
@@ -159,18 +144,7 @@ class async_saver {
 
   result<save_stats> wait_for(std::uint64_t seq);
 
-  async_saver_options opt_;
-  std::optional<cuda::staging_pool> own_pool_;
-  cuda::staging_pool* pool_;
-  cuda::stager stager_;
-  buffer_pool buffers_;
-  std::optional<flight> flight_;
-  std::thread worker_;
-  std::optional<result<save_stats>> last_;
-  std::uint64_t seq_ = 0, committed_seq_ = 0;
-  planned_save spare_plan_;
-  std::vector<cuda::stage_item> stage_items_;
-  std::vector<std::size_t> stage_index_;
+  std::unique_ptr<state> s_;
 };
 
 inline result<save_stats> save_handle::wait() { return saver_->wait_for(seq_); }

@@ -9,6 +9,7 @@
 #include "cairn/comm/single.hpp"
 #include "cairn/convert/source.hpp"
 #include "cairn/format/torch/zip.hpp"
+#include "cairn/pipeline/load.hpp"
 #include "cairn/plan/box.hpp"
 #include "cairn/tree/state_dict.hpp"
 

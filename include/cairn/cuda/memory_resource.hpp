@@ -14,13 +14,12 @@
 #include <concepts>
 #include <cstddef>
 #include <mutex>
-#include <new>
-#include <stdexcept>
 #include <string>
 #include <type_traits>
 
 #include "cairn/core/error.hpp"
 #include "cairn/cuda/runtime.hpp"
+#include "cairn/detail/config.hpp"
 
 namespace cairn::cuda {
 
@@ -39,11 +38,7 @@ concept host_memory_resource = requires(R& r, const R& cr, void* p, std::size_t 
 };
 
 namespace detail {
-inline void check_alignment(std::size_t alignment) {
-  if (alignment == 0 || (alignment & (alignment - 1)) != 0)
-    throw std::invalid_argument("cairn: memory resource alignment " + std::to_string(alignment) +
-                                " is not a power of two");
-}
+CAIRN_INLINE void check_alignment(std::size_t alignment);
 }  // namespace detail
 
 /// Ordinary host memory from aligned `operator new`. Throws `std::bad_alloc` when out of memory
@@ -52,21 +47,11 @@ inline void check_alignment(std::size_t alignment) {
 class aligned_host_resource {
  public:
   /// `bytes` of memory aligned to `alignment`.
-  void* allocate(std::size_t bytes, std::size_t alignment = alignof(std::max_align_t)) {
-    detail::check_alignment(alignment);
-    return ::operator new (bytes, std::align_val_t{alignment});
-  }
+  void* allocate(std::size_t bytes, std::size_t alignment = alignof(std::max_align_t));
   /// Frees memory from `allocate` with the same `bytes` and `alignment`.
   void deallocate(void* p,
                   std::size_t bytes,
-                  std::size_t alignment = alignof(std::max_align_t)) noexcept {
-#if defined(__cpp_sized_deallocation)
-    ::operator delete (p, bytes, std::align_val_t{alignment});
-#else  // clang before 19 declares the sized forms only with -fsized-deallocation
-    (void)bytes;
-    ::operator delete (p, std::align_val_t{alignment});
-#endif
-  }
+                  std::size_t alignment = alignof(std::max_align_t)) noexcept;
   /// False: ordinary pageable memory.
   static constexpr bool pinned() noexcept { return false; }
   friend bool operator==(const aligned_host_resource&, const aligned_host_resource&) noexcept {
@@ -85,22 +70,9 @@ class pinned_host_resource {
   explicit pinned_host_resource(const runtime_api& rt) noexcept : rt_(&rt) {}
 
   /// `bytes` of page-locked memory aligned to `alignment` (at most `page_size`).
-  void* allocate(std::size_t bytes, std::size_t alignment = page_size) {
-    detail::check_alignment(alignment);
-    if (alignment > page_size)
-      throw std::invalid_argument("cairn: pinned_host_resource supports alignments up to " +
-                                  std::to_string(page_size));
-    void* p = nullptr;
-    status s = rt_->host_alloc ? rt_->host_alloc(rt_->self, &p, bytes) : 1;
-    if (s != 0 || !p)
-      throw exception(make_error(errc::io, describe_status(*rt_, "cudaHostAlloc", s) + " for " +
-                                               std::to_string(bytes) + " bytes"));
-    return p;
-  }
+  void* allocate(std::size_t bytes, std::size_t alignment = page_size);
   /// Frees memory from `allocate` (cudaFreeHost).
-  void deallocate(void* p, std::size_t /*bytes*/, std::size_t /*alignment*/ = page_size) noexcept {
-    if (p && rt_->free_host) (void)rt_->free_host(rt_->self, p);
-  }
+  void deallocate(void* p, std::size_t /*bytes*/, std::size_t /*alignment*/ = page_size) noexcept;
   /// True: page-locked memory.
   static constexpr bool pinned() noexcept { return true; }
   /// The runtime this resource allocates through.
@@ -120,50 +92,19 @@ class staging_memory_resource {
  public:
   /// Chooses with `usable_runtime(rt)`: `rt` null means the default runtime (the real one with
   /// CAIRN_HAS_CUDA, probed once per process).
-  explicit staging_memory_resource(const runtime_api* rt = nullptr) : rt_(usable_runtime(rt)) {
-    if (rt_) {
-      why_ = "pinned host memory (cudaHostAlloc)";
-    } else if (rt) {
-      why_ = "aligned host memory (" + probe(*rt).reason + ")";
-    } else {
-      why_ = "aligned host memory (" + system_device().reason + ")";
-    }
-  }
+  explicit staging_memory_resource(const runtime_api* rt = nullptr);
   /// A resource that never uses CUDA.
-  static staging_memory_resource host_only() {
-    staging_memory_resource r{no_cuda_tag{}};
-    return r;
-  }
+  static staging_memory_resource host_only();
 
   /// Pinned memory when a device is usable (falling back to aligned memory if pinning fails),
   /// else aligned memory. Alignments above `page_size` always get aligned memory.
-  void* allocate(std::size_t bytes, std::size_t alignment = page_size) {
-    if (rt_ && alignment <= page_size) {
-      try {
-        return pinned_host_resource(*rt_).allocate(bytes, alignment);
-      } catch (const exception&) {
-        std::lock_guard lock(mu_);
-        ++pin_failures_;
-      }
-    }
-    return aligned_host_resource().allocate(bytes, alignment);
-  }
+  void* allocate(std::size_t bytes, std::size_t alignment = page_size);
   /// Frees memory from `allocate`; asks the runtime whether `p` is pinned to pick the call.
-  void deallocate(void* p, std::size_t bytes, std::size_t alignment = page_size) noexcept {
-    if (!p) return;
-    if (rt_ && alignment <= page_size && is_pinned_pointer(p)) {
-      pinned_host_resource(*rt_).deallocate(p, bytes, alignment);
-      return;
-    }
-    aligned_host_resource().deallocate(p, bytes, alignment);
-  }
+  void deallocate(void* p, std::size_t bytes, std::size_t alignment = page_size) noexcept;
   /// Whether allocations try pinned memory (a usable device was found).
   bool pinned() const noexcept { return rt_ != nullptr; }
   /// How many pinned allocations failed and fell back to aligned memory.
-  int pin_failures() const {
-    std::lock_guard lock(mu_);
-    return pin_failures_;
-  }
+  int pin_failures() const;
   /// One line saying which memory this resource hands out and why, e.g. "aligned host memory
   /// (cudaGetDeviceCount: CUDA driver version is insufficient for CUDA runtime version (code
   /// 35))".
@@ -178,25 +119,13 @@ class staging_memory_resource {
 
   staging_memory_resource(const staging_memory_resource& o)
       : rt_(o.rt_), why_(o.why_), pin_failures_(o.pin_failures()) {}
-  staging_memory_resource& operator=(const staging_memory_resource& o) {
-    if (this != &o) {
-      rt_ = o.rt_;
-      why_ = o.why_;
-      pin_failures_ = o.pin_failures();
-    }
-    return *this;
-  }
+  staging_memory_resource& operator=(const staging_memory_resource& o);
 
  private:
   struct no_cuda_tag {};
   explicit staging_memory_resource(no_cuda_tag) : rt_(nullptr), why_("aligned host memory") {}
 
-  bool is_pinned_pointer(void* p) const noexcept {
-    if (!rt_->pointer_get_attributes) return true;
-    memory_type t = memory_type::unregistered;
-    int dev = -1;
-    return rt_->pointer_get_attributes(rt_->self, p, &t, &dev) == 0 && t == memory_type::host;
-  }
+  bool is_pinned_pointer(void* p) const noexcept;
 
   const runtime_api* rt_ = nullptr;
   std::string why_;
@@ -261,3 +190,7 @@ static_assert(host_memory_resource<staging_memory_resource>);
 static_assert(host_memory_resource<host_resource_ref>);
 
 }  // namespace cairn::cuda
+
+#if CAIRN_HEADER_ONLY
+#  include "cairn/cuda/memory_resource-inl.hpp"
+#endif

@@ -7,11 +7,18 @@
 #include <set>
 #include <tuple>
 
+#include "cairn/comm/agree.hpp"
+#include "cairn/cuda/staging_pool.hpp"
 #include "cairn/format/native/reader.hpp"
 #include "cairn/format/registry.hpp"
+#include "cairn/load.hpp"
 #include "cairn/manager/checkpointer.hpp"
 #include "cairn/manager/presets.hpp"
+#include "cairn/plan/plan_cache.hpp"
+#include "cairn/save.hpp"
+#include "cairn/storage/any_storage.hpp"
 #include "cairn/storage/names.hpp"
+#include "cairn/storage/open.hpp"
 
 namespace cairn::detail {
 
@@ -169,12 +176,186 @@ CAIRN_INLINE result<void> remove_checkpoint(storage_ref root, const std::string&
   return ok();
 }
 
+struct checkpointer::state {
+  struct pending {
+    std::string name;
+    std::vector<std::string> tags;
+  };
+
+  state(std::shared_ptr<any_storage> owned,
+        storage_ref root,
+        comm_ref comm,
+        checkpointer_options opt)
+      : owned_(std::move(owned)),
+        root_(root),
+        comm_(comm),
+        opt_(std::move(opt)),
+        names_(parse_or_throw(opt_)) {}
+
+  std::shared_ptr<any_storage> owned_;  ///< the root, when opened from a URI
+  storage_ref root_;
+  comm_ref comm_;
+  checkpointer_options opt_;
+  name_template names_;
+  save_plan_cache cache_;
+  std::unique_ptr<cuda::staging_pool> pool_;
+  /// The storage of the async save in flight (declared before the saver: the saver's
+  /// destructor waits for its background writes into it).
+  std::unique_ptr<prefixed_storage> inflight_;
+  std::unique_ptr<async_saver> saver_;
+  std::optional<pending> pending_;
+};
+
+CAIRN_INLINE checkpointer::checkpointer(storage_ref root, comm_ref comm, checkpointer_options opt)
+    : checkpointer(nullptr, root, comm, std::move(opt)) {}
+
+CAIRN_INLINE checkpointer::checkpointer(std::string_view root_uri,
+                                        comm_ref comm,
+                                        checkpointer_options opt)
+    : checkpointer(open_shared(root_uri), comm, std::move(opt)) {}
+
+CAIRN_INLINE checkpointer::checkpointer(std::shared_ptr<any_storage> owned,
+                                        comm_ref comm,
+                                        checkpointer_options opt)
+    : checkpointer(owned, storage_ref(*owned), comm, std::move(opt)) {}
+
+CAIRN_INLINE checkpointer::checkpointer(std::shared_ptr<any_storage> owned,
+                                        storage_ref root,
+                                        comm_ref comm,
+                                        checkpointer_options opt)
+    : s_(std::make_unique<state>(std::move(owned), root, comm, std::move(opt))) {
+  state& s = *s_;
+  if (s.opt_.save.plan_cache == nullptr) s.opt_.save.plan_cache = &s.cache_;
+  if (s.opt_.save.staging == nullptr) {
+    s.pool_ = std::make_unique<cuda::staging_pool>(s.opt_.async_options.pool,
+                                                   s.opt_.async_options.runtime);
+    s.opt_.save.staging = s.pool_.get();
+  }
+  s.opt_.save.overwrite = s.opt_.overwrite;
+  if (s.opt_.async) {
+    async_saver_options a = s.opt_.async_options;
+    if (a.staging == nullptr) a.staging = s.opt_.save.staging;
+    a.in_flight = on_save_in_flight::wait;
+    s.saver_ = std::make_unique<async_saver>(a);
+  }
+}
+
+CAIRN_INLINE checkpointer::~checkpointer() = default;
+
+template <class Decide>
+result<bytes> checkpointer::decided_on_root(Decide&& decide) {
+  std::optional<error> failure;
+  bytes payload;
+  if (s_->comm_.rank() == 0) {
+    result<bytes> r = decide();
+    if (r) {
+      payload = std::move(*r);
+    } else {
+      failure = r.err();
+    }
+  }
+  auto [status, got] = announce(s_->comm_, 0, failure, payload);
+  if (status) return *status;
+  return std::move(got);
+}
+
+CAIRN_INLINE result<saved_checkpoint> checkpointer::save_flattened(
+    const flatten_fn& leaves, const checkpoint_counters& at, const std::vector<std::string>& tags) {
+  state& s = *s_;
+  saved_checkpoint out;
+  if (s.saver_ && s.pending_) {
+    auto prev = finalize();
+    if (!prev) {
+      out.previous_failure = prev.err();
+    } else {
+      out.committed = std::move(*prev);
+    }
+  }
+  CAIRN_TRY_ASSIGN(out.name, agree_on_name(at, tags));
+  save_options so = s.opt_.save;
+  detail::put_counters(so.content_metadata, at);
+  auto sub = prefixed_storage::make(s.root_, out.name + "/");
+  if (!sub) return sub.err();  // the same on every rank: the name was agreed
+  if (s.saver_) {
+    s.inflight_ = std::make_unique<prefixed_storage>(std::move(*sub));
+    // async_saver::save, for leaves already visited.
+    result<save_handle> started = [&]() -> result<save_handle> {
+      try {
+        return s.saver_->save_leaves(leaves(), *s.inflight_, s.comm_, so);
+      } catch (...) {
+        return detail::current_exception_error("starting an async save").with_rank(s.comm_.rank());
+      }
+    }();
+    if (!started) {
+      s.inflight_.reset();
+      return started.err();
+    }
+    s.pending_ = state::pending{out.name, tags};
+    return out;
+  }
+  // cairn::try_save, for leaves already visited.
+  result<save_stats> stats = [&]() -> result<save_stats> {
+    try {
+      return detail::save_leaves(leaves(), *sub, s.comm_, so);
+    } catch (...) {
+      return detail::current_exception_error("saving").with_rank(s.comm_.rank());
+    }
+  }();
+  if (!stats) return stats.err();
+  CAIRN_TRY_ASSIGN(out.committed, publish(out.name, tags, std::move(*stats)));
+  return out;
+}
+
+CAIRN_INLINE result<loaded_checkpoint> checkpointer::load_flattened(const flatten_fn& leaves,
+                                                                    std::string_view name,
+                                                                    const load_options& opt) {
+  CAIRN_TRY_ASSIGN(bytes got, decided_on_root([&]() -> result<bytes> {
+                     CAIRN_TRY_ASSIGN(auto found, resolve_name(std::string(name)));
+                     detail::binary_writer w;
+                     w.str(found.first);
+                     detail::put_counters(w, found.second);
+                     return std::move(w.data());
+                   }));
+  detail::binary_reader r(got);
+  loaded_checkpoint out;
+  out.name = r.str();
+  out.counters = detail::get_counters(r);
+  load_options lo = opt;
+  if (lo.staging == nullptr && !in_flight()) lo.staging = s_->opt_.save.staging;
+  CAIRN_TRY_ASSIGN(auto sub, prefixed_storage::make(s_->root_, out.name + "/"));
+  // cairn::try_load, for leaves visited here.
+  result<load_stats> stats = [&]() -> result<load_stats> {
+    try {
+      return detail::load_leaves(leaves(), sub, s_->comm_, lo);
+    } catch (...) {
+      return detail::current_exception_error("loading").with_rank(s_->comm_.rank());
+    }
+  }();
+  if (!stats) return stats.err();
+  out.stats = std::move(*stats);
+  return out;
+}
+
+CAIRN_INLINE bool checkpointer::in_flight() const noexcept { return s_->pending_.has_value(); }
+
+CAIRN_INLINE result<std::vector<checkpoint_entry>> checkpointer::list() const {
+  return list_checkpoints(s_->root_, &s_->names_, s_->opt_.latest);
+}
+
+CAIRN_INLINE const name_template& checkpointer::names() const noexcept { return s_->names_; }
+
+CAIRN_INLINE const checkpointer_options& checkpointer::options() const noexcept { return s_->opt_; }
+
+CAIRN_INLINE result<prefixed_storage> checkpointer::storage_of(const std::string& name) const {
+  return prefixed_storage::make(s_->root_, name + "/");
+}
+
 CAIRN_INLINE result<std::optional<committed_checkpoint>> checkpointer::finalize() {
-  if (!saver_ || !pending_) return std::optional<committed_checkpoint>();
-  pending p = std::move(*pending_);
-  pending_.reset();
-  auto stats = saver_->finalize();
-  inflight_.reset();
+  if (!s_->saver_ || !s_->pending_) return std::optional<committed_checkpoint>();
+  state::pending p = std::move(*s_->pending_);
+  s_->pending_.reset();
+  auto stats = s_->saver_->finalize();
+  s_->inflight_.reset();
   if (!stats) return stats.err();
   CAIRN_TRY_ASSIGN(committed_checkpoint c, publish(p.name, p.tags, std::move(*stats)));
   return std::optional<committed_checkpoint>(std::move(c));
@@ -195,30 +376,6 @@ CAIRN_INLINE result<std::optional<std::pair<std::string, bool>>> checkpointer::f
   std::string name = r.str();
   const bool scanned = r.u8() != 0;
   return std::optional(std::pair(std::move(name), scanned));
-}
-
-CAIRN_INLINE checkpointer::checkpointer(std::shared_ptr<any_storage> owned,
-                                        storage_ref root,
-                                        comm_ref comm,
-                                        checkpointer_options opt)
-    : owned_(std::move(owned)),
-      root_(root),
-      comm_(comm),
-      opt_(std::move(opt)),
-      names_(parse_or_throw(opt_)) {
-  if (opt_.save.plan_cache == nullptr) opt_.save.plan_cache = &cache_;
-  if (opt_.save.staging == nullptr) {
-    pool_ =
-        std::make_unique<cuda::staging_pool>(opt_.async_options.pool, opt_.async_options.runtime);
-    opt_.save.staging = pool_.get();
-  }
-  opt_.save.overwrite = opt_.overwrite;
-  if (opt_.async) {
-    async_saver_options a = opt_.async_options;
-    if (a.staging == nullptr) a.staging = opt_.save.staging;
-    a.in_flight = on_save_in_flight::wait;
-    saver_ = std::make_unique<async_saver>(a);
-  }
 }
 
 CAIRN_INLINE name_template checkpointer::parse_or_throw(const checkpointer_options& opt) {
@@ -243,7 +400,7 @@ CAIRN_INLINE result<std::string> checkpointer::agree_on_name(const checkpoint_co
                                                              const std::vector<std::string>& tags) {
   std::optional<error> mine;
   std::string name;
-  if (auto n = names_.format(at, comm_.size())) {
+  if (auto n = s_->names_.format(at, s_->comm_.size())) {
     name = std::move(*n);
   } else {
     mine = n.err();
@@ -256,7 +413,7 @@ CAIRN_INLINE result<std::string> checkpointer::agree_on_name(const checkpoint_co
   w.u64(tags.size());
   for (const auto& t : tags) w.str(t);
   auto [status, agreed] =
-      agree_at_root(comm_, 0, mine, w.data(), [&](const std::vector<bytes>& all) {
+      agree_at_root(s_->comm_, 0, mine, w.data(), [&](const std::vector<bytes>& all) {
         std::map<bytes, std::vector<int>> by;
         for (std::size_t r = 0; r < all.size(); ++r) by[all[r]].push_back(static_cast<int>(r));
         if (by.size() == 1) return std::pair(std::optional<error>(), bytes());
@@ -302,26 +459,26 @@ CAIRN_INLINE result<committed_checkpoint> checkpointer::catch_and_publish(
   return detail::catch_all("publishing the checkpoint", [&]() -> result<committed_checkpoint> {
     committed_checkpoint c;
     auto moved = [&](const std::string& ptr) -> result<void> {
-      auto w = detail::write_pointer(root_, ptr, name);
+      auto w = detail::write_pointer(s_->root_, ptr, name);
       if (w) return ok();
       error e = w.err();
       e.message = "checkpoint \"" + name + "\" is committed, but pointer \"" + ptr +
                   "\" could not be moved to it: " + e.message;
       return e;
     };
-    CAIRN_TRY(moved(opt_.latest));
+    CAIRN_TRY(moved(s_->opt_.latest));
     for (const auto& t : tags) CAIRN_TRY(moved(std::string(detail::tags_prefix) + t));
     // What killed puts of the pointers left (no put of this checkpointer is in flight now).
-    (void)root_.remove_temporaries(opt_.latest);
-    if (!tags.empty()) (void)root_.remove_temporaries(detail::tags_prefix);
+    (void)s_->root_.remove_temporaries(s_->opt_.latest);
+    if (!tags.empty()) (void)s_->root_.remove_temporaries(detail::tags_prefix);
     retain(name, c);
     return c;
   });
 }
 
 CAIRN_INLINE void checkpointer::retain(const std::string& name, committed_checkpoint& c) {
-  if (opt_.keep_last == 0) return;
-  auto found = list_checkpoints(root_, &names_, opt_.latest, /*measure=*/false);
+  if (s_->opt_.keep_last == 0) return;
+  auto found = list_checkpoints(s_->root_, &s_->names_, s_->opt_.latest, /*measure=*/false);
   if (!found) {
     c.retention_errors.push_back(found.err());
     return;
@@ -338,7 +495,7 @@ CAIRN_INLINE void checkpointer::retain(const std::string& name, committed_checkp
                            [&](const checkpoint_entry& e) { return e.name == name; });
   for (const auto& e : unfinished) {
     if (just == ours.end() || !detail::newer(*just, e)) continue;
-    if (auto r = remove_checkpoint(root_, e.name); !r) {
+    if (auto r = remove_checkpoint(s_->root_, e.name); !r) {
       c.retention_errors.push_back(r.err());
     } else {
       c.deleted.push_back(e.name);
@@ -346,11 +503,11 @@ CAIRN_INLINE void checkpointer::retain(const std::string& name, committed_checkp
   }
   for (std::size_t i = 0; i < ours.size(); ++i) {
     const checkpoint_entry& e = ours[i];
-    const bool keep = i < static_cast<std::size_t>(opt_.keep_last) || e.name == name || e.latest ||
-                      !e.tags.empty() ||
-                      (opt_.keep_every > 0 && e.counters->step % opt_.keep_every == 0);
+    const bool keep = i < static_cast<std::size_t>(s_->opt_.keep_last) || e.name == name ||
+                      e.latest || !e.tags.empty() ||
+                      (s_->opt_.keep_every > 0 && e.counters->step % s_->opt_.keep_every == 0);
     if (keep) continue;
-    if (auto r = remove_checkpoint(root_, e.name); !r) {
+    if (auto r = remove_checkpoint(s_->root_, e.name); !r) {
       c.retention_errors.push_back(r.err());
     } else {
       c.deleted.push_back(e.name);
@@ -362,13 +519,13 @@ CAIRN_INLINE result<std::optional<std::pair<std::string, bool>>> checkpointer::r
   return detail::catch_all(
       "finding the latest checkpoint",
       [&]() -> result<std::optional<std::pair<std::string, bool>>> {
-        CAIRN_TRY_ASSIGN(auto ptr, detail::read_pointer(root_, opt_.latest));
+        CAIRN_TRY_ASSIGN(auto ptr, detail::read_pointer(s_->root_, s_->opt_.latest));
         if (ptr) {
           CAIRN_TRY_ASSIGN(std::string format, format_at(*ptr));
           if (!format.empty()) return std::optional(std::pair(*ptr, false));
         }
-        CAIRN_TRY_ASSIGN(auto found,
-                         list_checkpoints(root_, &names_, opt_.latest, /*measure=*/false));
+        CAIRN_TRY_ASSIGN(auto found, list_checkpoints(s_->root_, &s_->names_, s_->opt_.latest,
+                                                      /*measure=*/false));
         std::vector<checkpoint_entry> ours;
         std::vector<std::string> others;
         for (auto& e : found) {
@@ -384,10 +541,10 @@ CAIRN_INLINE result<std::optional<std::pair<std::string, bool>>> checkpointer::r
           for (std::size_t i = 0; i < others.size() && i < 5; ++i)
             list += (i ? ", " : "") + others[i];
           return make_error(errc::not_found, "no committed checkpoint named like \"" +
-                                                 names_.text() + "\", but others are there (" +
+                                                 s_->names_.text() + "\", but others are there (" +
                                                  list +
                                                  "): load one by name, or use their template")
-              .with_file(root_.describe(""));
+              .with_file(s_->root_.describe(""));
         }
         std::sort(ours.begin(), ours.end(), detail::newer);
         for (const auto& e : ours) {  // newest first; a marker that is not a checkpoint's is passed
@@ -399,7 +556,7 @@ CAIRN_INLINE result<std::optional<std::pair<std::string, bool>>> checkpointer::r
 }
 
 CAIRN_INLINE result<std::string> checkpointer::format_at(const std::string& name) {
-  CAIRN_TRY_ASSIGN(auto sub, prefixed_storage::make(root_, name + "/"));
+  CAIRN_TRY_ASSIGN(auto sub, prefixed_storage::make(s_->root_, name + "/"));
   return detect_format(sub);
 }
 
@@ -409,8 +566,8 @@ CAIRN_INLINE result<std::pair<std::string, checkpoint_counters>> checkpointer::r
       "finding the checkpoint", [&]() -> result<std::pair<std::string, checkpoint_counters>> {
         CAIRN_TRY_ASSIGN(std::string format, format_at(name));
         if (format.empty()) {
-          CAIRN_TRY_ASSIGN(auto tagged,
-                           detail::read_pointer(root_, std::string(detail::tags_prefix) + name));
+          CAIRN_TRY_ASSIGN(auto tagged, detail::read_pointer(
+                                            s_->root_, std::string(detail::tags_prefix) + name));
           if (tagged) {
             name = *tagged;
             CAIRN_TRY_ASSIGN(format, format_at(name));
@@ -419,14 +576,14 @@ CAIRN_INLINE result<std::pair<std::string, checkpoint_counters>> checkpointer::r
         if (format.empty())
           return make_error(errc::not_found,
                             "no committed checkpoint (or tag) \"" + name + "\" here")
-              .with_file(root_.describe(name));
+              .with_file(s_->root_.describe(name));
         std::optional<checkpoint_counters> c;
         if (format == "cairn") {
-          CAIRN_TRY_ASSIGN(auto sub, prefixed_storage::make(root_, name + "/"));
+          CAIRN_TRY_ASSIGN(auto sub, prefixed_storage::make(s_->root_, name + "/"));
           CAIRN_TRY_ASSIGN(auto meta, read_content_metadata(sub));
           c = detail::get_counters(meta);
         }
-        if (!c) c = names_.match(name);
+        if (!c) c = s_->names_.match(name);
         return std::pair(name, c.value_or(checkpoint_counters{}));
       });
 }

@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -19,22 +20,17 @@
 #include <vector>
 
 #include "cairn/async/saver.hpp"
-#include "cairn/comm/agree.hpp"
 #include "cairn/comm/communicator.hpp"
 #include "cairn/core/error.hpp"
-#include "cairn/cuda/staging_pool.hpp"
 #include "cairn/detail/binary.hpp"
 #include "cairn/detail/config.hpp"
-#include "cairn/load.hpp"
 #include "cairn/manager/names.hpp"
 #include "cairn/options.hpp"
-#include "cairn/plan/plan_cache.hpp"
-#include "cairn/save.hpp"
-#include "cairn/storage/any_storage.hpp"
-#include "cairn/storage/open.hpp"
 #include "cairn/storage/prefixed.hpp"
 
 namespace cairn {
+
+class any_storage;
 
 /// Options of a `checkpointer`.
 struct checkpointer_options {
@@ -183,21 +179,19 @@ class checkpointer {
  public:
   /// A manager of the checkpoints under `root`. Throws cairn::exception (invalid_argument) when
   /// `opt` is not valid (a bad name template, a pointer name that is not a valid object name).
-  checkpointer(storage_ref root, comm_ref comm, checkpointer_options opt = {})
-      : checkpointer(nullptr, root, comm, std::move(opt)) {}
+  checkpointer(storage_ref root, comm_ref comm, checkpointer_options opt = {});
 
   /// A manager of the checkpoints under the storage `root_uri` names (a path, file://,
   /// memory://, s3:// with cairn/storage/s3.hpp included), which it opens and owns. Throws
   /// cairn::exception when the URI cannot be opened or `opt` is not valid.
-  checkpointer(std::string_view root_uri, comm_ref comm, checkpointer_options opt = {})
-      : checkpointer(open_shared(root_uri), comm, std::move(opt)) {}
+  checkpointer(std::string_view root_uri, comm_ref comm, checkpointer_options opt = {});
 
   checkpointer(const checkpointer&) = delete;
   checkpointer& operator=(const checkpointer&) = delete;
 
   /// An async save never committed (no `finalize`) is dropped: it is not loadable and `latest`
   /// stays where it was.
-  ~checkpointer() = default;
+  ~checkpointer();
 
   /// Saves `tree` as the checkpoint the template names for `at` (collective). Every rank must
   /// name the same checkpoint and ask for the same `tags`: checked across ranks before anything
@@ -209,33 +203,7 @@ class checkpointer {
   result<saved_checkpoint> try_save(const Tree& tree,
                                     const checkpoint_counters& at,
                                     const std::vector<std::string>& tags = {}) {
-    saved_checkpoint out;
-    if (saver_ && pending_) {
-      auto prev = finalize();
-      if (!prev) {
-        out.previous_failure = prev.err();
-      } else {
-        out.committed = std::move(*prev);
-      }
-    }
-    CAIRN_TRY_ASSIGN(out.name, agree_on_name(at, tags));
-    save_options so = opt_.save;
-    detail::put_counters(so.content_metadata, at);
-    auto sub = prefixed_storage::make(root_, out.name + "/");
-    if (!sub) return sub.err();  // the same on every rank: the name was agreed
-    if (saver_) {
-      inflight_ = std::make_unique<prefixed_storage>(std::move(*sub));
-      auto started = saver_->save(tree, *inflight_, comm_, so);
-      if (!started) {
-        inflight_.reset();
-        return started.err();
-      }
-      pending_ = pending{out.name, tags};
-      return out;
-    }
-    CAIRN_TRY_ASSIGN(save_stats stats, cairn::try_save(tree, *sub, comm_, so));
-    CAIRN_TRY_ASSIGN(out.committed, publish(out.name, tags, std::move(stats)));
-    return out;
+    return save_flattened([&] { return flatten(const_cast<Tree&>(tree)); }, at, tags);
   }
 
   /// `try_save` that throws cairn::exception on failure.
@@ -254,7 +222,7 @@ class checkpointer {
   result<std::optional<committed_checkpoint>> finalize();
 
   /// Whether an async save was started and not yet committed.
-  bool in_flight() const noexcept { return pending_.has_value(); }
+  bool in_flight() const noexcept;
 
   /// The newest committed checkpoint (collective): the one the `latest` pointer names when it
   /// is committed, else the newest committed one whose name is of the template, found by one
@@ -278,52 +246,44 @@ class checkpointer {
   /// (collective).
   template <class Tree>
   result<loaded_checkpoint> load(Tree& tree, std::string_view name, const load_options& opt = {}) {
-    CAIRN_TRY_ASSIGN(bytes got, decided_on_root([&]() -> result<bytes> {
-                       CAIRN_TRY_ASSIGN(auto found, resolve_name(std::string(name)));
-                       detail::binary_writer w;
-                       w.str(found.first);
-                       detail::put_counters(w, found.second);
-                       return std::move(w.data());
-                     }));
-    detail::binary_reader r(got);
-    loaded_checkpoint out;
-    out.name = r.str();
-    out.counters = detail::get_counters(r);
-    load_options lo = opt;
-    if (lo.staging == nullptr && !in_flight()) lo.staging = opt_.save.staging;
-    CAIRN_TRY_ASSIGN(auto sub, prefixed_storage::make(root_, out.name + "/"));
-    CAIRN_TRY_ASSIGN(out.stats, cairn::try_load(tree, sub, comm_, lo));
-    return out;
+    return load_flattened([&] { return flatten(tree); }, name, opt);
   }
 
   /// The checkpoints under the root (`list_checkpoints` with this template and pointer). Not
   /// collective: call it on one rank of a large job.
-  result<std::vector<checkpoint_entry>> list() const {
-    return list_checkpoints(root_, &names_, opt_.latest);
-  }
+  result<std::vector<checkpoint_entry>> list() const;
 
   /// The name template.
-  const name_template& names() const noexcept { return names_; }
+  const name_template& names() const noexcept;
   /// The options, as completed by the constructor.
-  const checkpointer_options& options() const noexcept { return opt_; }
+  const checkpointer_options& options() const noexcept;
   /// The storage of checkpoint `name` (its objects under "`name`/").
-  result<prefixed_storage> storage_of(const std::string& name) const {
-    return prefixed_storage::make(root_, name + "/");
-  }
+  result<prefixed_storage> storage_of(const std::string& name) const;
 
  private:
-  checkpointer(std::shared_ptr<any_storage> owned, comm_ref comm, checkpointer_options opt)
-      : checkpointer(owned, storage_ref(*owned), comm, std::move(opt)) {}
+  /// The caller's tree as its leaves: called where `save` and `load` would flatten it (after
+  /// the collective steps that come first), so that a tree that cannot be visited fails there.
+  using flatten_fn = std::function<leaf_list()>;
+
+  /// The bodies of `try_save` and `load` (collective).
+  result<saved_checkpoint> save_flattened(const flatten_fn& leaves,
+                                          const checkpoint_counters& at,
+                                          const std::vector<std::string>& tags);
+  result<loaded_checkpoint> load_flattened(const flatten_fn& leaves,
+                                           std::string_view name,
+                                           const load_options& opt);
+
+  /// What a checkpointer holds: its root, communicator, options, name template, plan cache,
+  /// staging pool, async saver and the save in flight (cairn/manager/checkpointer-inl.hpp).
+  struct state;
+  std::unique_ptr<state> s_;
+
+  checkpointer(std::shared_ptr<any_storage> owned, comm_ref comm, checkpointer_options opt);
 
   checkpointer(std::shared_ptr<any_storage> owned,
                storage_ref root,
                comm_ref comm,
                checkpointer_options opt);
-
-  struct pending {
-    std::string name;
-    std::vector<std::string> tags;
-  };
 
   static name_template parse_or_throw(const checkpointer_options& opt);
 
@@ -332,21 +292,7 @@ class checkpointer {
   /// Collective: `decide()` runs on rank 0 alone (storage reads and writes only, no collective);
   /// every rank receives its bytes, or its error.
   template <class Decide>
-  result<bytes> decided_on_root(Decide&& decide) {
-    std::optional<error> failure;
-    bytes payload;
-    if (comm_.rank() == 0) {
-      result<bytes> r = decide();
-      if (r) {
-        payload = std::move(*r);
-      } else {
-        failure = r.err();
-      }
-    }
-    auto [status, got] = announce(comm_, 0, failure, payload);
-    if (status) return *status;
-    return std::move(got);
-  }
+  result<bytes> decided_on_root(Decide&& decide);
 
   /// Collective: the name of the checkpoint at `at`, the same on every rank with the same
   /// tags, or an error naming the ranks that differ (or whose name is not valid).
@@ -379,19 +325,6 @@ class checkpointer {
   /// Rank 0: checkpoint `name` (or the one tag `name` names) and its counters; errc::not_found
   /// when it is not committed.
   result<std::pair<std::string, checkpoint_counters>> resolve_name(std::string name);
-
-  std::shared_ptr<any_storage> owned_;  ///< the root, when opened from a URI
-  storage_ref root_;
-  comm_ref comm_;
-  checkpointer_options opt_;
-  name_template names_;
-  save_plan_cache cache_;
-  std::unique_ptr<cuda::staging_pool> pool_;
-  /// The storage of the async save in flight (declared before the saver: the saver's
-  /// destructor waits for its background writes into it).
-  std::unique_ptr<prefixed_storage> inflight_;
-  std::unique_ptr<async_saver> saver_;
-  std::optional<pending> pending_;
 };
 
 }  // namespace cairn

@@ -142,12 +142,6 @@ CAIRN_INLINE result<void> load_leaves_from(const leaf_list& tree_leaves,
                                            const load_options& opt,
                                            load_stats& stats);
 
-/// The non-template body of `load`.
-CAIRN_INLINE result<load_stats> load_leaves(const leaf_list& tree_leaves,
-                                            storage_ref st,
-                                            comm_ref comm,
-                                            const load_options& opt);
-
 }  // namespace cairn::detail
 
 #if CAIRN_HEADER_ONLY

@@ -231,12 +231,6 @@ CAIRN_INLINE result<void> commit_at_root(
 CAIRN_INLINE result<save_stats> commit_phase(
     planned_save& plan, written_save& w, storage_ref st, comm_ref comm, const save_options& opt);
 
-/// The non-template body of `save`: stage device tensors, plan across ranks, write, commit.
-CAIRN_INLINE result<save_stats> save_leaves(const leaf_list& leaves,
-                                            storage_ref st,
-                                            comm_ref comm,
-                                            const save_options& requested);
-
 }  // namespace cairn::detail
 
 #if CAIRN_HEADER_ONLY

@@ -178,55 +178,14 @@ struct flattener {
 
   /// A factory: the leaves of the state_dict it builds (kept alive with the leaves), and its
   /// merge step run after a load.
-  template <class T>
-  void visit_factory(T& v, const std::string& path) {
-    if (!v.build) return;
-    auto built = std::make_shared<state_dict>(v.build());
-    out.keep_alive.push_back(built);
-    visit_checked(*built, path);
-    if (v.merge)
-      out.after_load.push_back(
-          [built, merge = v.merge]() -> result<void> { return merge(*built); });
-  }
+  void visit_factory(factory& v, const std::string& path);
 
   /// A state_dict: each entry in name order (nested dicts, common values, tensors, objects).
-  template <class T>
-  void visit_state_dict(T& v, const std::string& path) {
-    for (auto& [name, entry] : v.entries()) {
-      std::string p = join_path(path, name);
-      std::visit(
-          [&](auto& e) {
-            using E = std::remove_cvref_t<decltype(e)>;
-            if constexpr (std::is_same_v<E, std::unique_ptr<state_dict>>) {
-              if (e) visit_checked(*e, p);
-            } else if constexpr (std::is_same_v<E, common_value>) {
-              visit_dict_common(e, p);
-            } else {
-              visit_checked(e, p);
-            }
-          },
-          entry);
-    }
-  }
+  void visit_state_dict(state_dict& v, const std::string& path);
 
   /// A state_dict's common value: loads replace it, but only by a value of the same kind (and
   /// dtype, unless a string).
-  template <class T>
-  void visit_dict_common(T& e, const std::string& path) {
-    common_leaf leaf;
-    leaf.path = path;
-    leaf.value = &e;
-    leaf.encode = [](const void* q) { return *static_cast<const common_value*>(q); };
-    leaf.decode = [](const common_value& in, void* q) -> result<void> {
-      auto& target = *static_cast<common_value*>(q);
-      if (target.kind != in.kind || (in.kind != common_kind::string && target.type != in.type))
-        return make_error(errc::mismatch, "stored common value is " + in.describe_type() +
-                                              ", the entry is " + target.describe_type());
-      target = in;
-      return ok();
-    };
-    out.commons.push_back(std::move(leaf));
-  }
+  void visit_dict_common(common_value& e, const std::string& path);
 
   /// A type with an adapter: its view, visited in its place.
   template <class T>
@@ -314,6 +273,10 @@ leaf_list flatten(Tree& tree) {
   f.visit(tree, std::string());
   return out;
 }
+
+/// `flatten` of a `state_dict`, whose visit is compiled once (it is not a template: its
+/// entries are the dynamically typed leaves).
+CAIRN_INLINE leaf_list flatten(state_dict& tree);
 
 /// True when cairn can visit a type at the top level of a tree.
 template <class T>
