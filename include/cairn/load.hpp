@@ -79,6 +79,6 @@ CAIRN_INLINE result<std::map<std::string, tensor_data>> load_tensors(
 }  // namespace cairn
 
 #if CAIRN_HEADER_ONLY
-#  include "cairn/pipeline/load.hpp"  // the phases, with their bodies and load_leaves'
 #  include "cairn/load-inl.hpp"
+#  include "cairn/pipeline/load.hpp"  // the phases, with their bodies and load_leaves'
 #endif
