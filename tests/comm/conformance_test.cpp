@@ -173,7 +173,7 @@ TEST_SUITE("comm thread ranks failure") {
     }
   }
 
-  TEST_CASE("a rank failing after some collectives; later calls on the others throw too") {
+  TEST_CASE("a rank failing after some collectives, later calls on the others throw too") {
     std::atomic<int> comm_errors{0};
     auto run = [&] {
       cairn::run_ranks(4, [&](cairn::thread_communicator& c) {

@@ -15,7 +15,7 @@
 #include "cairn/cairn.hpp"
 #include "cairn/convert/source.hpp"
 #include "cairn/format/safetensors/file.hpp"
-#include "tests/api/test_util.hpp"
+#include "tests/support/test_util.hpp"
 
 namespace {
 using cairn::box;
@@ -181,7 +181,7 @@ TEST_CASE("unshard one_file: a 4-rank checkpoint with flattened optimizer shards
   CHECK(h.metadata == std::map<std::string, std::string>{{"format", "pt"}});
 }
 
-TEST_CASE("unshard per_tensor and chunks write an index; chunks respect the byte limit") {
+TEST_CASE("unshard per_tensor and chunks write an index, chunks respect the byte limit") {
   cairn_test::temp_dir d;
   cairn::file_storage ck(d.path / "ckpt");
   save_multirank(ck);

@@ -23,7 +23,7 @@
 #include "cairn/convert/unshard.hpp"
 #include "cairn/plan/cover.hpp"
 #include "cairn/strategies.hpp"
-#include "tests/api/property.hpp"
+#include "tests/support/property.hpp"
 
 namespace cairn_test::conformance {
 

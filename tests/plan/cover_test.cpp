@@ -8,7 +8,7 @@
 #include <random>
 #include <vector>
 
-#include "tests/api/test_util.hpp"
+#include "tests/support/test_util.hpp"
 
 namespace {
 

@@ -110,7 +110,7 @@ TEST_SUITE("open_storage") {
 }
 
 TEST_SUITE("any_storage") {
-  TEST_CASE("owns its backend; copies share it; ref() skips the handle") {
+  TEST_CASE("owns its backend, copies share it, ref() skips the handle") {
     cairn::any_storage a{cairn::memory_storage{}};
     cairn::any_storage copy = a;
     require_ok(a.put("k", pattern(3)));

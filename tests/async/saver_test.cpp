@@ -1,0 +1,240 @@
+// async_saver: the save returns after staging; the checkpoint holds what the tensors held
+// then; background failures reach every rank; later saves reuse the staging pool and
+// allocate nothing large.
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <new>
+
+#include "cairn/async/saver.hpp"
+#include "cairn/storage/fault_injection.hpp"
+#include "tests/support/test_util.hpp"
+
+// Counts heap allocations larger than 1 MiB while armed (every thread of the process). The
+// replacements pair malloc with free on purpose; g++ cannot see that when it inlines them.
+#if defined(__GNUC__) && !defined(__clang__)
+#  pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+#endif
+namespace {
+std::atomic<bool> g_armed{false};
+std::atomic<std::uint64_t> g_large{0};
+std::atomic<std::uint64_t> g_largest{0};
+void* counted(std::size_t n) {
+  if (g_armed.load(std::memory_order_relaxed) && n > (std::size_t{1} << 20)) {
+    g_large.fetch_add(1);
+    std::uint64_t prev = g_largest.load();
+    while (n > prev && !g_largest.compare_exchange_weak(prev, n)) {
+    }
+  }
+  if (void* p = std::malloc(n ? n : 1)) return p;
+  throw std::bad_alloc();
+}
+}  // namespace
+void* operator new(std::size_t n) { return counted(n); }
+void* operator new[](std::size_t n) { return counted(n); }
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete[](void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+// The nothrow forms too (std::stable_sort's buffer uses them): every form that pairs with the
+// deletes above must allocate with malloc.
+void* operator new(std::size_t n, const std::nothrow_t&) noexcept {
+  try {
+    return counted(n);
+  } catch (...) {
+    return nullptr;
+  }
+}
+void* operator new[](std::size_t n, const std::nothrow_t&) noexcept {
+  try {
+    return counted(n);
+  } catch (...) {
+    return nullptr;
+  }
+}
+void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
+void operator delete[](void* p, const std::nothrow_t&) noexcept { std::free(p); }
+
+using namespace cairn_test;
+
+namespace {
+
+/// One rank's state: a row-sharded weight, a column-sharded one (tiled on save), a replicated
+/// bias, a step counter and an RNG object.
+struct rank_tensors {
+  std::vector<float> w, v, b;
+  cairn::state_dict sd;
+  rank_tensors(int rank, int world, float base) {
+    w.assign(256 * 512 / world, 0);
+    v.assign(512 * 256 / world, 0);
+    b.assign(64, 0);
+    fill(rank, base);
+    sd.add("w",
+           cairn::from_rank_offsets("w", std::span(w), {256 / world, 512}, {{0, rank, world}}));
+    sd.add("v",
+           cairn::from_rank_offsets("v", std::span(v), {512, 256 / world}, {{1, rank, world}}));
+    sd.add("b", cairn::replicated("b", std::span(b), {64}, rank));
+    sd.add("step", std::int64_t(base));
+    sd.add("rng", cairn::per_rank("rng", std::vector<std::byte>(16, std::byte(rank)), rank, world));
+  }
+  /// Values that depend on the global element only, so any topology can check them.
+  void fill(int rank, float base) {
+    const std::size_t rows = w.size() / 512, cols = v.size() / 512;  // local extents
+    for (std::size_t i = 0; i < w.size(); ++i)
+      w[i] = base + static_cast<float>(rank * rows * 512 + i);
+    for (std::size_t r = 0; r < 512; ++r)
+      for (std::size_t c = 0; c < cols; ++c)
+        v[r * cols + c] = -base - static_cast<float>(r * 256 + rank * cols + c);
+    for (std::size_t i = 0; i < b.size(); ++i) b[i] = base + static_cast<float>(i);
+  }
+};
+
+/// Loads the checkpoint on `world` ranks into fresh state and compares with fill(base).
+bool loads_as(cairn::storage_ref st, int world, float base) {
+  std::atomic<int> bad{0};
+  cairn::run_ranks(world, [&](cairn::thread_communicator& comm) {
+    rank_tensors want(comm.rank(), world, base), got(comm.rank(), world, -1);
+    cairn::load_options lo;
+    lo.object_mapping = cairn::objects_modulo();
+    cairn::load(got.sd, st, comm, lo);
+    if (got.w != want.w || got.v != want.v || got.b != want.b) ++bad;
+    if (std::get<cairn::common_value>(*got.sd.find("step")).as<std::int64_t>() !=
+        static_cast<std::int64_t>(base))
+      ++bad;
+  });
+  return bad == 0;
+}
+
+}  // namespace
+
+TEST_CASE("async save: the checkpoint holds the values at the time save returned") {
+  temp_dir dir;
+  cairn::file_storage disk(dir.path);
+  cairn::save_options so;
+  so.block_size = 16 << 10;  // several tiles per chunk
+  so.overwrite = true;
+  cairn::run_ranks(4, [&](cairn::thread_communicator& comm) {
+    cairn::async_saver saver;
+    rank_tensors s(comm.rank(), 4, 10);
+    for (int round = 0; round < 3; ++round) {
+      float base = 10.0f + static_cast<float>(round);
+      s.fill(comm.rank(), base);
+      std::get<cairn::common_value>(*s.sd.find("step")) =
+          cairn::common_value::of(std::int64_t(base));
+      auto h = saver.save(s.sd, disk, comm, so);
+      REQUIRE(h);
+      // Training goes on at once: every source buffer changes before the write finishes.
+      s.fill(comm.rank(), 1000.0f + static_cast<float>(round));
+      if (round < 2) {
+        auto r = h->wait();
+        REQUIRE(r);
+        CHECK(r->bytes_written > 0);
+      }
+    }
+    REQUIRE(saver.finalize());
+    CHECK(saver.pool().allocations() == 1);  // sized on the first save, reused after
+  });
+  CHECK(loads_as(disk, 4, 12.0f));
+  CHECK(loads_as(disk, 2, 12.0f));  // and on another topology
+  CHECK(cairn::verify_checkpoint(disk).value().empty());
+}
+
+TEST_CASE("async save: a save in flight is committed by the next one, or refused") {
+  cairn::memory_storage mem;
+  cairn::save_options so;
+  so.overwrite = true;
+  cairn::run_ranks(2, [&](cairn::thread_communicator& comm) {
+    cairn::async_saver saver;
+    rank_tensors s(comm.rank(), 2, 1);
+    auto h1 = saver.save(s.sd, mem, comm, so);
+    REQUIRE(h1);
+    s.fill(comm.rank(), 2);
+    std::get<cairn::common_value>(*s.sd.find("step")) = cairn::common_value::of(std::int64_t{2});
+    auto h2 = saver.save(s.sd, mem, comm, so);  // commits h1 first
+    REQUIRE(h2);
+    CHECK(h1->wait());  // already committed: its result
+    CHECK(saver.in_flight());
+    REQUIRE(h2->wait());
+    CHECK(!saver.in_flight());
+
+    cairn::async_saver strict(
+        cairn::async_saver_options{.in_flight = cairn::on_save_in_flight::fail});
+    REQUIRE(strict.save(s.sd, mem, comm, so));
+    auto refused = strict.save(s.sd, mem, comm, so);
+    REQUIRE(!refused);
+    CHECK(refused.err().code == cairn::errc::invalid_argument);
+    CHECK(strict.finalize());
+  });
+  CHECK(loads_as(mem, 2, 2));
+}
+
+TEST_CASE("async save: a failing background write reaches every rank, the old checkpoint stays") {
+  temp_dir dir;
+  cairn::file_storage disk(dir.path);
+  cairn::save_options so;
+  so.overwrite = true;
+  so.block_size = 16 << 10;
+  // A good checkpoint first.
+  cairn::run_ranks(4, [&](cairn::thread_communicator& comm) {
+    rank_tensors s(comm.rank(), 4, 5);
+    cairn::save(s.sd, disk, comm, so);
+  });
+  cairn::faulty_storage<cairn::file_storage> faulty(disk);
+  faulty.fail_after_writes(3);  // some rank's background write fails part-way
+  std::vector<std::string> errors(4);
+  std::vector<bool> returned(4, false);
+  cairn::run_ranks(4, [&](cairn::thread_communicator& comm) {
+    cairn::async_saver saver;
+    rank_tensors s(comm.rank(), 4, 6);
+    auto h = saver.save(s.sd, faulty, comm, so);
+    REQUIRE(h);  // staging succeeded: the failure is in the background
+    returned[comm.rank()] = true;
+    auto r = h->wait();
+    REQUIRE(!r);
+    errors[comm.rank()] = r.err().describe();
+    CHECK(r.err().rank >= 0);
+    CHECK(!r.err().file.empty());
+  });
+  for (const auto& e : errors) {
+    CHECK(e.find("injected failure") != std::string::npos);
+    CHECK(e == errors[0]);  // the same error everywhere
+  }
+  CHECK(loads_as(disk, 4, 5));  // nothing committed: the previous checkpoint loads
+}
+
+TEST_CASE(
+    "async save: after the first save, no staging allocation and no heap allocation > 1 MiB") {
+  temp_dir dir;
+  cairn::file_storage mem(dir.path);  // the kernel holds the bytes, not the heap
+  cairn::save_options so;
+  so.overwrite = true;
+  cairn::save_plan_cache cache;
+  so.plan_cache = &cache;
+  cairn::single_communicator comm;
+  cairn::async_saver saver;
+  // 8 MiB of state: far above the 1 MiB threshold, so a per-save staging buffer would show.
+  std::vector<float> big(2 << 20);
+  std::vector<float> cols(512 * 512);
+  cairn::state_dict sd;
+  sd.add("big", cairn::replicated("big", std::span(big), {2 << 20}, 0));
+  sd.add("cols", cairn::replicated("cols", std::span(cols), {512, 512}, 0));
+  sd.add("step", std::int64_t{0});
+  REQUIRE(saver.save(sd, mem, comm, so));
+  REQUIRE(saver.finalize());
+  const auto allocations = saver.pool().allocations();
+  g_large = 0;
+  g_largest = 0;
+  g_armed = true;
+  for (int i = 0; i < 3; ++i) {
+    big[0] = static_cast<float>(i);
+    auto h = saver.save(sd, mem, comm, so);
+    REQUIRE(h);
+    CHECK(h->started().plan_reused);
+    REQUIRE(h->wait());
+  }
+  g_armed = false;
+  CHECK(saver.pool().allocations() == allocations);
+  INFO("largest allocation: " << g_largest.load());
+  CHECK(g_large.load() == 0);
+}

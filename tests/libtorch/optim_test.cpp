@@ -1,0 +1,173 @@
+// cairn::torch on thread ranks: every libtorch 1.13 dtype, non-contiguous and expanded tensors,
+// bare tensors in structs, module trees, optimizer trees (Adam, AdamW, SGD, RMSprop, Adagrad),
+// and N -> M resharding of a tensor-parallel module, its AdamW state and a distributed
+// optimizer's flat slices.
+#include <string>
+#include <vector>
+
+#include "cairn/cairn.hpp"
+#include "cairn/libtorch.hpp"
+#include "tests/libtorch/doctest_after_torch.hpp"
+#include "tests/libtorch/round_trip.hpp"
+#include "tests/libtorch/tp_model.hpp"
+
+namespace lt = cairn::libtorch;
+using namespace cairn_test;
+
+TEST_CASE("a tensor-parallel module and its AdamW state saved on N thread ranks load on M") {
+  // The reference: one rank holding the whole block, one AdamW step.
+  tp_block ref(1);
+  fill(ref, 0, 1, 1.0);
+  torch::optim::AdamW ref_opt(ref->parameters(), torch::optim::AdamWOptions(1e-2));
+  adamw_step(ref, ref_opt, 0, 1, 1.0);
+  for (int n : {1, 2, 3, 4}) {
+    for (int m : {1, 2, 3, 4}) {
+      INFO("N=" << n << " M=" << m);
+      cairn::memory_storage mem;
+      cairn::run_ranks(n, [&](cairn::thread_communicator& comm) {
+        tp_block b(n);
+        fill(b, comm.rank(), n, 1.0);
+        torch::optim::AdamW opt(b->parameters(), torch::optim::AdamWOptions(1e-2));
+        adamw_step(b, opt, comm.rank(), n, 1.0);
+        cairn::save(tp_state(b, opt, comm.rank(), n), mem, comm);
+      });
+      std::vector<std::vector<std::string>> bad(static_cast<std::size_t>(m));
+      cairn::run_ranks(m, [&](cairn::thread_communicator& comm) {
+        tp_block b(m);  // fresh: default init, no optimizer state
+        torch::optim::AdamW opt(b->parameters(), torch::optim::AdamWOptions(0.5));
+        auto sd = tp_state(b, opt, comm.rank(), m);
+        cairn::load(sd, mem, comm);
+        auto& out = bad[static_cast<std::size_t>(comm.rank())];
+        out = loaded_mismatches(b, opt, ref, ref_opt, comm.rank(), m);
+        if (opt.param_groups()[0].options().get_lr() != 1e-2) out.push_back("lr");
+      });
+      for (auto& r : bad) CHECK(r.empty());
+    }
+  }
+}
+
+TEST_CASE("a distributed optimizer's flat slices saved on N thread ranks load on M") {
+  // One global parameter of 6 x 4; each data-parallel rank updates a contiguous slice of it.
+  torch::Tensor global = torch::arange(24, torch::kFloat).reshape({6, 4}) * 0.1;
+  torch::Tensor grad = torch::arange(24, torch::kFloat).reshape({6, 4}) * -0.05 + 0.3;
+  auto range = [](int r, int n) {
+    return cairn::flat_range{24 * r / n, 24 * (r + 1) / n};  // uneven for n = 5
+  };
+  auto slice_opt = [&](torch::Tensor slice) {
+    return std::make_unique<torch::optim::Adam>(std::vector<torch::Tensor>{slice},
+                                                torch::optim::AdamOptions(1e-3).amsgrad(true));
+  };
+  // Reference state: the whole parameter in one Adam.
+  torch::Tensor whole = global.clone();
+  auto ref = slice_opt(whole);
+  whole.mutable_grad() = grad.clone();
+  ref->step();
+  auto& rs = static_cast<torch::optim::AdamParamState&>(
+      *ref->state()[c10::guts::to_string(whole.unsafeGetTensorImpl())]);
+  for (int n : {1, 2, 5}) {
+    for (int m : {1, 3, 4}) {
+      INFO("N=" << n << " M=" << m);
+      cairn::memory_storage mem;
+      cairn::run_ranks(n, [&](cairn::thread_communicator& comm) {
+        auto [b, e] = range(comm.rank(), n);
+        torch::Tensor slice = global.flatten().narrow(0, b, e - b).clone();
+        auto opt = slice_opt(slice);
+        slice.mutable_grad() = grad.flatten().narrow(0, b, e - b).clone();
+        opt->step();
+        lt::placement place{.block_shape = cairn::shape{6, 4}, .flat = cairn::flat_range{b, e}};
+        cairn::state_dict sd;
+        sd.add("optim", lt::optimizer_state(*opt, {{"w", slice, place}}));
+        cairn::save(sd, mem, comm);
+      });
+      std::vector<int> bad(static_cast<std::size_t>(m));
+      cairn::run_ranks(m, [&](cairn::thread_communicator& comm) {
+        auto [b, e] = range(comm.rank(), m);
+        torch::Tensor slice = torch::zeros({e - b});
+        auto opt = slice_opt(slice);
+        lt::placement place{.block_shape = cairn::shape{6, 4}, .flat = cairn::flat_range{b, e}};
+        cairn::state_dict sd;
+        sd.add("optim", lt::optimizer_state(*opt, {{"w", slice, place}}));
+        cairn::load(sd, mem, comm);
+        auto& s = static_cast<torch::optim::AdamParamState&>(
+            *opt->state()[c10::guts::to_string(slice.unsafeGetTensorImpl())]);
+        auto want = [&](const torch::Tensor& t) { return t.flatten().narrow(0, b, e - b); };
+        bool ok = s.step() == 1 && torch::allclose(s.exp_avg(), want(rs.exp_avg()), 1e-6, 1e-9) &&
+                  torch::allclose(s.exp_avg_sq(), want(rs.exp_avg_sq()), 1e-6, 1e-9) &&
+                  torch::allclose(s.max_exp_avg_sq(), want(rs.max_exp_avg_sq()), 1e-6, 1e-9);
+        bad[static_cast<std::size_t>(comm.rank())] = ok ? 0 : 1;
+      });
+      for (int r : bad) CHECK(r == 0);
+    }
+  }
+}
+
+TEST_CASE("SGD, RMSprop and Adagrad state round-trips, a second step matches the first run's") {
+  auto check_kind = [](auto make) {
+    torch::manual_seed(3);
+    torch::nn::Linear a(4, 3);
+    auto opt_a = make(a->parameters());
+    auto step = [](torch::nn::Linear& m, auto& opt, double x) {
+      opt->zero_grad();
+      m->forward(torch::full({2, 4}, x)).pow(2).sum().backward();
+      opt->step();
+    };
+    step(a, opt_a, 1.0);
+    step(a, opt_a, 0.5);
+    cairn::memory_storage mem;
+    cairn::state_dict sd;
+    sd.add("model", lt::module_state(*a));
+    sd.add("optim", lt::optimizer_state(*opt_a, *a));
+    cairn::save(sd, mem, solo);
+
+    torch::nn::Linear b(4, 3);
+    auto opt_b = make(b->parameters());
+    cairn::state_dict back;
+    back.add("model", lt::module_state(*b));
+    back.add("optim", lt::optimizer_state(*opt_b, *b));
+    cairn::load(back, mem, solo);
+    step(a, opt_a, 0.25);
+    step(b, opt_b, 0.25);
+    CHECK(torch::equal(a->weight, b->weight));
+    CHECK(torch::equal(a->bias, b->bias));
+  };
+  SUBCASE("SGD with momentum and dampening") {
+    check_kind([](auto params) {
+      return std::make_unique<torch::optim::SGD>(
+          params, torch::optim::SGDOptions(0.1).momentum(0.9).dampening(0.1));
+    });
+  }
+  SUBCASE("RMSprop, centered, with momentum") {
+    check_kind([](auto params) {
+      return std::make_unique<torch::optim::RMSprop>(
+          params, torch::optim::RMSpropOptions(0.01).momentum(0.5).centered(true));
+    });
+  }
+  SUBCASE("Adagrad") {
+    check_kind([](auto params) {
+      return std::make_unique<torch::optim::Adagrad>(params, torch::optim::AdagradOptions(0.1));
+    });
+  }
+  SUBCASE("Adam") {
+    check_kind([](auto params) {
+      return std::make_unique<torch::optim::Adam>(
+          params, torch::optim::AdamOptions(0.01).weight_decay(0.1));
+    });
+  }
+}
+
+TEST_CASE("an optimizer over parameters missing from the names is refused") {
+  torch::nn::Linear a(2, 2);
+  torch::optim::SGD opt(a->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+  cairn::memory_storage mem;
+  cairn::state_dict sd;
+  sd.add("optim", lt::optimizer_state(opt, {{"weight", a->weight, {}}}));  // no bias
+  auto r = cairn::try_save(sd, mem, solo);
+  REQUIRE_FALSE(r);
+  CHECK(r.err().message.find("not among the named tensors") != std::string::npos);
+  torch::optim::LBFGS lbfgs(a->parameters());
+  cairn::state_dict sd2;
+  sd2.add("optim", lt::optimizer_state(lbfgs, *a));
+  auto l = cairn::try_save(sd2, mem, solo);
+  REQUIRE_FALSE(l);
+  CHECK(l.err().message.find("LBFGS") != std::string::npos);
+}

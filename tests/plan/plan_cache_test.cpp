@@ -1,0 +1,139 @@
+// Plan caching: an unchanged structure reuses the plan and exchanges only hashes.
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <string>
+#include <vector>
+
+#include "tests/support/test_util.hpp"
+
+namespace {
+
+/// One collective as one rank saw it: its kind and the bytes this rank sent and received.
+struct collective_use {
+  std::string kind;
+  std::size_t sent = 0, received = 0;
+};
+
+/// Logs every collective this rank calls, with the bytes it sent and received, around thread
+/// ranks.
+struct counting_comm {
+  cairn::thread_communicator inner;
+  std::vector<collective_use>* log;
+  int rank() const { return inner.rank(); }
+  int size() const { return inner.size(); }
+  static std::size_t total(const std::vector<cairn::bytes>& v) {
+    std::size_t n = 0;
+    for (const auto& b : v) n += b.size();
+    return n;
+  }
+  std::vector<cairn::bytes> all_gather(std::span<const std::byte> in) {
+    auto out = inner.all_gather(in);
+    log->push_back({"all_gather", in.size(), total(out) - in.size()});
+    return out;
+  }
+  std::vector<cairn::bytes> gather(std::span<const std::byte> in, int root) {
+    auto out = inner.gather(in, root);
+    log->push_back(
+        {"gather", rank() == root ? 0 : in.size(), rank() == root ? total(out) - in.size() : 0});
+    return out;
+  }
+  std::vector<cairn::bytes> all_to_all(const std::vector<cairn::bytes>& to) {
+    auto out = inner.all_to_all(to);
+    auto self = static_cast<std::size_t>(rank());
+    log->push_back({"all_to_all", total(to) - to[self].size(), total(out) - out[self].size()});
+    return out;
+  }
+  void broadcast(cairn::bytes& b, int root) {
+    std::size_t before = b.size();
+    inner.broadcast(b, root);
+    log->push_back(
+        {"broadcast", rank() == root ? before * (size() - 1) : 0, rank() == root ? 0 : b.size()});
+  }
+  void barrier() { inner.barrier(); }
+};
+static_assert(cairn::scalable_communicator<counting_comm>);
+
+}  // namespace
+
+TEST_CASE("a second save with the same structure reuses the plan, exchanging a small vote") {
+  constexpr int world = 4;
+  cairn::memory_storage mem;
+  // Per rank, per step: the collectives of that step's save.
+  std::vector<std::vector<std::vector<collective_use>>> logs(world);
+  std::vector<std::vector<bool>> reused(world);
+  cairn::run_ranks(world, [&](cairn::thread_communicator& tc) {
+    cairn::save_plan_cache cache;
+    std::vector<float> w(64 * 64);
+    std::vector<std::int32_t> big(4096);
+    cairn::state_dict sd;
+    for (int i = 0; i < 20; ++i)
+      sd.add("w" + std::to_string(i),
+             cairn::from_rank_offsets("w" + std::to_string(i), std::span(w).first(16 * 64),
+                                      {16, 64}, {{0, tc.rank(), world}}));
+    sd.add("big", cairn::replicated("big", std::span(big), {4096}, tc.rank()));
+    for (int step = 0; step < 4; ++step) {
+      auto& log = logs[tc.rank()].emplace_back();
+      counting_comm comm{tc, &log};
+      sd.add("step", std::int64_t{step});  // common values may change: the plan does not
+      std::fill(w.begin(), w.end(), static_cast<float>(step));
+      cairn::save_options o;
+      o.overwrite = true;
+      o.plan_cache = &cache;
+      if (step == 3) sd.add("new", std::int64_t{1});  // structure changed: plan again
+      auto stats = cairn::save(sd, mem, comm, o);
+      reused[tc.rank()].push_back(stats.plan_reused);
+    }
+    CHECK(cache.hits() == 2);
+    CHECK(cache.misses() == 2);
+  });
+  CHECK(reused[0] == std::vector<bool>{false, true, true, false});
+  for (int r = 1; r < world; ++r) CHECK(reused[r] == reused[0]);
+  for (int r = 0; r < world; ++r) {
+    INFO("rank " << r);
+    // A miss all-gathers every rank's description: every leaf, more than a kilobyte.
+    REQUIRE(!logs[r][0].empty());
+    CHECK(logs[r][0][0].kind == "all_gather");
+    CHECK(logs[r][0][0].received > 1000);
+    // A hit: the vote goes to rank 0 (gather) and the verdict comes back (broadcast). Every
+    // rank but the root sends and receives at most 64 bytes for it.
+    for (int step : {1, 2}) {
+      const auto& log = logs[r][step];
+      REQUIRE(log.size() >= 2);
+      CHECK(log[0].kind == "gather");
+      CHECK(log[1].kind == "broadcast");
+      if (r != 0) {
+        CHECK(log[0].sent + log[1].received <= 64);
+        CHECK(log[0].received + log[1].sent == 0);
+      }
+    }
+    // A changed structure: the vote fails, then the full exchange.
+    REQUIRE(logs[r][3].size() >= 3);
+    CHECK(logs[r][3][0].kind == "gather");
+    CHECK(logs[r][3][2].kind == "all_gather");
+    CHECK(logs[r][3][2].received > 1000);
+  }
+  // and the checkpoint is right
+  auto t = cairn::load_tensors(mem, {"w0"}).value();
+  CHECK(t.at("w0").as<float>()[0] == 3.0f);
+  CHECK(cairn::load_common(mem).value().at("new").as<std::int64_t>() == 1);
+}
+
+TEST_CASE("a cached plan still catches common values that differ across ranks") {
+  cairn::memory_storage mem;
+  std::vector<std::string> errors(2);
+  cairn::run_ranks(2, [&](cairn::thread_communicator& comm) {
+    cairn::save_plan_cache cache;
+    cairn::state_dict sd;
+    sd.add("step", std::int64_t{1});
+    cairn::save_options o;
+    o.overwrite = true;
+    o.plan_cache = &cache;
+    cairn::save(sd, mem, comm, o);
+    sd.add("step", std::int64_t{2 + comm.rank()});
+    auto r = cairn::try_save(sd, mem, comm, o);
+    errors[comm.rank()] = r ? "" : r.err().describe();
+  });
+  CHECK(errors[0].find("common value differs") != std::string::npos);
+  CHECK(errors[1] == errors[0]);
+}

@@ -1,0 +1,216 @@
+// Save on N processes and load on M processes (N, M in 1..world size) with random shardings
+// (block, uneven, replicated, flattened, prepended) over a shared directory; element-exact.
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <random>
+
+#include "cairn/comm/mpi.hpp"
+#include "cairn/strategies.hpp"
+#include "tests/support/property.hpp"
+#include "tests/system/mpi/first_n.hpp"
+
+using namespace cairn_test;
+
+namespace {
+
+/// Saves `c` on the first `n` processes and loads it on the first `m` (shards laid out as
+/// `save_kind` and `load_kind`) in directory `dir`; returns what differs on this process. A
+/// save or load that throws is returned as a failure too, after every process has passed the
+/// same barriers: the processes outside the group that threw must not be left waiting (they
+/// would pair their next collective with the next test's).
+std::vector<std::string> save_and_load(const std::string& dir,
+                                       const property_case& c,
+                                       int n,
+                                       int m,
+                                       layout_kind save_kind,
+                                       layout_kind load_kind,
+                                       const cairn::save_options& so) {
+  std::vector<std::string> failures;
+  {
+    first_n sub(n);
+    if (sub.comm != MPI_COMM_NULL) {
+      try {
+        cairn::mpi_communicator comm(sub.comm);
+        rank_state rs;
+        build_rank(rs, c.specs, c.save_grids, comm.rank(), n, true, save_kind);
+        cairn::file_storage disk(dir);
+        cairn::save(rs.sd, disk, comm, so);
+      } catch (const std::exception& e) {
+        failures.push_back(std::string("save threw: ") + e.what());
+      }
+    }
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  first_n sub(m);
+  if (sub.comm == MPI_COMM_NULL) return failures;
+  try {
+    cairn::mpi_communicator comm(sub.comm);
+    rank_state rs;
+    build_rank(rs, c.specs, c.load_grids, comm.rank(), m, false, load_kind);
+    cairn::file_storage disk(dir);
+    cairn::load(rs.sd, disk, comm);
+    for (auto& f : rank_failures(rs, c.specs, c.load_grids, comm.rank(), m, load_kind))
+      failures.push_back(std::move(f));
+  } catch (const std::exception& e) {
+    failures.push_back(std::string("load threw: ") + e.what());
+  }
+  return failures;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "random shardings (block, uneven, replicated, flattened, prepended) on N processes load on M") {
+  int world = 0, me = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  MPI_Comm_rank(MPI_COMM_WORLD, &me);
+  cairn::mpi_communicator all(MPI_COMM_WORLD);
+  const std::string root = shared_temp_dir(all);
+  std::mt19937 rng(99);  // same sequence on every process
+  int failures = 0, combos = 0;
+  const std::pair<layout_kind, layout_kind> trials[] = {
+      {layout_kind::block, layout_kind::block},
+      {layout_kind::flattened, layout_kind::block},
+      {layout_kind::block, layout_kind::flattened},
+      {layout_kind::prepended, layout_kind::block},
+      {layout_kind::block, layout_kind::prepended}};
+  for (int n = 1; n <= world; ++n) {
+    for (int m = 1; m <= world; ++m) {
+      for (auto [save_kind, load_kind] : trials) {
+        property_case c = random_case(rng, 1 + static_cast<int>(rng() % 3), n, m);
+        cairn::save_options so;
+        so.block_size = 32 + rng() % 64;
+        for (const auto& f : save_and_load(root + "/ckpt_" + std::to_string(combos), c, n, m,
+                                           save_kind, load_kind, so)) {
+          ++failures;
+          MESSAGE("N=" << n << " M=" << m << " " << f);
+        }
+        ++combos;
+      }
+    }
+  }
+  CHECK(failures == 0);
+  CHECK(combos == world * world * 5);
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (me == 0) std::filesystem::remove_all(root);
+}
+
+/// Random shardings (block and flattened saves, block loads) saved on N and loaded on M
+/// processes, N, M in 1..world, with the options `configure(so, combo)` sets; checkpoints go
+/// under a shared temporary directory, removed at the end. Returns the failures and combos.
+template <class Configure>
+std::pair<int, int> n_to_m_processes(std::uint32_t seed, Configure configure) {
+  int world = 0, me = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  MPI_Comm_rank(MPI_COMM_WORLD, &me);
+  cairn::mpi_communicator all(MPI_COMM_WORLD);
+  const std::string root = shared_temp_dir(all);
+  std::mt19937 rng(seed);  // same sequence on every process
+  int failures = 0, combos = 0;
+  for (int n = 1; n <= world; ++n) {
+    for (int m = 1; m <= world; ++m) {
+      for (layout_kind save_kind : {layout_kind::block, layout_kind::flattened}) {
+        property_case c = random_case(rng, 1 + static_cast<int>(rng() % 3), n, m);
+        cairn::save_options so;
+        so.block_size = 32 + rng() % 64;
+        configure(so, combos);
+        for (const auto& f : save_and_load(root + "/ckpt_" + std::to_string(combos), c, n, m,
+                                           save_kind, layout_kind::block, so)) {
+          ++failures;
+          MESSAGE("N=" << n << " M=" << m << " " << f);
+        }
+        ++combos;
+      }
+    }
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (me == 0) std::filesystem::remove_all(root);
+  return {failures, combos};
+}
+
+TEST_CASE("scalable planning, format version 3: random shardings on N processes load on M") {
+  int world = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  auto [failures, combos] = n_to_m_processes(1124, [](cairn::save_options& so, int combo) {
+    so.scalable_planning = true;
+    so.index_files = false;
+    so.zstd_level = combo % 2;
+  });
+  CHECK(failures == 0);
+  CHECK(combos == world * world * 2);
+}
+
+TEST_CASE("format version 4: random shardings on N processes load on M through index files") {
+  int world = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  auto [failures, combos] = n_to_m_processes(1125, [](cairn::save_options& so, int combo) {
+    so.index_files = true;
+    so.scalable_planning = combo % 2 == 0;
+    so.zstd_level = (combo / 2) % 2;
+  });
+  CHECK(failures == 0);
+  CHECK(combos == world * world * 2);
+}
+
+TEST_CASE("every save strategy on N processes loads on M processes") {
+  int world = 0, me = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  MPI_Comm_rank(MPI_COMM_WORLD, &me);
+  cairn::mpi_communicator all(MPI_COMM_WORLD);
+  const std::string root = shared_temp_dir(all);
+  const cairn::torch_dist_strategy torch_dist;
+  const cairn::safetensors_strategy one_file(cairn::convert::output_format::one_file);
+  const cairn::safetensors_strategy chunks(cairn::convert::output_format::chunks, 500, 128);
+  const std::pair<const char*, const cairn::save_strategy*> strategies[] = {
+      {"native+zstd", nullptr},
+      {"torch_dist", &torch_dist},
+      {"one_file", &one_file},
+      {"chunks", &chunks}};
+  std::mt19937 rng(7);
+  int failures = 0, combos = 0;
+  for (auto [name, strategy] : strategies) {
+    // N processes save, M = N % world + 1 load (a different count whenever world > 1).
+    for (int n = 1; n <= world; ++n) {
+      int m = n % world + 1;
+      property_case c = random_case(rng, 1 + static_cast<int>(rng() % 3), n, m);
+      cairn::save_options so;
+      so.strategy = strategy;
+      so.zstd_level = strategy ? 0 : 1;
+      so.block_size = 64;
+      for (const auto& f : save_and_load(root + "/strategy_" + std::to_string(combos), c, n, m,
+                                         layout_kind::flattened, layout_kind::block, so)) {
+        ++failures;
+        MESSAGE(name << " N=" << n << " M=" << m << " " << f);
+      }
+      ++combos;
+    }
+  }
+  CHECK(failures == 0);
+  CHECK(combos == world * 4);
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (me == 0) std::filesystem::remove_all(root);
+}
+
+TEST_CASE("a replicated tensor is read by one process and broadcast to the others") {
+  cairn::mpi_communicator comm(MPI_COMM_WORLD);
+  const std::string root = shared_temp_dir(comm);
+  std::vector<double> w(256 * 128);
+  for (std::size_t i = 0; i < w.size(); ++i) w[i] = 1.0 / static_cast<double>(i + 1);
+  cairn::file_storage disk(root);
+  {
+    cairn::state_dict sd;
+    sd.add("w", cairn::replicated("w", std::span(w), {256, 128}, comm.rank()));
+    cairn::save(sd, disk, comm);
+  }
+  std::vector<double> got(w.size(), 0.0);
+  cairn::state_dict sd;
+  sd.add("w", cairn::replicated("w", std::span(got), {256, 128}, comm.rank()));
+  auto stats = cairn::load(sd, disk, comm);
+  CHECK(got == w);
+  long long mine = static_cast<long long>(stats.bytes_read), total = 0;
+  MPI_Allreduce(&mine, &total, 1, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
+  CHECK(total == static_cast<long long>(w.size() * sizeof(double)));
+  comm.barrier();
+  if (comm.rank() == 0) std::filesystem::remove_all(root);
+}
