@@ -188,7 +188,10 @@ inline auto objects_modulo() {
 
 /// What one rank did during a load.
 struct load_stats {
-  std::uint64_t bytes_read = 0;    ///< bytes read from storage (whole checksum blocks)
+  std::uint64_t bytes_read = 0;  ///< bytes read from storage (whole checksum blocks)
+  /// Bytes of format version 4 index files read (ends, directories and pages meeting this
+  /// rank's pieces); the manifest, which rank 0 reads and broadcasts, is in neither count.
+  std::uint64_t index_bytes_read = 0;
   std::uint64_t bytes_needed = 0;  ///< bytes of the target that came from the checkpoint
   double seconds = 0;
   std::vector<std::string> unexpected;  ///< tree keys not in the checkpoint (skipped)

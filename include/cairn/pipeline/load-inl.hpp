@@ -15,8 +15,25 @@
 #include "cairn/pipeline/load.hpp"
 #include "cairn/pipeline/stage.hpp"
 #include "cairn/plan/box.hpp"
+#include "cairn/storage/decorator.hpp"
 
 namespace cairn::detail {
+
+/// Counts the bytes read through it: the index sections a load reads, for
+/// load_stats::index_bytes_read.
+class read_counting_storage : public storage_decorator<storage_ref> {
+ public:
+  read_counting_storage(storage_ref& inner, std::uint64_t& bytes) noexcept
+      : storage_decorator(inner), bytes_(&bytes) {}
+  result<void> read(std::string_view name, std::uint64_t offset, std::span<std::byte> out) {
+    auto r = storage_decorator::read(name, offset, out);
+    if (r) *bytes_ += out.size();
+    return r;
+  }
+
+ private:
+  std::uint64_t* bytes_;
+};
 
 CAIRN_INLINE std::uint64_t read_length(const read_op& op, std::uint64_t block_size) {
   const std::uint64_t lo = op.first_block * block_size;
@@ -391,7 +408,9 @@ CAIRN_INLINE result<void> load_leaves_from(const leaf_list& tree_leaves,
       for (const auto& p : pieces_of(t.sharding)) boxes.push_back(p.region);
       if (boxes.empty()) boxes.push_back(box{shape(t.sharding.global_shape.size(), 0), {}});
     }
-    auto r = catch_all("reading the index", [&] { return read_index_sections(st, m, wants); });
+    read_counting_storage counted(st, stats.index_bytes_read);
+    auto r = catch_all("reading the index",
+                       [&] { return read_index_sections(storage_ref(counted), m, wants); });
     if (!r) failure = std::move(r).err().with_rank(comm.rank());
   }
   if (!failure) {

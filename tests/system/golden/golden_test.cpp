@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "cairn/cairn.hpp"
+#include "tests/support/source_dir.hpp"
 #include "cairn/strategies.hpp"
 
 namespace {
@@ -181,7 +182,7 @@ void save_golden(cairn::storage_ref st, const golden_format& f) {
 }  // namespace
 
 TEST_CASE("golden checkpoints of every format load and re-save identically") {
-  const fs::path root = CAIRN_GOLDEN_DIR;
+  const fs::path root = fs::path(cairn_test::source_dir()) / "tests/system/golden/data";
   const char* write_env = std::getenv("CAIRN_GOLDEN_WRITE");
   const std::string write_only = write_env ? write_env : "";
   for (const golden_format& f : formats()) {

@@ -23,13 +23,14 @@
 #include <vector>
 
 #include "cairn/storage/s3.hpp"
+#include "tests/support/source_dir.hpp"
 
 extern char** environ;
 
 namespace cairn_s3_test {
 
 /// The repository root (for .deps/ and the node scripts).
-inline std::string source_dir() { return CAIRN_SOURCE_DIR; }
+inline std::string source_dir() { return cairn_test::source_dir(); }
 /// Where the node scripts of these tests are.
 inline std::string script(const std::string& name) { return source_dir() + "/tests/system/s3/" + name; }
 /// s3rver's launcher in .deps/.
