@@ -54,7 +54,9 @@ CAIRN_INLINE result<void> check_box_read(const shape& dims,
                           " axes, the tensor " + std::to_string(dims.size()))
         .with_key(key);
   for (std::size_t a = 0; a < dims.size(); ++a)
-    if (region.offset[a] < 0 || region.size[a] < 0 || region.offset[a] + region.size[a] > dims[a])
+    // Compared without adding: offset + size may overflow for a hostile box.
+    if (region.offset[a] < 0 || region.size[a] < 0 || region.offset[a] > dims[a] ||
+        region.size[a] > dims[a] - region.offset[a])
       return make_error(errc::invalid_argument, "box " + region.str() + " lies outside the tensor")
           .with_key(key);
   if (out_bytes != static_cast<std::uint64_t>(region.volume()) * elem_size)

@@ -163,6 +163,10 @@ class faulty_storage {
   void fail_op(std::uint64_t k, fault_mode mode) {
     state_->mode.store(mode);
     state_->fired.store(false);
+    {
+      std::lock_guard lock(state_->mu);
+      state_->fired_at.clear();
+    }
     state_->fault_at.store(state_->ops.load() + k);
   }
   /// Whether the fault armed by `fail_op` has hit an operation.

@@ -199,16 +199,19 @@ CAIRN_INLINE result<void> file_storage::read(std::string_view name,
     return e;
   }
   bool short_read = done < out.size();
-  if (out.empty()) {
+  std::uint64_t file_end = offset + done;  // where pread met the end of the file
+  if (done == 0) {
+    // Nothing read: the read may have started past the end, which only the file's size tells.
     struct stat st {};
     if (::fstat(f->fd, &st) != 0) return detail::os_error(errc::io, errno, "fstat", p);
-    short_read = offset > static_cast<std::uint64_t>(st.st_size);
+    file_end = static_cast<std::uint64_t>(st.st_size);
+    if (out.empty()) short_read = offset > file_end;
   }
   if (short_read) {
     error e =
         make_error(errc::corrupt, "truncated: reading " + std::to_string(out.size()) +
                                       " bytes at offset " + std::to_string(offset) + " of " + p +
-                                      ", the file ends at byte " + std::to_string(offset + done));
+                                      ", the file ends at byte " + std::to_string(file_end));
     e.file = p;
     e.offset = offset + done;
     return e;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <optional>
 
@@ -29,7 +30,9 @@ CAIRN_INLINE void memory_objects::publish(std::string_view name, std::shared_ptr
 
 CAIRN_INLINE result<void> memory_writer::write_at(std::uint64_t offset,
                                                   std::span<const std::byte> data) {
-  if (offset > SIZE_MAX - data.size()) {
+  // No vector grows beyond PTRDIFF_MAX bytes: a larger end would throw from resize.
+  constexpr std::uint64_t max_end = static_cast<std::uint64_t>(PTRDIFF_MAX);
+  if (data.size() > max_end || offset > max_end - data.size()) {
     error e = make_error(errc::invalid_argument, "write range overflows memory");
     e.file = "mem://" + name_;
     e.offset = offset;

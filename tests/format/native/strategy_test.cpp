@@ -17,30 +17,6 @@
 
 using namespace cairn_test;
 
-namespace {
-
-/// A (rows, 256) i64 tensor of small counters (compresses well), rank r of `world` holding a
-/// row block; the data views `buf`.
-cairn::sharded_tensor<std::int64_t> counters(std::vector<std::int64_t>& buf,
-                                             std::int64_t rows,
-                                             int r,
-                                             int world) {
-  std::int64_t lo = rows * r / world, hi = rows * (r + 1) / world;
-  buf.resize(static_cast<std::size_t>((hi - lo) * 256));
-  for (std::int64_t i = 0; i < static_cast<std::int64_t>(buf.size()); ++i)
-    buf[static_cast<std::size_t>(i)] = (lo * 256 + i) % 97;
-  cairn::sharded_tensor<std::int64_t> t;
-  t.key = "counters";
-  t.type = cairn::dtype::i64;
-  t.local_shape = {hi - lo, 256};
-  t.global_shape = {rows, 256};
-  t.global_offset = {lo, 0};
-  t.data = buf;
-  return t;
-}
-
-}  // namespace
-
 TEST_CASE("zstd: compressed blocks, tiled or not, load on another topology and verify") {
   for (int variant = 0; variant < 4; ++variant) {
     const bool tile = variant % 2 == 0, index_files = variant < 2;

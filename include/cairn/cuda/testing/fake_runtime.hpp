@@ -392,6 +392,10 @@ class fake_runtime {
     if (ev == events_.end()) return misuse("cudaEventRecord of an unknown event");
     auto q = streams_.find(s);
     if (q == streams_.end()) return misuse("cudaEventRecord on an unknown stream");
+    // As cudaEventRecord: the event now stands for this record only, so an earlier marker of
+    // it (on any stream) must not end a later synchronization early.
+    for (auto& [id, queued] : streams_)
+      std::erase_if(queued, [e](const op& o) { return o.event == e; });
     q->second.push_back({nullptr, nullptr, 0, copy_kind::host_to_host, e});
     ev->second = s;
     return 0;

@@ -125,10 +125,9 @@ class s3_client {
       if (attempt > 0) ++retries_;
       s3_http_response resp = attempt_once(r, deadline);
       attempt_outcome outcome = judge(resp);
-      if (outcome.final_answer) {
-        unreachable_until_.store(0);
-        return resp;
-      }
+      // Any HTTP answer, a retryable one included, says the server is reachable again.
+      if (resp.curl == CURLE_OK) unreachable_until_.store(0);
+      if (outcome.final_answer) return resp;
       const std::int64_t delay_ms = backoff_ms(attempt);
       if (attempt + 1 >= attempts_allowed ||
           clock::now() + std::chrono::milliseconds(delay_ms) >= deadline) {

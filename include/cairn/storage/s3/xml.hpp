@@ -12,7 +12,8 @@
 namespace cairn::detail {
 
 /// `s` with its XML entities decoded: the five named ones and numeric ones (`&#233;`, `&#xE9;`,
-/// written as UTF-8); an unknown or unterminated entity is kept as written.
+/// written as UTF-8); an unknown, unterminated or malformed entity (no digits, other characters,
+/// NUL, a surrogate, past U+10FFFF) is kept as written.
 inline std::string xml_unescape(std::string_view s) {
   std::string out;
   out.reserve(s.size());
@@ -38,10 +39,26 @@ inline std::string xml_unescape(std::string_view s) {
     else if (ent == "apos")
       out += '\'';
     else if (ent.starts_with('#')) {
-      unsigned long cp = ent.size() > 1 && (ent[1] == 'x' || ent[1] == 'X')
-                             ? std::strtoul(std::string(ent.substr(2)).c_str(), nullptr, 16)
-                             : std::strtoul(std::string(ent.substr(1)).c_str(), nullptr, 10);
-      if (cp < 0x80) {
+      // Digits only (hex after 'x'), naming a Unicode scalar value other than NUL; anything else
+      // ("&#;", "&#-1;", "&#12ab;", a surrogate, past U+10FFFF) is kept as written.
+      const bool hex = ent.size() > 1 && (ent[1] == 'x' || ent[1] == 'X');
+      const std::string_view digits = ent.substr(hex ? 2 : 1);
+      unsigned long cp = 0;
+      bool valid = !digits.empty();
+      for (char c : digits) {
+        int d = c >= '0' && c <= '9'          ? c - '0'
+                : hex && c >= 'a' && c <= 'f' ? c - 'a' + 10
+                : hex && c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                              : -1;
+        if (d < 0 || cp > 0x10FFFF) {
+          valid = false;
+          break;
+        }
+        cp = cp * (hex ? 16 : 10) + static_cast<unsigned long>(d);
+      }
+      if (!valid || cp == 0 || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) {
+        out.append(s.substr(i, semi - i + 1));
+      } else if (cp < 0x80) {
         out += static_cast<char>(cp);
       } else if (cp < 0x800) {
         out += static_cast<char>(0xC0 | (cp >> 6));

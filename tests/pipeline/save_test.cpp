@@ -1,0 +1,233 @@
+// The phases of a save (pipeline/save.hpp) run by hand below save(): option and name checks,
+// the recording storage, the overwrite rule, and plan, write and commit on thread ranks, with a
+// failure on one rank reaching every rank and leaving nothing committed.
+#include "cairn/pipeline/save.hpp"
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cctype>
+#include <string>
+#include <vector>
+
+#include "cairn/cairn.hpp"
+#include "cairn/storage/fault_injection.hpp"
+#include "cairn/strategies.hpp"
+#include "tests/support/test_util.hpp"
+
+namespace pipeline_save_test {
+
+/// Rank `r` of 2: rows [2r, 2r + 2) of "w" (f32 [4, 3], value 10 row + col) and a common "step".
+struct rank_state {
+  std::vector<float> w;
+  cairn::state_dict sd;
+  explicit rank_state(int r) : w(6) {
+    for (int i = 0; i < 6; ++i) w[i] = static_cast<float>(10 * (2 * r + i / 3) + i % 3);
+    sd.add("w", cairn::from_rank_offsets("w", std::span(w), {2, 3}, {{0, r, 2}}));
+    sd.add("step", std::int64_t{9});
+  }
+};
+
+/// Loads "w" whole on one rank.
+inline std::vector<float> load_w(cairn::storage_ref st) {
+  std::vector<float> w(12, -1.0f);
+  cairn::state_dict sd;
+  sd.add("w", cairn::from_rank_offsets("w", std::span(w), {4, 3}, {}));
+  cairn::single_communicator one;
+  cairn::load(sd, st, one);
+  return w;
+}
+
+}  // namespace pipeline_save_test
+
+TEST_CASE("check_save_options bounds block_size and zstd_level") {
+  using cairn::detail::check_save_options;
+  CHECK(check_save_options({.block_size = 1}));
+  CHECK(check_save_options({.block_size = cairn::max_block_size}));
+  for (std::uint64_t b : {std::uint64_t{0}, cairn::max_block_size + 1}) {
+    auto r = check_save_options({.block_size = b});
+    REQUIRE(!r);
+    CHECK(r.err().code == cairn::errc::invalid_argument);
+    CHECK(r.err().message.find("block_size") != std::string::npos);
+  }
+  CHECK(check_save_options({.zstd_level = 0}));
+  CHECK(check_save_options({.zstd_level = 19}));
+  for (int z : {-1, 1000}) {
+    auto r = check_save_options({.zstd_level = z});
+    REQUIRE(!r);
+    CHECK(r.err().message.find("zstd_level") != std::string::npos);
+  }
+}
+
+TEST_CASE("check_utf8_names refuses names that are not UTF-8, naming them") {
+  const std::string bad = "w\xff\xfe";
+  cairn::leaf_list ok;
+  ok.tensors.push_back(cairn::tensor_leaf{.path = "w", .sharding = {.key = "wé"}});
+  ok.commons.push_back(cairn::common_leaf{.path = "run/β"});
+  CHECK(cairn::detail::check_utf8_names(ok, {}));
+
+  auto expect = [&](const cairn::leaf_list& l, const cairn::save_options& o, const char* what) {
+    auto r = cairn::detail::check_utf8_names(l, o);
+    REQUIRE(!r);
+    CHECK(r.err().code == cairn::errc::invalid_argument);
+    CHECK(r.err().key == bad);
+    CHECK(r.err().message.find(what) != std::string::npos);
+  };
+  cairn::leaf_list t = ok;
+  t.tensors[0].sharding.key = bad;
+  expect(t, {}, "tensor key");
+  cairn::leaf_list o = ok;
+  o.objects.push_back(cairn::object_leaf{.key = bad});
+  expect(o, {}, "object key");
+  cairn::leaf_list c = ok;
+  c.commons[0].path = bad;
+  expect(c, {}, "common value path");
+  expect(ok, {.content_metadata = {{bad, "v"}}}, "content metadata key");
+  expect(ok, {.content_metadata = {{"k", bad}}}, "content metadata value");
+}
+
+TEST_CASE("strategy_of, effective_options and new_save_id") {
+  cairn::torch_dist_strategy td;
+  CHECK(cairn::detail::strategy_of({}).name() == "native");
+  CHECK(cairn::detail::strategy_of({.strategy = &td}).name() == "torch_dist");
+  // index files are the native strategy's; a strategy that does not route them turns them off.
+  CHECK(cairn::detail::effective_options({}).index_files);
+  CHECK(!cairn::detail::effective_options({.index_files = false}).index_files);
+  CHECK(!cairn::detail::effective_options({.strategy = &td}).index_files);
+
+  auto a = cairn::detail::new_save_id(), b = cairn::detail::new_save_id();
+  CHECK(a.size() == 12);
+  CHECK(std::all_of(a.begin(), a.end(),
+                    [](char ch) { return std::isxdigit(ch) && !std::isupper(ch); }));
+  CHECK(a != b);
+}
+
+TEST_CASE("recording_storage lists the objects written that are still there") {
+  cairn::memory_storage mem;
+  cairn::faulty_storage faulty{mem};
+  cairn::detail::recording_storage rec{faulty};
+  const std::byte one[] = {std::byte{1}};
+  REQUIRE(rec.put("a", one));
+  auto w = rec.open_writer("b").value();
+  REQUIRE(w->write_at(0, one));
+  CHECK(rec.names() == std::vector<std::string>{"a"});  // not finished: not written yet
+  REQUIRE(w->finish());
+  REQUIRE(rec.put("c", one));
+  REQUIRE(rec.put("a", one));  // written again: listed once, last
+  CHECK(rec.names() == std::vector<std::string>{"b", "c", "a"});
+  REQUIRE(rec.remove("c"));
+  REQUIRE(mem.remove("b"));  // removed by someone else
+  CHECK(rec.names() == std::vector<std::string>{"a"});
+  faulty.fail_op(0, cairn::fault_mode::fail);
+  CHECK(!rec.put("d", one));
+  CHECK(rec.names() == std::vector<std::string>{"a"});
+  CHECK(rec.describe("a") == mem.describe("a"));
+}
+
+TEST_CASE("check_overwrite refuses a committed checkpoint unless asked, and the strategy can") {
+  cairn::memory_storage mem;
+  cairn::torch_dist_strategy td;
+  CHECK(cairn::detail::check_overwrite(false, mem, {}));
+  auto no = cairn::detail::check_overwrite(true, mem, {});
+  REQUIRE(!no);
+  CHECK(no.err().code == cairn::errc::already_exists);
+  CHECK(no.err().file == mem.describe("metadata.json"));
+  CHECK(cairn::detail::check_overwrite(true, mem, {.overwrite = true}));
+  auto fixed = cairn::detail::check_overwrite(true, mem, {.overwrite = true, .strategy = &td});
+  REQUIRE(!fixed);
+  CHECK(fixed.err().code == cairn::errc::already_exists);
+  CHECK(fixed.err().message.find("torch_dist") != std::string::npos);
+}
+
+TEST_CASE("plan, write and commit phases run by hand save what load reads") {
+  cairn::memory_storage mem;
+  std::vector<std::string> ids(2);
+  cairn::run_ranks(2, [&](cairn::thread_communicator& comm) {
+    pipeline_save_test::rank_state s(comm.rank());
+    cairn::leaf_list leaves = cairn::flatten(s.sd);
+    cairn::save_options opt;
+    cairn::planned_save plan;
+    REQUIRE(cairn::detail::plan_phase(leaves, mem, comm, opt, plan));
+    ids[comm.rank()] = plan.save_id;
+    CHECK(plan.rank == comm.rank());
+    CHECK(plan.index.world_size == 2);
+    CHECK(plan.items.size() == plan.index.slots[comm.rank()].size());
+    std::uint64_t bytes = 0;
+    for (const auto& item : plan.items) {
+      CHECK(item.key == "w");
+      bytes += item.nbytes;
+    }
+    CHECK(bytes == plan.index.bytes_of_rank[comm.rank()]);
+    CHECK(!mem.exists("metadata.json").value());  // planning writes nothing
+    cairn::written_save w = cairn::detail::write_phase(plan, mem, opt);
+    CHECK(!w.failure);
+    auto stats = cairn::detail::commit_phase(plan, w, mem, comm, opt);
+    REQUIRE(stats);
+    CHECK(stats->save_id == plan.save_id);
+  });
+  CHECK(ids[0] == ids[1]);
+  CHECK(ids[0].size() == 12);
+  CHECK(pipeline_save_test::load_w(mem) ==
+        std::vector<float>{0, 1, 2, 10, 11, 12, 20, 21, 22, 30, 31, 32});
+
+  // Planning again over the committed checkpoint fails on every rank alike.
+  cairn::run_ranks(2, [&](cairn::thread_communicator& comm) {
+    pipeline_save_test::rank_state s(comm.rank());
+    cairn::planned_save plan;
+    auto r = cairn::detail::plan_phase(cairn::flatten(s.sd), mem, comm, {}, plan);
+    REQUIRE(!r);
+    CHECK(r.err().code == cairn::errc::already_exists);
+  });
+}
+
+TEST_CASE("a failure on one rank reaches every rank, naming it, and nothing is committed") {
+  SUBCASE("a write fails on rank 1") {
+    cairn::memory_storage mem;
+    cairn::run_ranks(2, [&](cairn::thread_communicator& comm) {
+      pipeline_save_test::rank_state s(comm.rank());
+      cairn::faulty_storage faulty{mem};
+      if (comm.rank() == 1) faulty.fail_after_writes(0);
+      cairn::planned_save plan;
+      REQUIRE(cairn::detail::plan_phase(cairn::flatten(s.sd), faulty, comm, {}, plan));
+      cairn::written_save w = cairn::detail::write_phase(plan, faulty, {});
+      CHECK(w.failure.has_value() == (comm.rank() == 1));
+      if (w.failure) CHECK(w.failure->rank == 1);
+      auto r = cairn::detail::commit_phase(plan, w, faulty, comm, {});
+      REQUIRE(!r);
+      CHECK(r.err().rank == 1);
+      CHECK(r.err().code == cairn::errc::io);
+    });
+    CHECK(cairn::detect_format(mem).value().empty());
+    CHECK(mem.list("").value().empty());  // every rank removed what it wrote
+  }
+  SUBCASE("staging failed on rank 0: planning fails everywhere with its error") {
+    cairn::memory_storage mem;
+    cairn::run_ranks(2, [&](cairn::thread_communicator& comm) {
+      pipeline_save_test::rank_state s(comm.rank());
+      std::optional<cairn::error> local;
+      if (comm.rank() == 0)
+        local = cairn::make_error(cairn::errc::resource, "staging ran out").with_rank(0);
+      cairn::planned_save plan;
+      auto r = cairn::detail::plan_phase(cairn::flatten(s.sd), mem, comm, {}, plan, local);
+      REQUIRE(!r);
+      CHECK(r.err().code == cairn::errc::resource);
+      CHECK(r.err().rank == 0);
+      CHECK(r.err().message.find("staging ran out") != std::string::npos);
+    });
+    CHECK(mem.list("").value().empty());
+  }
+  SUBCASE("a tensor whose bytes are not whole elements") {
+    cairn::memory_storage mem;
+    cairn::run_ranks(2, [&](cairn::thread_communicator& comm) {
+      pipeline_save_test::rank_state s(comm.rank());
+      auto leaves = cairn::flatten(s.sd);
+      if (comm.rank() == 1) leaves.tensors[0].nbytes -= 1;
+      cairn::planned_save plan;
+      auto r = cairn::detail::plan_phase(leaves, mem, comm, {}, plan);
+      REQUIRE(!r);
+      CHECK(r.err().code == cairn::errc::invalid_argument);
+      CHECK(r.err().key == "w");
+      CHECK(r.err().rank == 1);
+    });
+  }
+}
