@@ -2,6 +2,8 @@
 // writes in the background through async_saver, and the result loads on M ranks. What each
 // layout holds is in the owning tests of format/<layout>/strategy.hpp; that each saves on N
 // ranks and loads back on M element-exactly is tests/format/conformance_test.cpp's.
+#include "cairn/strategies.hpp"
+
 #include <doctest/doctest.h>
 
 #include <atomic>
@@ -13,7 +15,6 @@
 #include "cairn/convert/diff.hpp"
 #include "cairn/storage/decorator.hpp"
 #include "cairn/storage/fault_injection.hpp"
-#include "cairn/strategies.hpp"
 #include "tests/support/property.hpp"
 #include "tests/support/train_state.hpp"
 

@@ -1,5 +1,7 @@
 // convert::diff (convert/diff.hpp): tensors added, removed, retyped, reshaped and changed,
 // between checkpoints of any layout.
+#include "cairn/convert/diff.hpp"
+
 #include <doctest/doctest.h>
 
 #include <atomic>
@@ -8,7 +10,6 @@
 
 #include "cairn/async/saver.hpp"
 #include "cairn/cairn.hpp"
-#include "cairn/convert/diff.hpp"
 #include "cairn/storage/decorator.hpp"
 #include "cairn/storage/fault_injection.hpp"
 #include "cairn/strategies.hpp"

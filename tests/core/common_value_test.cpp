@@ -1,11 +1,12 @@
 // dtype table, float conversions, sharded tensor factories and layout validation, codecs and
 // common values.
+#include "cairn/core/common_value.hpp"
+
 #include <doctest/doctest.h>
 
 #include <cmath>
 #include <limits>
 
-#include "cairn/core/common_value.hpp"
 #include "cairn/core/dtype.hpp"
 #include "cairn/core/sharded_object.hpp"
 #include "cairn/core/sharded_tensor.hpp"
@@ -25,4 +26,3 @@ TEST_CASE("common values keep kind and dtype and never convert silently") {
   enum class mode : std::uint8_t { a = 3 };
   CHECK(cairn::common_value::of(mode::a).as<mode>() == mode::a);
 }
-

@@ -1,12 +1,13 @@
 // dtype table, float conversions, sharded tensor factories and layout validation, codecs and
 // common values.
+#include "cairn/core/dtype.hpp"
+
 #include <doctest/doctest.h>
 
 #include <cmath>
 #include <limits>
 
 #include "cairn/core/common_value.hpp"
-#include "cairn/core/dtype.hpp"
 #include "cairn/core/sharded_object.hpp"
 #include "cairn/core/sharded_tensor.hpp"
 
@@ -43,4 +44,3 @@ TEST_CASE("f16 and bf16 convert exactly where representable and round to nearest
     REQUIRE(cairn::f16(f).bits == h.bits);
   }
 }
-

@@ -1,5 +1,7 @@
 // dtype table, float conversions, sharded tensor factories and layout validation, codecs and
 // common values.
+#include "cairn/core/sharded_object.hpp"
+
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -7,7 +9,6 @@
 
 #include "cairn/core/common_value.hpp"
 #include "cairn/core/dtype.hpp"
-#include "cairn/core/sharded_object.hpp"
 #include "cairn/core/sharded_tensor.hpp"
 
 TEST_CASE("object codecs and unique keys") {

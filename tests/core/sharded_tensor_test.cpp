@@ -1,5 +1,7 @@
 // dtype table, float conversions, sharded tensor factories and layout validation, codecs and
 // common values.
+#include "cairn/core/sharded_tensor.hpp"
+
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -8,7 +10,6 @@
 #include "cairn/core/common_value.hpp"
 #include "cairn/core/dtype.hpp"
 #include "cairn/core/sharded_object.hpp"
-#include "cairn/core/sharded_tensor.hpp"
 #include "tests/support/test_util.hpp"
 
 TEST_CASE("from_rank_offsets computes global shape, offset and fragmentation") {
@@ -105,4 +106,3 @@ TEST_CASE("from_rank_offsets with splits built at run time, and from_rank_offset
   cairn_test::fill_block("w", cairn::dtype::f32, global, cairn::box{{0, 0}, global}, want.data());
   CHECK(t.at("w").data == want);
 }
-

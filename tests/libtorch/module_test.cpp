@@ -62,4 +62,3 @@ TEST_CASE("name patterns: * spans dots, ? one character, first rule wins") {
   CHECK(s.place("x.bias").replica_id == 3);
   CHECK(lt::sharding(5).place("x").replica_id == 5);
 }
-

@@ -144,4 +144,3 @@ TEST_CASE("bare torch::Tensor fields and map values are leaves keyed by their pa
   CHECK(torch::equal(back.buffers["a"], s.buffers["a"]));
   CHECK(back.step == 9);
 }
-

@@ -1,6 +1,8 @@
 // Scalable save planning (plan/scalable.hpp) on thread ranks: every element of every tensor is
 // written exactly once, by a rank that holds it, from the right place in that rank's leaf;
 // writes spread over holders; errors are validate_integrity's, the same on every rank.
+#include "cairn/pipeline/scalable_plan.hpp"
+
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -11,7 +13,6 @@
 #include <vector>
 
 #include "cairn/comm/threads.hpp"
-#include "cairn/pipeline/scalable_plan.hpp"
 #include "tests/plan/scalable_cases.hpp"
 
 namespace {

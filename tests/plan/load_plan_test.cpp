@@ -1,5 +1,7 @@
 // The load planner (plan_copies, plan_reads), tested directly: pure functions over descriptions
 // and boxes, no storage, no communicator.
+#include "cairn/plan/load_plan.hpp"
+
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -7,7 +9,6 @@
 #include <map>
 #include <vector>
 
-#include "cairn/plan/load_plan.hpp"
 #include "cairn/plan/save_plan.hpp"
 
 namespace {
@@ -98,4 +99,3 @@ TEST_CASE("plan_copies: a piece that meets no chunk is a gap naming the missing 
   CHECK(r.err().code == cairn::errc::integrity);
   CHECK(jobs.empty());
 }
-

@@ -1,13 +1,13 @@
 // The save planner (plan_save) and validate_integrity, tested directly: pure functions over
 // descriptions and boxes, no storage, no communicator.
+#include "cairn/plan/save_plan.hpp"
+
 #include <doctest/doctest.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <map>
 #include <vector>
-
-#include "cairn/plan/save_plan.hpp"
 
 namespace {
 

@@ -1,6 +1,8 @@
 // cached_storage (storage/cached.hpp): the first read downloads an object whole and later reads
 // are local; writes through it invalidate the copy; failed downloads leave nothing behind.
 // (conformance_test.cpp checks that it is otherwise invisible.)
+#include "cairn/storage/cached.hpp"
+
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -15,7 +17,6 @@
 #include <thread>
 #include <vector>
 
-#include "cairn/storage/cached.hpp"
 #include "cairn/storage/fault_injection.hpp"
 #include "cairn/storage/file.hpp"
 #include "cairn/storage/memory.hpp"
@@ -25,7 +26,6 @@
 #include "tests/storage/conformance.hpp"
 
 using namespace cairn_storage_test;
-
 
 TEST_SUITE("cached_storage") {
   TEST_CASE("the first read downloads the object whole, later reads are local") {

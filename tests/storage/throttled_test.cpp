@@ -1,6 +1,8 @@
 // throttled_storage (storage/throttled.hpp) over memory_storage: writes and reads keep to their
 // rates; features, describe and remove_temporaries are forwarded. (conformance_test.cpp checks
 // that it is otherwise invisible.)
+#include "cairn/storage/throttled.hpp"
+
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -19,13 +21,11 @@
 #include "cairn/storage/fault_injection.hpp"
 #include "cairn/storage/file.hpp"
 #include "cairn/storage/memory.hpp"
-#include "cairn/storage/throttled.hpp"
 #include "cairn/storage/writer_slots.hpp"
 #include "tests/storage/concurrency_probe.hpp"
 #include "tests/storage/conformance.hpp"
 
 using namespace cairn_storage_test;
-
 
 TEST_SUITE("throttled_storage") {
   TEST_CASE("puts and writers keep to the write rate") {

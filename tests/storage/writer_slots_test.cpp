@@ -1,5 +1,7 @@
 // writer_slots and writer_slot_storage (storage/writer_slots.hpp): at most `limit` writers run at
 // once, across threads. (conformance_test.cpp checks that the decorator is otherwise invisible.)
+#include "cairn/storage/writer_slots.hpp"
+
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -19,12 +21,10 @@
 #include "cairn/storage/file.hpp"
 #include "cairn/storage/memory.hpp"
 #include "cairn/storage/throttled.hpp"
-#include "cairn/storage/writer_slots.hpp"
 #include "tests/storage/concurrency_probe.hpp"
 #include "tests/storage/conformance.hpp"
 
 using namespace cairn_storage_test;
-
 
 TEST_SUITE("writer_slots") {
   TEST_CASE("at most `limit` holders at once, across threads") {

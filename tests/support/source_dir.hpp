@@ -14,7 +14,8 @@ inline std::string source_dir() {
   const char* dir = std::getenv("CAIRN_SOURCE_DIR");
   if (dir == nullptr || *dir == '\0')
     throw std::runtime_error(
-        "CAIRN_SOURCE_DIR is not set: run the test through ctest, or set it to the repository root");
+        "CAIRN_SOURCE_DIR is not set: run the test through ctest, or set it to the repository "
+        "root");
   return dir;
 }
 

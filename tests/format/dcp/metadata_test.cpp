@@ -1,8 +1,9 @@
 // dcp_metadata: parsing hand-built torch 2.x metadata (StorageMeta, transform_descriptors,
 // Megatron's MCoreMetadata), writer round trips, and the save-time invariants.
+#include "cairn/format/dcp/metadata.hpp"
+
 #include <doctest/doctest.h>
 
-#include "cairn/format/dcp/metadata.hpp"
 #include "cairn/storage/memory.hpp"
 #include "tests/format/samples/pickles.hpp"
 

@@ -1,4 +1,6 @@
 // safetensors: layout, streaming writes, validation of corrupt headers, index files.
+#include "cairn/format/safetensors/file.hpp"
+
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -7,7 +9,6 @@
 #include <filesystem>
 #include <numeric>
 
-#include "cairn/format/safetensors/file.hpp"
 #include "cairn/storage/file.hpp"
 #include "cairn/storage/memory.hpp"
 

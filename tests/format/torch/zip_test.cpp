@@ -1,10 +1,11 @@
 // torch_zip: stored ZIP with torch's alignment, torch.save archives of tensors, views.
+#include "cairn/format/torch/zip.hpp"
+
 #include <doctest/doctest.h>
 
 #include <cstring>
 #include <numeric>
 
-#include "cairn/format/torch/zip.hpp"
 #include "cairn/storage/memory.hpp"
 
 namespace tz = cairn::torch_zip;

@@ -1,5 +1,6 @@
-// tests/system/fuzz/fuzz.hpp: what the fuzz targets share. Each tests/system/fuzz/<target>_fuzz.cpp defines
-// LLVMFuzzerTestOneInput; built with libFuzzer (CAIRN_FUZZ=ON, clang) or with replay_main.cpp.
+// tests/system/fuzz/fuzz.hpp: what the fuzz targets share. Each tests/system/fuzz/<target>_fuzz.cpp
+// defines LLVMFuzzerTestOneInput; built with libFuzzer (CAIRN_FUZZ=ON, clang) or with
+// replay_main.cpp.
 #pragma once
 
 #include <cstddef>

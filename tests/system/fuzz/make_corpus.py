@@ -41,7 +41,7 @@ TARGETS = ("metadata", "safetensors", "safetensors_index", "dcp_metadata", "torc
            "index")
 MAX_SEED = 64 << 10
 HERE = os.path.dirname(os.path.abspath(__file__))
-SAMPLES = os.path.join(HERE, "..", "format", "samples")
+SAMPLES = os.path.join(HERE, "..", "..", "format", "samples")
 
 
 class Corpus:

@@ -1,6 +1,6 @@
 // Golden checkpoints: every layout cairn writes, saved once from a fixed state on 2 ranks and
-// committed under tests/system/golden/data/<format>/. Each must keep loading to the same values on any
-// number of ranks, and saving the same state again must give byte-identical files (save ids
+// committed under tests/system/golden/data/<format>/. Each must keep loading to the same values on
+// any number of ranks, and saving the same state again must give byte-identical files (save ids
 // aside), so a refactoring of the pipeline cannot change the formats unnoticed.
 //
 // CAIRN_GOLDEN_WRITE=1 build/bin/test_golden rewrites the fixtures (CAIRN_GOLDEN_WRITE=<name> only
@@ -17,8 +17,8 @@
 #include <vector>
 
 #include "cairn/cairn.hpp"
-#include "tests/support/source_dir.hpp"
 #include "cairn/strategies.hpp"
+#include "tests/support/source_dir.hpp"
 
 namespace {
 

@@ -1,5 +1,5 @@
-// tests/system/hostile/bounded.hpp: runs one hostile-input case in a forked child under a memory and a
-// wall-clock limit and says how it ended — a clear cairn error, success, another exception, a
+// tests/system/hostile/bounded.hpp: runs one hostile-input case in a forked child under a memory
+// and a wall-clock limit and says how it ended — a clear cairn error, success, another exception, a
 // crash, a timeout, running out of memory or (under LeakSanitizer) a leak — so that a test can
 // assert "this input ends in a clear error within bounded time and memory" without the case
 // being able to take the test program down with it.

@@ -1,8 +1,8 @@
 // Hostile native checkpoints: a few hundred bytes of metadata.json that claim terabytes, or
 // chunks that overlap and leave gaps, run under a memory and time limit
-// (tests/system/hostile/bounded.hpp). Each must end in a clear cairn error, quickly, without allocating
-// what it claims — on one rank and on 2 and 3 thread ranks that each load their own piece
-// (tests/system/hostile/ranks.hpp).
+// (tests/system/hostile/bounded.hpp). Each must end in a clear cairn error, quickly, without
+// allocating what it claims — on one rank and on 2 and 3 thread ranks that each load their own
+// piece (tests/system/hostile/ranks.hpp).
 #include <doctest/doctest.h>
 
 #include <cstdint>
@@ -117,9 +117,9 @@ TEST_CASE("hostile native: a tensor claiming 4 TiB is refused before anything is
   CHECK_MESSAGE(v.what == cairn_hostile::outcome::succeeded, v.describe());  // lists problems
   // Ranks asking for pieces inside the one real chunk [0:32], across its end and far past it.
   check_tight_on_ranks(mem, {"w",
-                       cairn::dtype::f32,
-                       {std::int64_t{1} << 40},
-                       cairn::box{{32}, {(std::int64_t{1} << 40) - 32}}});
+                             cairn::dtype::f32,
+                             {std::int64_t{1} << 40},
+                             cairn::box{{32}, {(std::int64_t{1} << 40) - 32}}});
 }
 
 TEST_CASE("hostile native: shapes whose size overflows are corrupt") {

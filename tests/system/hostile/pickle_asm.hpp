@@ -1,6 +1,6 @@
-// tests/system/hostile/pickle_asm.hpp: hand-assembled pickles (and torch.save archives around them) for
-// tests of hostile input: memo sharing, reference cycles, deep nests and huge claimed sizes that
-// no Python writer would produce. Pieces are pickle *bodies* (opcodes without PROTO and STOP)
+// tests/system/hostile/pickle_asm.hpp: hand-assembled pickles (and torch.save archives around them)
+// for tests of hostile input: memo sharing, reference cycles, deep nests and huge claimed sizes
+// that no Python writer would produce. Pieces are pickle *bodies* (opcodes without PROTO and STOP)
 // that concatenate; `program` wraps a body into a whole pickle.
 #pragma once
 

@@ -1,5 +1,5 @@
-// The C++ side of the Python interop tests (tests/system/interop/interop.py): writes safetensors, .pt
-// and DCP files with cairn's format modules, and checks files torch wrote. Every tensor holds a
+// The C++ side of the Python interop tests (tests/system/interop/interop.py): writes safetensors,
+// .pt and DCP files with cairn's format modules, and checks files torch wrote. Every tensor holds a
 // formula both sides compute independently, so comparisons are element-exact.
 //
 //   cairn_interop write-safetensors DIR | write-pt DIR | write-dcp DIR

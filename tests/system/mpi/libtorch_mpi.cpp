@@ -6,10 +6,10 @@
 #include "cairn/cairn.hpp"
 #include "cairn/comm/mpi.hpp"
 #include "cairn/libtorch.hpp"
-#include "tests/support/test_util.hpp"
-#include "tests/system/mpi/first_n.hpp"
 #include "tests/libtorch/doctest_after_torch.hpp"
 #include "tests/libtorch/tp_model.hpp"
+#include "tests/support/test_util.hpp"
+#include "tests/system/mpi/first_n.hpp"
 
 using namespace cairn_test;
 

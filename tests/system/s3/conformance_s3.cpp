@@ -18,8 +18,8 @@
 #include "cairn/storage/s3.hpp"
 #include "cairn/storage/throttled.hpp"
 #include "cairn/storage/writer_slots.hpp"
-#include "tests/system/s3/s3_server.hpp"
 #include "tests/storage/conformance.hpp"
+#include "tests/system/s3/s3_server.hpp"
 
 using namespace cairn_storage_test;
 using namespace cairn_s3_test;

@@ -32,7 +32,9 @@ namespace cairn_s3_test {
 /// The repository root (for .deps/ and the node scripts).
 inline std::string source_dir() { return cairn_test::source_dir(); }
 /// Where the node scripts of these tests are.
-inline std::string script(const std::string& name) { return source_dir() + "/tests/system/s3/" + name; }
+inline std::string script(const std::string& name) {
+  return source_dir() + "/tests/system/s3/" + name;
+}
 /// s3rver's launcher in .deps/.
 inline std::string s3rver_bin() { return source_dir() + "/.deps/node_modules/.bin/s3rver"; }
 
