@@ -10,14 +10,16 @@
 TEST_SUITE("s3 endpoint") {
   TEST_CASE("s3 URIs split into bucket and prefix without slashes at either end") {
     CHECK(cairn::is_s3_uri("s3://b"));
-    CHECK(!cairn::is_s3_uri("S3://b"));
+    CHECK(cairn::is_s3_uri("S3://b"));  // URI schemes are case-insensitive (open_storage too)
     CHECK(!cairn::is_s3_uri("/data/s3://b"));
+    CHECK(!cairn::is_s3_uri("s3:/b"));
     using split = std::pair<std::string, std::string>;
     for (const auto& [uri, want] : {std::pair<const char*, split>{"s3://bkt", {"bkt", ""}},
                                     {"s3://bkt/", {"bkt", ""}},
                                     {"s3://bkt//", {"bkt", ""}},
                                     {"s3://my.bkt-1_x/a", {"my.bkt-1_x", "a"}},
-                                    {"s3://bkt/a/b c/d///", {"bkt", "a/b c/d"}}}) {
+                                    {"s3://bkt/a/b c/d///", {"bkt", "a/b c/d"}},
+                                    {"S3://bkt/a", {"bkt", "a"}}}) {
       CAPTURE(uri);
       auto r = cairn::detail::parse_s3_uri(uri);
       REQUIRE_MESSAGE(r.has_value(), r.err().describe());

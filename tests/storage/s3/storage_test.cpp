@@ -172,7 +172,7 @@ TEST_SUITE("s3_storage") {
     CHECK(pp.list("").value() == std::vector<std::string>{"x/9"});
   }
 
-  TEST_CASE("hostile read answers: Range ignored, short body, 416 with or without the size") {
+  TEST_CASE("hostile read answers: Range ignored or moved, short body, 416, lying sizes") {
     struct answer {
       int status;
       std::vector<std::pair<std::string, std::string>> headers;
@@ -232,12 +232,43 @@ TEST_SUITE("s3_storage") {
     CHECK(sized_by_head.err().message.find("ends at byte 15") != std::string::npos);
     CHECK(s.counters().heads == heads + 1);
 
+    // The answer must be the range asked for, not another one.
+    auto elsewhere = read_with({206, {{"Content-Range", "bytes 0-9/15"}}, "0123456789"});
+    REQUIRE(!elsewhere);
+    CHECK(elsewhere.err().code == cairn::errc::io);
+    CHECK(elsewhere.err().offset == 10);
+    CHECK(elsewhere.err().message.find(
+              "asked for bytes 10-19 and was answered bytes starting at 0") != std::string::npos);
+    // Bytes past the range are dropped; the range's own bytes arrived first.
+    auto longer = read_with({206, {{"Content-Range", "bytes 10-19/30"}}, "0123456789abcd"});
+    REQUIRE_MESSAGE(longer.has_value(), longer.err().describe());
+    CHECK(std::string(reinterpret_cast<const char*>(out.data()), out.size()) == "0123456789");
+    // A range past the end of what 64 bits can address is refused before any request.
+    const auto sent = srv.requests().size();
+    auto wraps = s.read("k.bin", UINT64_MAX - 2, out);
+    REQUIRE(!wraps);
+    CHECK(wraps.err().code == cairn::errc::invalid_argument);
+    CHECK(srv.requests().size() == sent);
+
     auto denied = read_with({403, {}, cairn_s3_unit::error_xml("AccessDenied", "no")});
     REQUIRE(!denied);
     CHECK(denied.err().code == cairn::errc::io);
     CHECK(denied.err().message.find("HTTP status 403 AccessDenied: no") != std::string::npos);
 
-    // A HEAD answer without Content-Length gives no size.
+    // A HEAD answer without Content-Length, or with one that is not a size, gives no size (curl
+    // refuses some of these itself, cairn the rest).
+    for (const char* length : {"abc", "-1", "12x", "99999999999999999999999"}) {
+      CAPTURE(length);
+      {
+        std::lock_guard lock(mu);
+        head_length = length;
+      }
+      auto bad = s.size("k.bin");
+      REQUIRE(!bad);
+      CHECK(bad.err().code == cairn::errc::io);
+      CHECK_MESSAGE(bad.err().message.find("Content-Length") != std::string::npos,
+                    bad.err().message);
+    }
     {
       std::lock_guard lock(mu);
       head_length.clear();
@@ -248,14 +279,14 @@ TEST_SUITE("s3_storage") {
     CHECK(sz.err().message.find("returned no Content-Length") != std::string::npos);
   }
 
-  TEST_CASE("list follows continuation tokens and stops on a last page or a missing token") {
+  TEST_CASE("list follows continuation tokens to the last page") {
     cairn_s3_unit::scripted_server srv([](const cairn_s3_unit::http_request& r) {
       cairn_s3_unit::http_reply rep;
       const std::string token = r.param("continuation-token");
       if (token.empty())
         rep.body = storage_test::list_page({"p/b", "p/a", "other/x"}, true, "t/1 +=&amp;");
       else if (token == "t%2F1%20%2B%3D%26")
-        rep.body = storage_test::list_page({"p/c", "p/a", "p/d &amp; e"}, true, "");
+        rep.body = storage_test::list_page({"p/c", "p/a", "p/d &amp; e"}, false, "");
       else
         rep.status = 400;
       return rep;
@@ -273,5 +304,32 @@ TEST_SUITE("s3_storage") {
     CHECK(seen[0].param("prefix") == "p%2F");
     CHECK(seen[0].param("max-keys") == "3");
     CHECK(s.counters().lists == 2);
+  }
+
+  TEST_CASE("a listing cut short or looping is an error, never a partial list") {
+    // A truncated page without a token would hide the rest of the objects (checkpoints from a
+    // scan, old ones from retention); a token given twice would list forever.
+    for (const bool repeat : {false, true}) {
+      CAPTURE(repeat);
+      cairn_s3_unit::scripted_server srv([repeat](const cairn_s3_unit::http_request& r) {
+        cairn_s3_unit::http_reply rep;
+        const std::string token = r.param("continuation-token");
+        if (token.empty())
+          rep.body = storage_test::list_page({"p/a"}, true, "t1");
+        else if (token == "t1")
+          rep.body = storage_test::list_page({"p/b"}, true, repeat ? "t1" : "");
+        else
+          rep.status = 400;
+        return rep;
+      });
+      cairn::s3_storage s("s3://bkt/p", cairn_s3_unit::unit_options(srv.endpoint()));
+      auto names = s.list("");
+      REQUIRE(!names);
+      CHECK(names.err().code == cairn::errc::io);
+      CHECK(names.err().message.find(repeat
+                                         ? "gave a continuation token it had given before"
+                                         : "gave no NextContinuationToken") != std::string::npos);
+      CHECK(srv.requests().size() == 2);
+    }
   }
 }

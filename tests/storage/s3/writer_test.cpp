@@ -157,6 +157,11 @@ TEST_SUITE("s3_writer") {
     CHECK(over.err().code == cairn::errc::invalid_argument);
     CHECK(over.err().message == "write range overflows on s3://bkt/pre/obj.bin");
     CHECK(over.err().file == "s3://bkt/pre/obj.bin");
+    // S3 holds 10,000 parts per object: with parts of 100 bytes, nothing past byte 1,000,000.
+    auto too_far = w->write_at(1'000'000, writer_test::span_of("x"));
+    REQUIRE(!too_far);
+    CHECK(too_far.err().code == cairn::errc::invalid_argument);
+    CHECK(too_far.err().message.find("10,000 parts of 100 bytes") != std::string::npos);
     REQUIRE(w->write_at(0, writer_test::span_of("x")).has_value());  // not a sticky failure
     REQUIRE(w->finish().has_value());
     auto late = w->write_at(0, writer_test::span_of("x"));

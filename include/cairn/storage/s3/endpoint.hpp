@@ -15,15 +15,17 @@
 
 namespace cairn {
 
-/// True when `path` is an `s3://` URI.
-inline bool is_s3_uri(std::string_view path) { return path.starts_with("s3://"); }
+/// True when `path` is an `s3://` URI (the scheme in any case, as URI schemes are).
+inline bool is_s3_uri(std::string_view path) {
+  return path.size() >= 5 && (path[0] == 's' || path[0] == 'S') && path.substr(1, 4) == "3://";
+}
 
 namespace detail {
 
 /// Parses "s3://bucket[/prefix]" into bucket and prefix (no leading or trailing '/').
 inline result<std::pair<std::string, std::string>> parse_s3_uri(std::string_view uri) {
   constexpr std::string_view scheme = "s3://";
-  if (!uri.starts_with(scheme))
+  if (!is_s3_uri(uri))
     return make_error(errc::invalid_argument, "not an s3:// URI: \"" + std::string(uri) +
                                                   "\" (expected s3://bucket/prefix)");
   std::string_view rest = uri.substr(scheme.size());

@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -20,6 +21,20 @@
 #include <vector>
 
 namespace cairn::detail {
+
+/// A header value that must be a decimal count (Content-Length, a Content-Range bound): its
+/// value, or nothing when it is empty, holds anything but digits, or does not fit 64 bits.
+inline std::optional<std::uint64_t> parse_decimal(std::string_view s) {
+  if (s.empty()) return std::nullopt;
+  std::uint64_t v = 0;
+  for (char c : s) {
+    if (c < '0' || c > '9') return std::nullopt;
+    const auto d = static_cast<std::uint64_t>(c - '0');
+    if (v > (UINT64_MAX - d) / 10) return std::nullopt;
+    v = v * 10 + d;
+  }
+  return v;
+}
 
 /// One HTTP request to the store.
 struct s3_http_request {

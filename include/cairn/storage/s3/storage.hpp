@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <memory>
 #include <optional>
+#include <set>
 #include <span>
 #include <string>
 #include <string_view>
@@ -101,6 +102,12 @@ class s3_storage {
       if (offset > n) return truncated(name, offset, 0, n);
       return ok();
     }
+    if (out.size() - 1 > UINT64_MAX - offset) {
+      error e = make_error(errc::invalid_argument, "read range overflows on " + describe(name));
+      e.file = describe(name);
+      e.offset = offset;
+      return e;
+    }
     detail::s3_http_request r;
     r.method = "GET";
     r.key = c_->key_of(name);
@@ -124,6 +131,18 @@ class s3_storage {
       return e;
     }
     if (resp.status != 206) return c_->http_error(resp, "GET", r.key, name);
+    // A server's answer is a claim to check: the bytes must be the range asked for.
+    if (auto range = content_range(resp); range && range->first != offset) {
+      error e = make_error(errc::io, "S3 GET of key \"" + r.key + "\" asked for bytes " +
+                                         std::to_string(offset) + "-" + std::to_string(last) +
+                                         " and was answered bytes starting at " +
+                                         std::to_string(range->first));
+      e.file = describe(name);
+      e.offset = offset;
+      return e;
+    }
+    // A server that sends on past the end of the range (s3rver does for "bytes=0-0") has sent
+    // the range's bytes first: the rest was dropped (resp.overflow).
     ++c_->gets_;
     c_->bytes_got_ += resp.received;
     if (resp.received < out.size()) {
@@ -145,7 +164,12 @@ class s3_storage {
       e.file = describe(name);
       return e;
     }
-    return static_cast<std::uint64_t>(std::strtoull(it->second.c_str(), nullptr, 10));
+    if (auto n = detail::parse_decimal(it->second)) return *n;
+    error e =
+        make_error(errc::io, "S3 HEAD of key \"" + c_->key_of(name) +
+                                 "\" returned Content-Length \"" + it->second + "\", not a size");
+    e.file = describe(name);
+    return e;
   }
 
   /// Whether `name` exists (HEAD).
@@ -163,6 +187,7 @@ class s3_storage {
     const std::string kp = c_->key_prefix();
     std::vector<std::string> names;
     std::string token;
+    std::set<std::string> tokens_seen;  // a server repeating a token would list forever
     while (true) {
       detail::s3_http_request r;
       r.method = "GET";
@@ -179,7 +204,19 @@ class s3_storage {
       }
       if (detail::xml_first(resp.text, "IsTruncated") != "true") break;
       token = detail::xml_first(resp.text, "NextContinuationToken");
-      if (token.empty()) break;
+      // A listing cut short would hide checkpoints from a scan and from retention.
+      std::string problem;
+      if (token.empty())
+        problem = "said the listing is truncated but gave no NextContinuationToken";
+      else if (!tokens_seen.insert(token).second)
+        problem = "gave a continuation token it had given before";
+      if (!problem.empty()) {
+        error e = make_error(errc::io, "S3 ListObjectsV2 of prefix \"" + kp + std::string(prefix) +
+                                           "\" " + problem + " (page " +
+                                           std::to_string(tokens_seen.size() + 1) + ")");
+        e.file = describe(prefix);
+        return e;
+      }
     }
     std::sort(names.begin(), names.end());
     names.erase(std::unique(names.begin(), names.end()), names.end());
@@ -238,12 +275,30 @@ class s3_storage {
     return resp;
   }
 
+  // The object's size from "Content-Range: bytes A-B/SIZE" or "bytes */SIZE", when given.
   static std::optional<std::uint64_t> content_range_total(const detail::s3_http_response& resp) {
     auto it = resp.headers.find("content-range");
     if (it == resp.headers.end()) return std::nullopt;
     auto slash = it->second.rfind('/');
-    if (slash == std::string::npos || it->second.substr(slash + 1) == "*") return std::nullopt;
-    return std::strtoull(it->second.c_str() + slash + 1, nullptr, 10);
+    if (slash == std::string::npos) return std::nullopt;
+    return detail::parse_decimal(std::string_view(it->second).substr(slash + 1));
+  }
+
+  // The first and last byte of "Content-Range: bytes A-B/SIZE", when given and well formed.
+  static std::optional<std::pair<std::uint64_t, std::uint64_t>> content_range(
+      const detail::s3_http_response& resp) {
+    auto it = resp.headers.find("content-range");
+    if (it == resp.headers.end()) return std::nullopt;
+    std::string_view v = it->second;
+    if (!v.starts_with("bytes ")) return std::nullopt;
+    v.remove_prefix(6);
+    const auto dash = v.find('-'), slash = v.find('/');
+    if (dash == std::string_view::npos || slash == std::string_view::npos || slash < dash)
+      return std::nullopt;
+    auto first = detail::parse_decimal(v.substr(0, dash));
+    auto last = detail::parse_decimal(v.substr(dash + 1, slash - dash - 1));
+    if (!first || !last) return std::nullopt;
+    return std::pair{*first, *last};
   }
 
   error truncated(std::string_view name,

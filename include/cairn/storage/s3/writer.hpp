@@ -46,6 +46,15 @@ class s3_writer final : public object_writer {
       if (finished_) return usage("write_at after finish()");
       if (failed_) return *failed_;
       if (data.size() > UINT64_MAX - offset) return usage("write range overflows");
+      // S3 holds at most 10,000 parts and 5 TiB per object: refuse what no upload can hold,
+      // now, rather than at the completion after every part was sent.
+      const std::uint64_t limit = std::min<std::uint64_t>(
+          std::uint64_t{5} << 40, static_cast<std::uint64_t>(part_size_) * 10000);
+      if (offset + data.size() > limit)
+        return usage("write ending at byte " + std::to_string(offset + data.size()) +
+                     " is past what S3 holds in one object of 10,000 parts of " +
+                     std::to_string(part_size_) +
+                     " bytes (at most 5 TiB; raise s3_options::" + "part_size)");
       end_ = std::max(end_, offset + data.size());
     }
     std::uint64_t pos = offset;
