@@ -151,6 +151,17 @@ TEST_CASE("without native all_to_all, comm_ref keeps the message each rank addre
                                          communicator_test::text("2>2"),
                                          communicator_test::text("3>2 is longer")});
   CHECK(c.log.size() == 1);  // one all_gather
+
+  // One buffer per rank, or an error on this rank, after the collective the others are in.
+  to.pop_back();
+  try {
+    (void)ref.all_to_all(to);
+    FAIL("all_to_all with 3 buffers on 4 ranks returned");
+  } catch (const cairn::exception& e) {
+    CHECK(e.err().code == cairn::errc::invalid_argument);
+    CHECK(e.err().message.find("one buffer per rank (4), got 3") != std::string::npos);
+  }
+  CHECK(c.log.size() == 2);
 }
 
 TEST_CASE("a truncated or lying peer message in the all_to_all fallback is a comm error") {

@@ -95,6 +95,10 @@ TEST_CASE("block_checksums covers the data with whole blocks and one shorter las
             std::vector<std::uint64_t>{cairn::checksum(data)});
     }
   }
+  SUBCASE("a block size of 0 makes the whole range one block") {
+    CHECK(cairn::block_checksums(data, 0) == std::vector<std::uint64_t>{cairn::checksum(data)});
+    CHECK(cairn::block_checksums({}, 0).empty());
+  }
   SUBCASE("an empty range has no blocks") {
     CHECK(cairn::block_checksums({}, 4096).empty());
     CHECK(cairn::block_checksums({}, std::numeric_limits<std::uint64_t>::max()).empty());

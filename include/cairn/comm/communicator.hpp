@@ -7,10 +7,12 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string>
 #include <type_traits>
 #include <vector>
 
 #include "cairn/core/bytes.hpp"
+#include "cairn/core/error.hpp"
 #include "cairn/detail/binary.hpp"
 
 namespace cairn {
@@ -65,6 +67,13 @@ std::vector<bytes> all_to_all_by_all_gather(C& c, const std::vector<bytes>& to) 
   binary_writer packed;
   for (const bytes& m : to) packed.blob(m);
   std::vector<bytes> all = c.all_gather(packed.data());
+  // Checked after the collective, which every rank must enter: a rank that throws before it
+  // would leave the others waiting.
+  if (to.size() != all.size())
+    throw exception(make_error(errc::invalid_argument, "all_to_all needs one buffer per rank (" +
+                                                           std::to_string(all.size()) + "), got " +
+                                                           std::to_string(to.size()))
+                        .with_rank(c.rank()));
   std::vector<bytes> out(all.size());
   for (std::size_t r = 0; r < all.size(); ++r) {
     binary_reader rd(all[r]);

@@ -3,6 +3,7 @@
 // XXH3, inlined.
 #pragma once
 
+#include <algorithm>
 #include <cstdio>
 
 // On x86-64 with GCC or Clang, XXH3's AVX2 kernel is also compiled (with a target attribute)
@@ -70,6 +71,7 @@ CAIRN_INLINE std::uint64_t checksum(std::span<const std::byte> data) noexcept {
 
 CAIRN_INLINE std::vector<std::uint64_t> block_checksums(std::span<const std::byte> data,
                                                         std::uint64_t block_size) {
+  if (block_size == 0) block_size = std::max<std::uint64_t>(data.size(), 1);
   std::vector<std::uint64_t> out;
   out.reserve((data.size() + block_size - 1) / block_size);
   for (std::uint64_t off = 0; off < data.size(); off += block_size)

@@ -18,7 +18,7 @@ namespace cairn {
 CAIRN_INLINE std::uint64_t checksum(std::span<const std::byte> data) noexcept;
 
 /// Checksums of consecutive `block_size`-byte blocks of `data` (the last may be shorter).
-/// An empty range has no blocks.
+/// An empty range has no blocks; a `block_size` of 0 makes the whole range one block.
 CAIRN_INLINE std::vector<std::uint64_t> block_checksums(std::span<const std::byte> data,
                                                         std::uint64_t block_size);
 
