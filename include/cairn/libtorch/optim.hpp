@@ -17,8 +17,10 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <tuple>
+#include <type_traits>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -31,9 +33,26 @@
 namespace cairn::libtorch {
 namespace detail {
 
-/// The key libtorch's optimizers file a parameter's state under.
-inline std::string optimizer_state_key(const ::torch::Tensor& p) {
-  return c10::guts::to_string(p.unsafeGetTensorImpl());
+/// The type libtorch files an optimizer's per-parameter state under: the address of the
+/// parameter's TensorImpl as a string up to libtorch 1.13 (`c10::guts::to_string`), the address
+/// itself (`void*`) since libtorch 2.
+using optimizer_state_key_type = typename std::remove_cvref_t<
+    decltype(std::declval<::torch::optim::Optimizer&>().state())>::key_type;
+
+/// The key libtorch's optimizers file the state of parameter `p` under, in the form this
+/// libtorch's `Optimizer::state()` map takes.
+/// (A template only so that the branch of the other libtorch is never compiled.)
+template <class Key = optimizer_state_key_type>
+Key optimizer_state_key(const ::torch::Tensor& p) {
+  c10::TensorImpl* impl = p.unsafeGetTensorImpl();
+  if constexpr (std::is_same_v<Key, std::string>) {
+    // What c10::guts::to_string(impl) printed: the pointer through an ostream.
+    std::ostringstream key;
+    key << impl;
+    return key.str();
+  } else {
+    return impl;
+  }
 }
 
 /// One option of a parameter group, read and written as a common value.

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>  // fmt::join (in fmt/format.h before fmt 11)
 #include <simdjson.h>
 
 #include <limits>
