@@ -14,8 +14,10 @@
 // The case is any callable returning `cairn::result<T>` (a clear error is a result holding an
 // error) or anything else (a clear error is a thrown `cairn::exception`; returning is success).
 // Limits (`bounds`):
-// - memory: without a sanitizer the child runs under `setrlimit(RLIMIT_AS)`, so a runaway
-//   allocation fails (std::bad_alloc, reported as out of memory) instead of swapping the
+// - memory: without a sanitizer the child runs under `setrlimit(RLIMIT_AS)` at the address
+//   space it inherited plus `memory_bytes` (what a program that initialized the CUDA driver or
+//   ran many threads holds varies by machine: tens of GiB reserved on a GPU machine), so a
+//   runaway allocation fails (std::bad_alloc, reported as out of memory) instead of swapping the
 //   machine; under AddressSanitizer / ThreadSanitizer (which reserve terabytes of address
 //   space) no rlimit is set, and the child's peak resident set (getrusage) is checked instead.
 //   Either way a peak RSS above the limit is reported as out of memory.
@@ -83,7 +85,8 @@ inline constexpr bool sanitized = CAIRN_HOSTILE_SANITIZED != 0;
 
 /// The limits a case runs under.
 struct bounds {
-  /// Address space (RLIMIT_AS, unsanitized builds) and peak resident set (all builds).
+  /// Address space the case may add (RLIMIT_AS, unsanitized builds) and peak resident set
+  /// (all builds).
   std::uint64_t memory_bytes = std::uint64_t{2} << 30;
   /// Wall-clock seconds before the child is killed.
   unsigned seconds = 60;
@@ -175,12 +178,23 @@ struct is_result : std::false_type {};
 template <class T>
 struct is_result<cairn::result<T>> : std::true_type {};
 
+// The address space this process has mapped (/proc/self/statm), 0 when it cannot be read.
+inline std::uint64_t inherited_address_space() noexcept {
+  int fd = ::open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  char buf[64] = {};
+  ssize_t n = ::read(fd, buf, sizeof buf - 1);
+  ::close(fd);
+  if (n <= 0) return 0;
+  return std::strtoull(buf, nullptr, 10) * static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
+}
+
 // Runs the case in the child and reports through `fd`; never returns.
 template <class F>
 [[noreturn]] void child_main(int fd, F& fn, const bounds& b) noexcept {
   if (!sanitized) {
     struct rlimit lim;
-    lim.rlim_cur = lim.rlim_max = static_cast<rlim_t>(b.memory_bytes);
+    lim.rlim_cur = lim.rlim_max = static_cast<rlim_t>(inherited_address_space() + b.memory_bytes);
     ::setrlimit(RLIMIT_AS, &lim);
   }
   ::alarm(b.seconds);
