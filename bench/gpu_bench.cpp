@@ -1,7 +1,7 @@
 // bench/gpu_bench.cpp: cairn's device paths on a real GPU against the machine's own limits,
 // measured in the same run (docs/benchmarks.md, "GPU").
 //
-//   cairn-gpu-bench [--bytes 4GiB] [--tensors 32] [--reps 3] [--dir DIR] [--json]
+//   cairn-gpu-bench [--bytes 4GiB] [--tensors 32] [--reps 3] [--io-threads N] [--dir DIR] [--json]
 //
 // The state is `--tensors` float tensors in device memory, `--bytes` in all, each filled with
 // its own pattern. Limits: cudaMemcpyAsync device-to-host into pinned memory (one stream, every
@@ -52,6 +52,7 @@ struct options {
   std::uint64_t bytes = 4ull << 30;
   int tensors = 32;
   int reps = 3;
+  int io_threads = cairn::save_options{}.io_threads;  ///< save's and load's io_threads
   fs::path dir = fs::temp_directory_path() / "cairn-gpu-bench";
   bool json = false;
 };
@@ -216,6 +217,7 @@ int run(const options& o) {
     cairn::file_storage disk(ckpt);
     cairn::save_options so;
     so.staging = &pool;
+    so.io_threads = o.io_threads;
     auto t0 = clock_type::now();
     cairn::save(src_tree, disk, comm, so);
     double s = seconds_since(t0);
@@ -236,6 +238,7 @@ int run(const options& o) {
       cairn::file_storage disk(ckpt);
       cairn::save_options so;
       so.plan_cache = &cache;
+      so.io_threads = o.io_threads;
       auto t0 = clock_type::now();
       auto h = saver.save(src_tree, disk, comm, so).value();
       double st = seconds_since(t0);
@@ -262,6 +265,7 @@ int run(const options& o) {
     disk.drop_caches().value();
     cairn::load_options lo;
     lo.staging = &pool;
+    lo.io_threads = o.io_threads;
     auto t0 = clock_type::now();
     cairn::load(dst_tree, disk, comm, lo);
     double s = seconds_since(t0);
@@ -293,8 +297,8 @@ int run(const options& o) {
   }
   fmt::print("cairn-gpu-bench: {} ({} SMs), {} bytes in {} device tensors, median of {} reps\n",
              prop.name, prop.multiProcessorCount, total, o.tensors, o.reps);
-  fmt::print("staging pool: {}; pinning {} bytes took {:.2f} s; dir {}\n", pool_kind, total, pin_s,
-             o.dir.string());
+  fmt::print("staging pool: {}; pinning {} bytes took {:.2f} s; io_threads {}; dir {}\n", pool_kind,
+             total, pin_s, o.io_threads, o.dir.string());
   fmt::print("{:<44} {:>10} {:>9} {:>7}  {}\n", "what", "ms", "GB/s", "ratio", "to");
   for (const auto& r : rows)
     fmt::print("{:<44} {:>10.1f} {:>9.2f} {:>7}  {}\n", r.name, r.seconds * 1e3,
@@ -332,18 +336,21 @@ int main(int argc, char** argv) {
         o.tensors = std::stoi(value());
       } else if (a == "--reps") {
         o.reps = std::stoi(value());
+      } else if (a == "--io-threads") {
+        o.io_threads = std::stoi(value());
       } else if (a == "--dir") {
         o.dir = value();
       } else if (a == "--json") {
         o.json = true;
       } else {
         std::fprintf(stderr,
-                     "usage: cairn-gpu-bench [--bytes 4GiB] [--tensors 32] [--reps 3] [--dir DIR] "
-                     "[--json]\n");
+                     "usage: cairn-gpu-bench [--bytes 4GiB] [--tensors 32] [--reps 3] "
+                     "[--io-threads N] [--dir DIR] [--json]\n");
         return 2;
       }
     }
-    if (o.tensors < 1 || o.reps < 1 || o.bytes < static_cast<std::uint64_t>(o.tensors) * 4096)
+    if (o.tensors < 1 || o.reps < 1 || o.io_threads < 1 ||
+        o.bytes < static_cast<std::uint64_t>(o.tensors) * 4096)
       throw std::invalid_argument("--tensors and --reps must be >= 1, --bytes >= 4 KiB per tensor");
     return run(o);
   } catch (const std::exception& e) {
