@@ -154,7 +154,7 @@ int main(int argc, char** argv) {
   for (auto& p : net->named_parameters()) {
     all.push_back({"model." + p.key(), p.value(), {}});
     auto& s = static_cast<torch::optim::AdamWParamState&>(
-        *opt.state()[c10::guts::to_string(p.value().unsafeGetTensorImpl())]);
+        *opt.state()[cairn::libtorch::optimizer_state_key(p.value())]);
     all.push_back({"optim.state." + p.key() + ".exp_avg", s.exp_avg(), {}});
     all.push_back({"optim.state." + p.key() + ".exp_avg_sq", s.exp_avg_sq(), {}});
   }

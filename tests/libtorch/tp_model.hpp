@@ -112,8 +112,8 @@ inline std::vector<std::string> loaded_mismatches(tp_block& m,
   for (auto& p : m->named_parameters()) {
     if (!torch::allclose(p.value(), piece(p.key(), ref_params[p.key()], tp_rank, tp), 1e-6, 1e-9))
       out.push_back(p.key());
-    auto key = c10::guts::to_string(p.value().unsafeGetTensorImpl());
-    auto ref_key = c10::guts::to_string(ref_params[p.key()].unsafeGetTensorImpl());
+    auto key = cairn::libtorch::optimizer_state_key(p.value());
+    auto ref_key = cairn::libtorch::optimizer_state_key(ref_params[p.key()]);
     if (!opt.state().count(key)) {
       out.push_back(p.key() + " (no state)");
       continue;

@@ -31,7 +31,6 @@
 #include "cairn/tree/state_dict.hpp"
 
 namespace cairn::libtorch {
-namespace detail {
 
 /// The type libtorch files an optimizer's per-parameter state under: the address of the
 /// parameter's TensorImpl as a string up to libtorch 1.13 (`c10::guts::to_string`), the address
@@ -54,6 +53,8 @@ Key optimizer_state_key(const ::torch::Tensor& p) {
     return impl;
   }
 }
+
+namespace detail {
 
 /// One option of a parameter group, read and written as a common value.
 struct group_option {

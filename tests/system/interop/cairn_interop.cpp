@@ -178,9 +178,10 @@ int check_pt(const std::string& path) {
   return 0;
 }
 
-// A single-rank DCP checkpoint (torch 1.13 module paths): every t_<dtype> is (4, 6), saved as two
-// row chunks, all items in __0_0.distcp; plus the bytes item "step" = 7.
-int write_dcp(const std::string& dir) {
+// A single-rank DCP checkpoint in flavor `f` (module paths of torch 1.13 or 2.x): every
+// t_<dtype> is (4, 6), saved as two row chunks, all items in __0_0.distcp; plus the bytes item
+// "step" = 7.
+int write_dcp(const std::string& dir, cairn::dcp::flavor f) {
   cairn::file_storage st(dir);
   cairn::dcp::metadata m;
   auto out = st.open_writer("__0_0.distcp").value();
@@ -204,7 +205,7 @@ int write_dcp(const std::string& dir) {
   m.state_dict_metadata["step"] = cairn::dcp::bytes_meta{};
   m.storage_data.push_back({{"step", std::nullopt, std::nullopt}, {"__0_0.distcp", off, len}});
   out->finish().value();
-  cairn::dcp::write(st, m, cairn::dcp::flavor::torch1_13).value();
+  cairn::dcp::write(st, m, f).value();
   return 0;
 }
 
@@ -384,13 +385,14 @@ int main(int argc, char** argv) {
   }
   if (argc != 3)
     return fail(
-        "usage: cairn_interop write-safetensors|write-pt|write-dcp DIR | check-pt FILE | check-dcp "
-        "DIR");
+        "usage: cairn_interop write-safetensors|write-pt|write-dcp|write-dcp-torch2 DIR | check-pt "
+        "FILE | check-dcp DIR");
   std::string cmd = argv[1], arg = argv[2];
   try {
     if (cmd == "write-safetensors") return write_safetensors(arg);
     if (cmd == "write-pt") return write_pt(arg);
-    if (cmd == "write-dcp") return write_dcp(arg);
+    if (cmd == "write-dcp") return write_dcp(arg, cairn::dcp::flavor::torch1_13);
+    if (cmd == "write-dcp-torch2") return write_dcp(arg, cairn::dcp::flavor::torch2);
     if (cmd == "check-pt") return check_pt(arg);
     if (cmd == "check-dcp") return check_dcp(arg);
     if (cmd == "load-dcp") return load_dcp(arg);

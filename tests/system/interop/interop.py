@@ -1,4 +1,5 @@
-"""Python side of cairn's interop tests: run by ctest with Debian's /usr/bin/python3.
+"""Python side of cairn's interop tests: run by ctest with Debian's /usr/bin/python3 (torch 1.13
+on the host; torch 2.14 in the today tier's root, scripts/today-root).
 
     interop.py CASE TOOL WORKDIR
 
@@ -17,7 +18,8 @@ import subprocess
 import sys
 import zipfile
 
-from torch_dcp import import_dcp  # beside this file
+import torch_dcp  # beside this file
+from torch_dcp import TORCH2, import_dcp
 
 SKIP = 77
 
@@ -149,22 +151,24 @@ def case_pt_from_torch(tool, work):
 
 
 def case_dcp_torch_load(tool, work):
-    run(tool, "write-dcp", work)
+    """cairn writes DCP in the flavor of this torch (module paths of 1.13 or 2.x); torch loads it."""
+    run(tool, "write-dcp-torch2" if TORCH2 else "write-dcp", work)
     dcp = import_dcp()
     sd = {"t_" + n: torch.zeros(4, 6, dtype=TYPES[n]) for n in TYPES}
     sd["step"] = 0
-    dcp.load_state_dict(sd, dcp.FileSystemReader(work), no_dist=True)
+    torch_dcp.load(dcp, sd, dcp.FileSystemReader(work))
     for n in TYPES:
         same("t_" + n, sd["t_" + n], pattern(n, 24).reshape(4, 6))
     assert sd["step"] == 7, sd["step"]
-    print(f"torch {torch.__version__} DCP load_state_dict read cairn's checkpoint: "
+    print(f"torch {torch.__version__} DCP load read cairn's checkpoint "
+          f"({'torch2' if TORCH2 else 'torch1_13'} flavor): "
           f"{len(TYPES)} dtypes element-exact, bytes item ok")
 
 
 def case_dcp_from_torch(tool, work):
     dcp = import_dcp()
     sd = {"t_" + n: pattern(n, 24).reshape(4, 6) for n in TYPES}
-    dcp.save_state_dict(sd, dcp.FileSystemWriter(work), no_dist=True)
+    torch_dcp.save(dcp, sd, dcp.FileSystemWriter(work))
     run(tool, "check-dcp", work)
     run(tool, "load-dcp", work)
 
@@ -189,37 +193,22 @@ def case_unshard_numpy(tool, work):
           f"(one_file and {len(files)} chunks + index)")
 
 
-class MappingUnpickler(pickle.Unpickler):
-    """Loads a .metadata naming torch 2.x module paths into torch 1.13 (FORMATS.md section 6)."""
-
-    def find_class(self, module, name):
-        if module.startswith("torch.distributed.checkpoint"):
-            module = module.replace("torch.distributed.checkpoint", "torch.distributed._shard.checkpoint")
-        return super().find_class(module, name)
-
-
 def case_convert_dcp_torch_load(tool, work):
     ckpt, dist = os.path.join(work, "ckpt"), os.path.join(work, "dist")
     run(tool, "write-multirank", ckpt)
     run(tool, "convert-dcp", ckpt, dist)
     dcp = import_dcp()
-
-    class Reader(dcp.FileSystemReader):
-        def read_metadata(self):
-            with open(os.path.join(dist, ".metadata"), "rb") as f:
-                return MappingUnpickler(f).load()
-
-    md = Reader(dist).read_metadata()
+    md = torch_dcp.reader(dcp, dist).read_metadata()
     assert len(md.state_dict_metadata["t_f32"].chunks) > 1, "expected several items per tensor"
     sd = {"t_" + n: torch.zeros(8, 6, dtype=TYPES[n]) for n in TYPES}
-    dcp.load_state_dict(sd, Reader(dist), no_dist=True)
+    torch_dcp.load(dcp, sd, torch_dcp.reader(dcp, dist))
     for n in TYPES:
         same("t_" + n, sd["t_" + n], pattern(n, 48).reshape(8, 6))
     mj = json.load(open(os.path.join(dist, "metadata.json")))
     assert mj["sharded_backend"] == "torch_dist", mj
     common = torch.load(os.path.join(dist, "common.pt"))
     assert common == {"step": 12}, common
-    print(f"torch {torch.__version__} DCP load_state_dict read cairn convert --strategy torch_dist "
+    print(f"torch {torch.__version__} DCP load read cairn convert --strategy torch_dist "
           f"of a 4-rank checkpoint: {len(TYPES)} dtypes element-exact; metadata.json, common.pt ok")
 
 
@@ -227,23 +216,17 @@ def case_strategy_torch_dist(tool, work):
     """cairn::save with the torch_dist strategy on 4 ranks; torch's DCP loader reads it."""
     run(tool, "save-strategy", "torch_dist", work)
     dcp = import_dcp()
-
-    class Reader(dcp.FileSystemReader):
-        def read_metadata(self):
-            with open(os.path.join(work, ".metadata"), "rb") as f:
-                return MappingUnpickler(f).load()
-
     sd = {"t_" + n: torch.zeros(8, 6, dtype=TYPES[n]) for n in TYPES}
-    dcp.load_state_dict(sd, Reader(work), no_dist=True)
+    torch_dcp.load(dcp, sd, torch_dcp.reader(dcp, work))
     for n in TYPES:
         same("t_" + n, sd["t_" + n], pattern(n, 48).reshape(8, 6))
-    md = Reader(work).read_metadata()
+    md = torch_dcp.reader(dcp, work).read_metadata()
     files = {v.relative_path for v in md.storage_data.values()}
     assert len(files) == 4, f"expected one .distcp per rank: {files}"
     assert json.load(open(os.path.join(work, "metadata.json")))["sharded_backend"] == "torch_dist"
     common = torch.load(os.path.join(work, "common.pt"))
     assert common == {"step": 12}, common
-    print(f"torch {torch.__version__} DCP load_state_dict read cairn::save(torch_dist) from 4 "
+    print(f"torch {torch.__version__} DCP load read cairn::save(torch_dist) from 4 "
           f"ranks ({len(files)} .distcp files): {len(TYPES)} dtypes element-exact; common.pt ok")
 
 
