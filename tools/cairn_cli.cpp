@@ -35,6 +35,7 @@
 
 #include "cairn/convert/diff.hpp"
 #include "cairn/convert/unshard.hpp"
+#include "cairn/format/dcp/reader.hpp"
 #include "cairn/format/detail/format_util.hpp"
 #include "cairn/format/native/metadata.hpp"
 #include "cairn/format/native/reader.hpp"
@@ -138,6 +139,60 @@ std::pair<std::uint64_t, std::uint64_t> compression_totals(const cairn::checkpoi
   return {data, stored};
 }
 
+// A DCP item that is no tensor and no cairn object: a Python value torch.save'd by DCP, or the
+// raw bytes of a BytesIO. cairn does not load these; inspect lists them.
+struct foreign_item {
+  std::string key;
+  std::string what;
+  std::uint64_t bytes = 0;
+};
+
+// A short description of a Python value: its type, and the value itself when it is short.
+std::string brief(const cairn::pickle::value& v) {
+  using k = cairn::pickle::value::kind;
+  switch (v.type) {
+    case k::integer:
+      return fmt::format("int {}", v.i);
+    case k::boolean:
+      return v.i ? "bool True" : "bool False";
+    case k::floating:
+      return fmt::format("float {}", v.f);
+    case k::string:
+      return v.str.size() <= 40 ? fmt::format("str '{}'", v.str)
+                                : fmt::format("str of {} bytes", v.str.size());
+    case k::list:
+    case k::tuple:
+    case k::set:
+    case k::frozenset:
+      return fmt::format("{} of {}", v.describe(), v.elements().size());
+    case k::dict:
+      return fmt::format("dict of {}", v.entries ? v.entries->size() : 0);
+    default:
+      return v.describe();
+  }
+}
+
+// The non-tensor items of a DCP checkpoint (empty for other formats or when there are none).
+std::vector<foreign_item> dcp_non_tensor_items(cairn::storage_ref st,
+                                               const cairn::checkpoint_metadata& m) {
+  std::vector<foreign_item> out;
+  if (m.format != "torch_dist") return out;
+  auto rd = cairn::dcp::reader::open(st);
+  if (!rd) return out;
+  for (const auto& [fqn, item] : rd->meta().state_dict_metadata) {
+    if (!std::holds_alternative<cairn::dcp::bytes_meta>(item) || m.objects.count(fqn)) continue;
+    const cairn::dcp::storage_info* where = rd->bytes_item(fqn);
+    if (!where) {
+      out.push_back({fqn, "no storage entry", 0});
+      continue;
+    }
+    auto a = rd->item(*where);
+    out.push_back(
+        {fqn, a ? "Python " + brief((*a)->root) : "raw bytes (a BytesIO)", where->length});
+  }
+  return out;
+}
+
 int inspect(const std::string& dir, bool json) {
   cairn::any_storage holder = open_dir(dir);
   cairn::storage_ref st = holder.ref();
@@ -146,17 +201,22 @@ int inspect(const std::string& dir, bool json) {
     fmt::print(stderr, "cairn inspect: {}\n", m.err().describe());
     return 2;
   }
+  const bool native = m->format == "cairn";
+  const std::vector<foreign_item> items = dcp_non_tensor_items(st, *m);
   if (json) {
     fmt::memory_buffer o;
     auto out = std::back_inserter(o);
     auto [data, stored] = compression_totals(*m);
+    // Format version, save id and checksum block size exist in cairn's own format only.
+    fmt::format_to(out, "{{\"path\":{},\"format\":{},", json_str(dir), json_str(m->format));
+    if (native)
+      fmt::format_to(out, "\"format_version\":{},\"save_id\":{},\"block_size\":{},", m->version,
+                     json_str(m->save_id), m->block_size);
     fmt::format_to(out,
-                   "{{\"path\":{},\"format\":{},\"format_version\":{},\"world_size\":{},"
-                   "\"save_id\":{},\"block_size\":{},\"total_bytes\":{},\"tensor_bytes\":{},"
+                   "\"world_size\":{},\"total_bytes\":{},\"tensor_bytes\":{},"
                    "\"stored_tensor_bytes\":{},\"compression_ratio\":{:.4f},"
                    "\"content_metadata\":{{",
-                   json_str(dir), json_str(m->format), m->version, m->world_size,
-                   json_str(m->save_id), m->block_size, total_bytes(*m), data, stored,
+                   m->world_size, total_bytes(*m), data, stored,
                    stored ? static_cast<double>(data) / static_cast<double>(stored) : 1.0);
     bool first = true;
     for (const auto& [k, v] : m->content_metadata) {
@@ -188,16 +248,33 @@ int inspect(const std::string& dir, bool json) {
                      cairn::dtype_name(c.type), c.nbytes);
       first = false;
     }
+    for (const auto& [k, c] : m->inline_commons) {
+      fmt::format_to(out, "{}{{\"path\":{},\"kind\":\"{}\",\"dtype\":\"{}\",\"bytes\":{}}}",
+                     first ? "" : ",", json_str(k), cairn::detail::common_kind_name(c.kind),
+                     cairn::dtype_name(c.type), c.data.size());
+      first = false;
+    }
+    fmt::format_to(out, "],\"non_tensor_items\":[");
+    first = true;
+    for (const auto& it : items) {
+      fmt::format_to(out, "{}{{\"key\":{},\"what\":{},\"bytes\":{}}}", first ? "" : ",",
+                     json_str(it.key), json_str(it.what), it.bytes);
+      first = false;
+    }
     fmt::format_to(out, "]}}\n");
     std::fwrite(o.data(), 1, o.size(), stdout);
     return 0;
   }
   fmt::print("checkpoint     {}\n", dir);
-  fmt::print("format version {}\nsaved by       {} rank(s)\nsave id        {}\n", m->version,
-             m->world_size, m->save_id);
-  if (m->format != "cairn") fmt::print("format         {} (no checksums)\n", m->format);
-  fmt::print("files          {} ({} bytes), checksum blocks of {} bytes\n", m->files.size(),
-             total_bytes(*m), m->block_size);
+  if (native) {
+    fmt::print("format version {}\nsaved by       {} rank(s)\nsave id        {}\n", m->version,
+               m->world_size, m->save_id);
+    fmt::print("files          {} ({} bytes), checksum blocks of {} bytes\n", m->files.size(),
+               total_bytes(*m), m->block_size);
+  } else {
+    fmt::print("format         {} (no checksums)\n", m->format);
+    fmt::print("files          {} ({} bytes)\n", m->files.size(), total_bytes(*m));
+  }
   std::uint64_t index_files = 0, index_bytes = 0;
   for (const auto& f : m->files)
     if (f.role == cairn::file_role::index) ++index_files, index_bytes += f.nbytes;
@@ -223,11 +300,18 @@ int inspect(const std::string& dir, bool json) {
     fmt::print("objects ({})\n", m->objects.size());
     for (const auto& [k, ob] : m->objects) fmt::print("  {}  {} bytes\n", k, ob.where.nbytes);
   }
-  if (!m->commons.empty()) {
-    fmt::print("common values ({})\n", m->commons.size());
+  if (!m->commons.empty() || !m->inline_commons.empty()) {
+    fmt::print("common values ({})\n", m->commons.size() + m->inline_commons.size());
     for (const auto& [k, c] : m->commons)
       fmt::print("  {}  {} {}  {} bytes\n", k, cairn::detail::common_kind_name(c.kind),
                  cairn::dtype_name(c.type), c.nbytes);
+    for (const auto& [k, c] : m->inline_commons)
+      fmt::print("  {}  {} {}  {} bytes\n", k, cairn::detail::common_kind_name(c.kind),
+                 cairn::dtype_name(c.type), c.data.size());
+  }
+  if (!items.empty()) {
+    fmt::print("non-tensor items ({}; cairn does not load them)\n", items.size());
+    for (const auto& it : items) fmt::print("  {}  {}  {} bytes\n", it.key, it.what, it.bytes);
   }
   return 0;
 }

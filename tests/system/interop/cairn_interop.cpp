@@ -345,6 +345,56 @@ int load_dcp(const std::string& dir) {
 }
 
 // Unshards SRC into DST/model.safetensors (one_file) and DST/chunks (chunks of 200 bytes).
+// Loads every t_<dtype> of a DCP checkpoint (global shape ROWS x COLS, holding the pattern) on
+// `ranks` thread ranks, each asking for an uneven piece along `axis` (0: rows, 1: columns), and
+// checks every piece element-exactly. Torch wrote it from any number of processes and layouts.
+int load_dcp_layout(const std::string& dir, std::int64_t R, std::int64_t C, int ranks, int axis) {
+  cairn::file_storage st(dir);
+  std::atomic<int> bad{0};
+  cairn::run_ranks(ranks, [&](cairn::thread_communicator& comm) {
+    const int r = comm.rank();
+    const std::int64_t n = axis == 0 ? R : C;
+    const std::int64_t lo = n * r / ranks, hi = n * (r + 1) / ranks;
+    cairn::box b =
+        axis == 0 ? cairn::box{{lo, 0}, {hi - lo, C}} : cairn::box{{0, lo}, {R, hi - lo}};
+    std::vector<std::vector<std::byte>> bufs(kTypes.size());
+    cairn::state_dict sd;
+    for (std::size_t i = 0; i < kTypes.size(); ++i) {
+      auto [t, name] = kTypes[i];
+      bufs[i].assign(static_cast<std::size_t>(b.volume()) * cairn::dtype_size(t), std::byte{0x77});
+      cairn::sharded_tensor<> x;
+      x.key = "t_" + name;
+      x.type = t;
+      x.local_shape = b.size;
+      x.global_shape = {R, C};
+      x.global_offset = b.offset;
+      x.data = bufs[i];
+      sd.add(x.key, x);
+    }
+    cairn::load(sd, st, comm);
+    for (std::size_t i = 0; i < kTypes.size(); ++i) {
+      const dtype t = kTypes[i].first;
+      const std::size_t es = cairn::dtype_size(t);
+      std::vector<std::byte> want(bufs[i].size());
+      std::int64_t k = 0;
+      for (std::int64_t y = 0; y < b.size[0]; ++y)
+        for (std::int64_t x = 0; x < b.size[1]; ++x, ++k)
+          element(t, (b.offset[0] + y) * C + b.offset[1] + x, want.data() + k * es);
+      if (bufs[i] != want) {
+        std::fprintf(stderr, "load-dcp-layout: t_%s differs on rank %d of %d (axis %d)\n",
+                     kTypes[i].second.c_str(), r, ranks, axis);
+        ++bad;
+      }
+    }
+  });
+  if (bad) return fail("load-dcp-layout: mismatches (above)");
+  std::printf(
+      "load-dcp-layout: cairn::load on %d ranks (split along axis %d) read %zu dtypes "
+      "element-exact\n",
+      ranks, axis, kTypes.size());
+  return 0;
+}
+
 int unshard(const std::string& src_dir, const std::string& dst) {
   namespace cv = cairn::convert;
   cairn::file_storage in(src_dir), one(dst), chunks(dst + "/chunks");
@@ -372,6 +422,14 @@ int convert_dcp(const std::string& src_dir, const std::string& dst) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc == 7 && std::string(argv[1]) == "load-dcp-layout") {
+    try {
+      return load_dcp_layout(argv[2], std::stoll(argv[3]), std::stoll(argv[4]), std::stoi(argv[5]),
+                             std::stoi(argv[6]));
+    } catch (const cairn::exception& e) {
+      return fail(e.what());
+    }
+  }
   if (argc == 4) {
     std::string cmd = argv[1];
     try {
