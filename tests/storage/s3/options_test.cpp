@@ -182,5 +182,9 @@ TEST_SUITE("s3 options") {
     CHECK(kept.options().part_size == std::size_t{5} << 20);
     CHECK(kept.options().max_concurrent_requests == 3);
     CHECK(kept.options().max_attempts == 2);
+    o.part_size = 1 << 20;  // S3 would refuse such parts at CompleteMultipartUpload
+    CHECK(s3_client("bkt", "", o).options().part_size == cairn::s3_min_part_size);
+    o.allow_small_parts = true;
+    CHECK(s3_client("bkt", "", o).options().part_size == std::size_t{1} << 20);
   }
 }

@@ -199,6 +199,7 @@ inline cairn::s3_options options_for(const std::string& endpoint) {
   o.backoff_max = std::chrono::milliseconds(200);
   o.stall_timeout = std::chrono::seconds(5);
   o.part_size = std::size_t{1} << 20;  // small parts: tests exercise multipart uploads
+  o.allow_small_parts = true;          // which s3rver accepts (S3 itself does not)
   return o;
 }
 

@@ -63,6 +63,8 @@ class s3_client {
     host_ = path_style_ ? ep.hostport : bucket_ + "." + ep.hostport;
     base_url_ = ep.scheme + "://" + host_;
     if (opt_.part_size == 0) opt_.part_size = std::size_t{16} << 20;
+    if (!opt_.allow_small_parts && opt_.part_size < s3_min_part_size)
+      opt_.part_size = s3_min_part_size;
     if (opt_.max_concurrent_requests < 1) opt_.max_concurrent_requests = 1;
     if (opt_.max_attempts < 1) opt_.max_attempts = 1;
     cred_ = {opt_.access_key, opt_.secret_key, opt_.session_token};
