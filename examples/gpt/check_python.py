@@ -1,6 +1,6 @@
-"""Loads the GPT trainer's final state in Python's torch, converted two ways, and checks that an
-ordinary (unsharded) torch.nn.Module with it computes the logits the C++ trainer computed on 2
-tensor-parallel ranks:
+"""Loads the reference trainer's final state (a Llama-architecture model) in Python's torch,
+converted two ways, and checks that an ordinary (unsharded) torch.nn.Module with it computes the
+logits the C++ trainer computed on 2 tensor-parallel ranks:
   WORK_DIR/safetensors  `cairn convert --format one_file` (safetensors), read here by hand
   WORK_DIR/torch_dist   `cairn convert --format torch_dist`, read by torch's DCP
 usage: python3 check_python.py WORK_DIR"""
@@ -19,39 +19,84 @@ import torch.nn.functional as F
 HEADS = 4
 
 
-class Block(nn.Module):
+class RMSNorm(nn.Module):
+    def __init__(self, width, eps=1e-5):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(width))
+        self.eps = eps
+
+    def forward(self, x):
+        return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
+
+
+def rotary(T, d, theta=10000.0):
+    inv_freq = 1.0 / theta ** (torch.arange(0, d, 2).float() / d)
+    freqs = torch.outer(torch.arange(T).float(), inv_freq)
+    emb = torch.cat((freqs, freqs), -1)
+    return emb.cos(), emb.sin()
+
+
+def apply_rotary(x, cos, sin):
+    half = x.shape[-1] // 2
+    return x * cos + torch.cat((-x[..., half:], x[..., :half]), -1) * sin
+
+
+class Attention(nn.Module):
     def __init__(self, width):
         super().__init__()
-        self.ln1 = nn.LayerNorm(width)
-        self.q, self.k, self.v = (nn.Linear(width, width) for _ in range(3))
-        self.proj = nn.Linear(width, width)
-        self.ln2 = nn.LayerNorm(width)
-        self.fc1 = nn.Linear(width, 4 * width)
-        self.fc2 = nn.Linear(4 * width, width)
+        self.q_proj, self.k_proj, self.v_proj, self.o_proj = (
+            nn.Linear(width, width, bias=False) for _ in range(4))
 
     def forward(self, x):
         B, T, C = x.shape
-        h = self.ln1(x)
-        split = lambda t: t.view(B, T, HEADS, C // HEADS).transpose(1, 2)
-        att = split(self.q(h)) @ split(self.k(h)).transpose(-2, -1) / math.sqrt(C // HEADS)
+        d = C // HEADS
+        split = lambda t: t.view(B, T, HEADS, d).transpose(1, 2)
+        cos, sin = rotary(T, d)
+        q, k = apply_rotary(split(self.q_proj(x)), cos, sin), apply_rotary(split(self.k_proj(x)), cos, sin)
+        att = q @ k.transpose(-2, -1) / math.sqrt(d)
         att = att.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf")).softmax(-1)
-        x = x + self.proj((att @ split(self.v(h))).transpose(1, 2).reshape(B, T, C))
-        return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
+        return self.o_proj((att @ split(self.v_proj(x))).transpose(1, 2).reshape(B, T, C))
 
 
-class GPT(nn.Module):
-    def __init__(self, vocab, context, width, layers):
+class MLP(nn.Module):
+    def __init__(self, width, hidden):
         super().__init__()
-        self.wte = nn.Embedding(vocab, width)
-        self.wpe = nn.Embedding(context, width)
-        self.blocks = nn.ModuleList(Block(width) for _ in range(layers))
-        self.ln_f = nn.LayerNorm(width)
+        self.gate_proj = nn.Linear(width, hidden, bias=False)
+        self.up_proj = nn.Linear(width, hidden, bias=False)
+        self.down_proj = nn.Linear(hidden, width, bias=False)
+
+    def forward(self, x):
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class Layer(nn.Module):
+    def __init__(self, width, hidden):
+        super().__init__()
+        self.input_layernorm = RMSNorm(width)
+        self.self_attn = Attention(width)
+        self.post_attention_layernorm = RMSNorm(width)
+        self.mlp = MLP(width, hidden)
+
+    def forward(self, x):
+        x = x + self.self_attn(self.input_layernorm(x))
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class Llama(nn.Module):
+    """LlamaForCausalLM's inner model and tied head, in plain torch (torch 1.13 has no
+    transformers here; the today tier checks transformers itself: hf_check.py)."""
+
+    def __init__(self, vocab, width, hidden, layers):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(vocab, width)
+        self.layers = nn.ModuleList(Layer(width, hidden) for _ in range(layers))
+        self.norm = RMSNorm(width)
 
     def forward(self, idx):
-        x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1]))
-        for b in self.blocks:
-            x = b(x)
-        return self.ln_f(x) @ self.wte.weight.t()  # head tied to the token embedding
+        x = self.embed_tokens(idx)
+        for layer in self.layers:
+            x = layer(x)
+        return self.norm(x) @ self.embed_tokens.weight.t()  # head tied to the token embedding
 
 
 DTYPES = {"F32": torch.float32, "F64": torch.float64, "I64": torch.int64, "F16": torch.float16,
@@ -75,10 +120,10 @@ def read_safetensors(path):
 
 
 def model_for(shapes):
-    layers = len({k.split(".")[2] for k in shapes if k.startswith("model.blocks.")})
-    vocab, width = shapes["model.wte.weight"]
-    context = shapes["model.wpe.weight"][0]
-    return GPT(vocab, context, width, layers)
+    layers = len({k.split(".")[2] for k in shapes if k.startswith("model.layers.")})
+    vocab, width = shapes["model.embed_tokens.weight"]
+    hidden = shapes["model.layers.0.mlp.gate_proj.weight"][0]
+    return Llama(vocab, width, hidden, layers)
 
 
 def import_dcp():

@@ -1,4 +1,5 @@
-// gpt_trainer: a small GPT trained with libtorch over MPI ranks, tensor-parallel (attention
+// gpt_trainer: a small Llama-architecture model (model.hpp: LlamaForCausalLM's names and math)
+// trained with libtorch over MPI ranks, tensor-parallel (attention
 // heads and MLP units split over --tp ranks) and data-parallel with a distributed optimizer
 // (each data-parallel rank keeps AdamW state for a flat slice of every parameter), checkpointed
 // through cairn's checkpointer and resumed on other world sizes.
@@ -11,6 +12,8 @@
 //   mpirun -np 3 gpt_trainer --phase resume --tp 1      (any tp dividing the heads, dp the
 //                                                       micro-batches)
 //   gpt_trainer --phase compare                         resumes against the reference
+//   mpirun -np 2 gpt_trainer --phase import --tp 2 --from HF_DIR --steps 20
+//                                                       starts from a model transformers saved
 // Flags: --dir DIR --steps N --interrupt-at N --save-every N --layers N --width N
 //        --micro-batches N
 #include <mpi.h>
@@ -42,6 +45,7 @@ struct options {
                warmup = 10, seed = 1234;
   double lr = 3e-3;
   gpt::config model;
+  fs::path from;  ///< --from: a `transformers` save_pretrained directory (--phase import)
 };
 
 /// The checkpointed training state: the model (tensor-parallel pieces), the distributed
@@ -53,6 +57,28 @@ struct train_state {
   std::int64_t samples_seen = 0;  // data position: samples consumed so far
   static constexpr auto fields = cairn::field_names("model", "optim", "step", "samples_seen");
 };
+
+/// The model alone, keyed as LlamaForCausalLM's parameters ("model.layers.0.mlp.up_proj.weight"):
+/// what is handed to `transformers` and what is imported from it.
+struct model_only {
+  cairn::state_dict model;
+  static constexpr auto fields = cairn::field_names("model");
+};
+
+/// `transformers`' config.json for this model (LlamaConfig).
+std::string hf_config_json(const gpt::config& c) {
+  std::ostringstream j;
+  j << "{\n  \"architectures\": [\"LlamaForCausalLM\"],\n  \"model_type\": \"llama\",\n"
+    << "  \"vocab_size\": " << c.vocab << ",\n  \"hidden_size\": " << c.width
+    << ",\n  \"intermediate_size\": " << c.intermediate
+    << ",\n  \"num_hidden_layers\": " << c.layers << ",\n  \"num_attention_heads\": " << c.heads
+    << ",\n  \"num_key_value_heads\": " << c.heads
+    << ",\n  \"max_position_embeddings\": " << c.context
+    << ",\n  \"rms_norm_eps\": " << c.rms_norm_eps << ",\n  \"rope_theta\": " << c.rope_theta
+    << ",\n  \"hidden_act\": \"silu\",\n  \"tie_word_embeddings\": true,\n"
+    << "  \"attention_bias\": false,\n  \"mlp_bias\": false,\n  \"torch_dtype\": \"float32\"\n}\n";
+  return j.str();
+}
 
 std::uint64_t mix(std::uint64_t x) {  // splitmix64
   x += 0x9e3779b97f4a7c15ull;
@@ -187,10 +213,8 @@ struct trainer {
       std::vector<std::int64_t> global(p.tensor.sizes().begin(), p.tensor.sizes().end());
       for (auto& s : p.place.splits) global[static_cast<std::size_t>(s.axis)] *= s.count;
       torch::Tensor full;
-      if (p.name.find("ln") != std::string::npos) {
-        full = p.name.ends_with("weight") ? torch::ones(global) : torch::zeros(global);
-      } else if (p.name.ends_with("bias")) {
-        full = torch::zeros(global);
+      if (p.name.find("norm") != std::string::npos) {  // RMSNorm weights start at one
+        full = torch::ones(global);
       } else {
         auto gen = at::make_generator<at::CPUGeneratorImpl>(
             mix(static_cast<std::uint64_t>(o.seed) ^ std::hash<std::string>{}(p.name)));
@@ -302,8 +326,8 @@ int run(const options& o) {
   torch::set_num_threads(1);  // ranks share the machine's cores
   cairn::mpi_communicator comm(MPI_COMM_WORLD);
   trainer t(o, o.tp);
-  const std::string label = o.phase == "resume"
-                                ? "resume_" + std::to_string(world) + "x" + std::to_string(o.tp)
+  const std::string label = o.phase == "resume" || o.phase == "import"
+                                ? o.phase + "_" + std::to_string(world) + "x" + std::to_string(o.tp)
                                 : o.phase;
   if (rank == 0) fs::create_directories(o.dir);
   MPI_Barrier(MPI_COMM_WORLD);
@@ -311,6 +335,21 @@ int run(const options& o) {
   cairn::checkpointer ckpt(root, comm, checkpointing(world, o.tp));
   std::FILE* log =
       rank == 0 ? std::fopen((o.dir / ("loss_" + label + ".txt")).c_str(), "w") : nullptr;
+  if (o.phase == "import") {
+    // A model `transformers` saved (safetensors, any sharding) loads on this tensor-parallel
+    // size; training starts from it with a fresh optimizer.
+    cairn::file_storage hf(o.from);
+    model_only m{cairn::libtorch::module_state(*t.net, t.placing)};
+    cairn::load(m, hf, comm);
+    t.refresh_slices();
+    torch::Tensor logits = t.eval_logits().contiguous();
+    if (rank == 0) {
+      write_file(o.dir / "logits_import_initial.bin", logits.data_ptr<float>(),
+                 static_cast<std::size_t>(logits.numel()) * sizeof(float));
+      std::printf("[%s] imported %s on %d ranks (tp %d x dp %d)\n", label.c_str(), o.from.c_str(),
+                  world, t.l.tp.size, t.l.dp_size);
+    }
+  }
   if (o.phase == "resume") {
     auto loaded = ckpt.load_latest(t.state).value();
     if (!loaded)
@@ -341,11 +380,18 @@ int run(const options& o) {
                   t.state.step);
     return 0;
   }
-  // The final state, for the comparisons and for Python: DIR/final_<label>.
+  // The final state, for the comparisons and for Python: DIR/final_<label>; the model alone
+  // (what `cairn convert` hands to transformers) in DIR/model_<label>, with DIR/config.json.
   cairn::file_storage fin(o.dir / ("final_" + label));
   cairn::save_options so;
   so.overwrite = true;
   cairn::save(t.state, fin, comm, so);
+  cairn::file_storage model_dir(o.dir / ("model_" + label));
+  cairn::save(model_only{cairn::libtorch::module_state(*t.net, t.placing)}, model_dir, comm, so);
+  if (rank == 0) {
+    const std::string cfg = hf_config_json(o.model);
+    write_file(o.dir / "config.json", cfg.data(), cfg.size());
+  }
   torch::Tensor logits = t.eval_logits().contiguous();
   if (rank == 0) {
     write_file(o.dir / ("logits_" + label + ".bin"), logits.data_ptr<float>(),
@@ -428,10 +474,12 @@ bool parse(int argc, char** argv, options& o) {
       o.model.layers = num();
     else if (a == "--width")
       o.model.width = num();
+    else if (a == "--from")
+      o.from = v;
     else
       return false;
   }
-  return !o.phase.empty();
+  return !o.phase.empty() && (o.phase != "import" || !o.from.empty());
 }
 
 }  // namespace
@@ -439,10 +487,11 @@ bool parse(int argc, char** argv, options& o) {
 int main(int argc, char** argv) {
   options o;
   if (!parse(argc, argv, o)) {
-    std::fprintf(stderr,
-                 "usage: gpt_trainer --phase reference|train|resume|compare [--tp N] [--dir DIR] "
-                 "[--steps N] [--interrupt-at N] [--save-every N] [--micro-batches N] "
-                 "[--layers N] [--width N]\n");
+    std::fprintf(
+        stderr,
+        "usage: gpt_trainer --phase reference|train|resume|compare|import [--tp N] [--dir DIR] "
+        "[--steps N] [--interrupt-at N] [--save-every N] [--micro-batches N] "
+        "[--layers N] [--width N] [--from HF_DIR]\n");
     return 2;
   }
   try {

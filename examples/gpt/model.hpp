@@ -1,6 +1,8 @@
-// A small GPT in libtorch, tensor-parallel over MPI ranks (Megatron's layout): attention heads
-// and the MLP's hidden units split over the tensor-parallel group, everything else replicated.
-// Used by gpt_trainer.cpp and bench/torch_bench.cpp.
+// A small Llama-architecture decoder in libtorch (RMSNorm, rotary position embeddings, a SwiGLU
+// MLP; names, shapes and math as `transformers`' LlamaForCausalLM), tensor-parallel over MPI
+// ranks in Megatron's layout: attention heads and the MLP's hidden units split over the
+// tensor-parallel group, everything else replicated. Used by gpt_trainer.cpp and
+// bench/torch_bench.cpp.
 #pragma once
 
 #include <mpi.h>
@@ -15,9 +17,12 @@
 
 namespace gpt {
 
-/// The model's sizes.
+/// The model's sizes (a Llama: `transformers`' LlamaConfig with these values, no biases,
+/// tied embeddings, as many key/value heads as query heads).
 struct config {
   std::int64_t vocab = 96, width = 48, heads = 4, layers = 2, context = 16;
+  std::int64_t intermediate = 128;  ///< the MLP's hidden size
+  double rope_theta = 10000.0, rms_norm_eps = 1e-5;
 };
 
 /// A tensor-parallel group: its communicator, this rank's place in it and its size.
@@ -68,79 +73,152 @@ struct reduce_from_tp : torch::autograd::Function<reduce_from_tp> {
   }
 };
 
-/// One transformer block; q, k, v and fc1 hold this rank's rows (column-parallel), proj and fc2
-/// this rank's columns (row-parallel; their biases are added once, after the sum).
-struct blockImpl : torch::nn::Module {
-  blockImpl(const config& c, const tp_group& tp)
+/// Llama's RMSNorm: x / sqrt(mean(x^2) + eps) * weight, in float32.
+struct rms_normImpl : torch::nn::Module {
+  rms_normImpl(std::int64_t width, double eps)
+      : eps(eps), weight(register_parameter("weight", torch::ones({width}))) {}
+  torch::Tensor forward(const torch::Tensor& x) {
+    return weight * (x * torch::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + eps));
+  }
+  double eps;
+  torch::Tensor weight;
+};
+TORCH_MODULE(rms_norm);
+
+/// cos and sin of the rotary position embedding for positions [0, T): [T, head_dim] each, the
+/// frequencies repeated twice as `transformers` lays them out.
+inline std::pair<torch::Tensor, torch::Tensor> rotary(std::int64_t T,
+                                                      std::int64_t head_dim,
+                                                      double theta) {
+  torch::Tensor inv_freq = 1.0 / torch::pow(theta, torch::arange(0, head_dim, 2, torch::kFloat) /
+                                                       static_cast<double>(head_dim));
+  torch::Tensor freqs = torch::outer(torch::arange(T, torch::kFloat), inv_freq);
+  torch::Tensor emb = torch::cat({freqs, freqs}, -1);
+  return {emb.cos(), emb.sin()};
+}
+
+/// x * cos + rotate_half(x) * sin, rotate_half(x) = [-x2, x1] of x's two halves.
+inline torch::Tensor apply_rotary(const torch::Tensor& x,
+                                  const torch::Tensor& cos,
+                                  const torch::Tensor& sin) {
+  const std::int64_t half = x.size(-1) / 2;
+  torch::Tensor rotated = torch::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
+  return x * cos + rotated * sin;
+}
+
+/// Causal self-attention with rotary embeddings; q, k and v hold this rank's heads
+/// (column-parallel), o this rank's columns (row-parallel).
+struct attentionImpl : torch::nn::Module {
+  attentionImpl(const config& c, const tp_group& tp)
       : heads(c.heads / tp.size),
         head_dim(c.width / c.heads),
+        theta(c.rope_theta),
         comm(MPI_Comm_c2f(tp.comm)),
-        ln1(register_module("ln1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.width})))),
-        q(register_module("q", torch::nn::Linear(c.width, c.width / tp.size))),
-        k(register_module("k", torch::nn::Linear(c.width, c.width / tp.size))),
-        v(register_module("v", torch::nn::Linear(c.width, c.width / tp.size))),
-        proj(register_module("proj", torch::nn::Linear(c.width / tp.size, c.width))),
-        ln2(register_module("ln2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.width})))),
-        fc1(register_module("fc1", torch::nn::Linear(c.width, 4 * c.width / tp.size))),
-        fc2(register_module("fc2", torch::nn::Linear(4 * c.width / tp.size, c.width))) {}
+        q_proj(register_module("q_proj", linear(c.width, c.width / tp.size))),
+        k_proj(register_module("k_proj", linear(c.width, c.width / tp.size))),
+        v_proj(register_module("v_proj", linear(c.width, c.width / tp.size))),
+        o_proj(register_module("o_proj", linear(c.width / tp.size, c.width))) {}
 
-  torch::Tensor forward(torch::Tensor x) {
-    const auto B = x.size(0), T = x.size(1);
-    torch::Tensor h = copy_to_tp::apply(ln1(x), comm);
-    auto split = [&](torch::Tensor t) { return t.view({B, T, heads, head_dim}).transpose(1, 2); };
-    torch::Tensor att = torch::matmul(split(q(h)), split(k(h)).transpose(-2, -1)) /
-                        std::sqrt(static_cast<double>(head_dim));
-    att = att.masked_fill(torch::ones({T, T}, torch::kBool).triu(1), -INFINITY).softmax(-1);
-    torch::Tensor y = torch::matmul(att, split(v(h))).transpose(1, 2).reshape({B, T, -1});
-    x = x + reduce_from_tp::apply(torch::nn::functional::linear(y, proj->weight), comm) +
-        proj->bias;
-    h = copy_to_tp::apply(ln2(x), comm);
-    h = torch::gelu(fc1(h));
-    return x + reduce_from_tp::apply(torch::nn::functional::linear(h, fc2->weight), comm) +
-           fc2->bias;
+  static torch::nn::Linear linear(std::int64_t in, std::int64_t out) {
+    return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false));
   }
 
-  std::int64_t heads, head_dim, comm;
-  torch::nn::LayerNorm ln1;
-  torch::nn::Linear q, k, v, proj;
-  torch::nn::LayerNorm ln2;
-  torch::nn::Linear fc1, fc2;
+  torch::Tensor forward(const torch::Tensor& x) {
+    const auto B = x.size(0), T = x.size(1);
+    torch::Tensor h = copy_to_tp::apply(x, comm);
+    auto split = [&](torch::Tensor t) { return t.view({B, T, heads, head_dim}).transpose(1, 2); };
+    auto [cos, sin] = rotary(T, head_dim, theta);
+    torch::Tensor q = apply_rotary(split(q_proj(h)), cos, sin);
+    torch::Tensor k = apply_rotary(split(k_proj(h)), cos, sin);
+    torch::Tensor att =
+        torch::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(head_dim));
+    att = att.masked_fill(torch::ones({T, T}, torch::kBool).triu(1), -INFINITY).softmax(-1);
+    torch::Tensor y = torch::matmul(att, split(v_proj(h))).transpose(1, 2).reshape({B, T, -1});
+    return reduce_from_tp::apply(o_proj(y), comm);
+  }
+
+  std::int64_t heads, head_dim;
+  double theta;
+  std::int64_t comm;
+  torch::nn::Linear q_proj, k_proj, v_proj, o_proj;
+};
+TORCH_MODULE(attention);
+
+/// The SwiGLU MLP: down(silu(gate(x)) * up(x)); gate and up hold this rank's rows, down its
+/// columns.
+struct mlpImpl : torch::nn::Module {
+  mlpImpl(const config& c, const tp_group& tp)
+      : comm(MPI_Comm_c2f(tp.comm)),
+        gate_proj(
+            register_module("gate_proj", attentionImpl::linear(c.width, c.intermediate / tp.size))),
+        up_proj(
+            register_module("up_proj", attentionImpl::linear(c.width, c.intermediate / tp.size))),
+        down_proj(register_module("down_proj",
+                                  attentionImpl::linear(c.intermediate / tp.size, c.width))) {}
+
+  torch::Tensor forward(const torch::Tensor& x) {
+    torch::Tensor h = copy_to_tp::apply(x, comm);
+    return reduce_from_tp::apply(down_proj(torch::silu(gate_proj(h)) * up_proj(h)), comm);
+  }
+
+  std::int64_t comm;
+  torch::nn::Linear gate_proj, up_proj, down_proj;
+};
+TORCH_MODULE(mlp);
+
+/// One decoder layer, pre-norm, named as `transformers`' LlamaDecoderLayer.
+struct blockImpl : torch::nn::Module {
+  blockImpl(const config& c, const tp_group& tp)
+      : input_layernorm(register_module("input_layernorm", rms_norm(c.width, c.rms_norm_eps))),
+        self_attn(register_module("self_attn", attention(c, tp))),
+        post_attention_layernorm(
+            register_module("post_attention_layernorm", rms_norm(c.width, c.rms_norm_eps))),
+        mlp_(register_module("mlp", mlp(c, tp))) {}
+
+  torch::Tensor forward(torch::Tensor x) {
+    x = x + self_attn(input_layernorm(x));
+    return x + mlp_(post_attention_layernorm(x));
+  }
+
+  rms_norm input_layernorm;
+  attention self_attn;
+  rms_norm post_attention_layernorm;
+  mlp mlp_;
 };
 TORCH_MODULE(block);
 
-/// Token and position embeddings, the blocks, a final layer norm and a head tied to the token
-/// embedding.
+/// The token embedding, the decoder layers, a final norm and a head tied to the embedding; its
+/// parameters are named as LlamaForCausalLM's under `model.` (the trainer's tree adds it).
 struct modelImpl : torch::nn::Module {
   modelImpl(const config& c, const tp_group& tp)
-      : wte(register_module("wte", torch::nn::Embedding(c.vocab, c.width))),
-        wpe(register_module("wpe", torch::nn::Embedding(c.context, c.width))),
-        blocks(register_module("blocks", torch::nn::ModuleList())),
-        ln_f(
-            register_module("ln_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.width})))) {
-    for (std::int64_t i = 0; i < c.layers; ++i) blocks->push_back(block(c, tp));
+      : embed_tokens(register_module("embed_tokens", torch::nn::Embedding(c.vocab, c.width))),
+        layers(register_module("layers", torch::nn::ModuleList())),
+        norm(register_module("norm", rms_norm(c.width, c.rms_norm_eps))) {
+    for (std::int64_t i = 0; i < c.layers; ++i) layers->push_back(block(c, tp));
   }
 
   /// Logits [B, T, vocab] of tokens [B, T].
   torch::Tensor forward(torch::Tensor idx) {
-    torch::Tensor x = wte(idx) + wpe(torch::arange(idx.size(1)));
-    for (const auto& b : *blocks) x = b->as<block>()->forward(x);
-    return torch::matmul(ln_f(x), wte->weight.t());
+    torch::Tensor x = embed_tokens(idx);
+    for (const auto& b : *layers) x = b->as<block>()->forward(x);
+    return torch::matmul(norm(x), embed_tokens->weight.t());
   }
 
-  torch::nn::Embedding wte, wpe;
-  torch::nn::ModuleList blocks;
-  torch::nn::LayerNorm ln_f;
+  torch::nn::Embedding embed_tokens;
+  torch::nn::ModuleList layers;
+  rms_norm norm;
 };
 TORCH_MODULE(model);
 
-/// How the model's tensors sit over the ranks: q, k, v, fc1 split by rows (axis 0), proj and
-/// fc2 weights by columns (axis 1), written by data-parallel rank 0; the rest whole, written by
+/// How the model's tensors sit over the ranks: q, k, v, gate and up split by rows (axis 0), o
+/// and down by columns (axis 1), written by data-parallel rank 0; the rest whole, written by
 /// global rank 0 (tensor- and data-parallel rank 0).
 inline cairn::libtorch::sharding model_sharding(const tp_group& tp, int dp_rank) {
   cairn::libtorch::sharding s(/*default_replica=*/tp.rank + tp.size * dp_rank);
-  for (const char* rows : {"*.q.*", "*.k.*", "*.v.*", "*.fc1.*"})
+  for (const char* rows :
+       {"*.q_proj.*", "*.k_proj.*", "*.v_proj.*", "*.gate_proj.*", "*.up_proj.*"})
     s.split(rows, 0, tp.rank, tp.size, dp_rank);
-  for (const char* cols : {"*.proj.weight", "*.fc2.weight"})
+  for (const char* cols : {"*.o_proj.weight", "*.down_proj.weight"})
     s.split(cols, 1, tp.rank, tp.size, dp_rank);
   return s;
 }

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Draws the GPT trainer's loss curves (WORK_DIR/loss_*.txt) as an SVG:
+# Draws the reference trainer's loss curves (WORK_DIR/loss_*.txt) as an SVG:
 #   examples/gpt/plot.sh WORK_DIR OUT.svg
 # The uninterrupted run is the wide grey line; the interrupted run stops where it was killed;
 # each resumed run is drawn as points from the checkpoint it resumed from, so they can be seen
@@ -25,7 +25,7 @@ joined="$(printf '%s, ' "${plots[@]}")"
 gnuplot <<GNUPLOT
 set terminal svg size 860,460 dynamic font 'sans,12'
 set output '$out'
-set title 'GPT reference trainer (examples/gpt): loss per step'
+set title 'Reference trainer (examples/gpt, a Llama-architecture model): loss per step'
 set xlabel 'step'
 set ylabel 'training loss'
 set key top right

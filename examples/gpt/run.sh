@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# The GPT reference trainer end to end: examples/gpt/run.sh BIN_DIR WORK_DIR [trainer flags]
+# The reference trainer (a Llama-architecture model) end to end: examples/gpt/run.sh BIN_DIR WORK_DIR [trainer flags]
 #   1. an uninterrupted reference run on 4 processes (tensor-parallel 2 x data-parallel 2)
 #   2. the same run checkpointing every 10 steps, interrupted with a save in flight
 #   3. resumed on 2 processes (tp 2 x dp 1) and on 3 (tp 1 x dp 3) from the latest checkpoint
 #   4. each resume's loss curve against the reference: bit-exact when tp is unchanged
 #   5. the final state converted to safetensors and torch_dist, loaded by Python's torch
 #   6. the loss curves drawn as WORK_DIR/loss.svg (with gnuplot)
+#   7. the Hugging Face hand-off both ways, where the today tier's root exists (hf_check.py)
 # Flags after WORK_DIR go to every trainer phase (e.g. --steps 400 --layers 4 --width 128).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -28,6 +29,24 @@ if command -v gnuplot >/dev/null 2>&1; then
 else
   echo "gnuplot not installed (gnuplot-nox): no loss.svg"
 fi
+# 7. Hugging Face, both ways, in the today tier's root (transformers 5, torch 2.x): the final
+#    model converted by cairn to sharded safetensors + index, with the trainer's config.json,
+#    loads with from_pretrained and computes the C++ trainer's logits; a LlamaForCausalLM that
+#    transformers saved loads into the trainer on 2 tensor-parallel ranks and trains on.
+repo="$(cd "$here/../.." && pwd)"
+export CAIRN_TODAY_BIND="$(cd "$dir" && pwd)"  # the work folder, wherever it is
+if why="$("$repo/scripts/today-root" check)"; then
+  "$bin/cairn" convert "$dir/model_resume_2x2" "$dir/hf" --format chunks --chunk-size 64KB \
+    --no-progress
+  cp "$dir/config.json" "$dir/hf/config.json"
+  "$repo/scripts/today-root" run python3 "$here/hf_check.py" export "$dir"
+  "$repo/scripts/today-root" run python3 "$here/hf_check.py" init "$dir"
+  "${run[@]}" -np 2 "$trainer" --phase import --tp 2 --from "$dir/hf_init" --dir "$dir" --steps 20
+  "$repo/scripts/today-root" run python3 "$here/hf_check.py" import "$dir"
+else
+  echo "SKIPPED the Hugging Face hand-off (transformers lives in the today tier's root): $why"
+fi
+
 # Debian's interpreter: the python3 first on PATH may be another one without torch.
 py=/usr/bin/python3
 [[ -x $py ]] || py=python3

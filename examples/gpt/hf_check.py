@@ -1,0 +1,90 @@
+"""The reference trainer and Hugging Face transformers, both ways (the today tier's root:
+torch 2.x, transformers 5; run.sh calls it through scripts/today-root).
+
+    hf_check.py export WORK_DIR    WORK_DIR/hf: the trainer's final model converted by cairn
+                                   (sharded safetensors + index) with the config.json the
+                                   trainer wrote; from_pretrained loads it and its logits on the
+                                   trainer's evaluation batch match the C++ model's within 1e-5
+    hf_check.py init WORK_DIR      a LlamaForCausalLM that transformers initializes and saves
+                                   (save_pretrained) in WORK_DIR/hf_init, with its logits
+    hf_check.py import WORK_DIR    the trainer's logits right after importing hf_init (on 2
+                                   tensor-parallel ranks) match transformers' within 1e-5, and
+                                   its training from there lowers the loss
+"""
+import glob
+import json
+import os
+import sys
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+import torch  # noqa: E402
+from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM  # noqa: E402
+
+import transformers  # noqa: E402
+
+
+def tokens(work):
+    raw = open(os.path.join(work, "eval_tokens.bin"), "rb").read()
+    return torch.frombuffer(bytearray(raw), dtype=torch.int64).reshape(3, -1)
+
+
+def logits_file(path, shape):
+    return torch.frombuffer(bytearray(open(path, "rb").read()), dtype=torch.float32).reshape(shape)
+
+
+def compare(what, got, want):
+    diff = (got - want).abs().max().item()
+    ok = diff <= 1e-5
+    print(f"{what}: logits {tuple(got.shape)}, max |difference| {diff:.3g} -> "
+          f"{'match (<= 1e-5)' if ok else 'DIFFERENT'}")
+    return ok
+
+
+def export(work):
+    hf = os.path.join(work, "hf")
+    shards = sorted(glob.glob(os.path.join(hf, "*.safetensors")))
+    index = json.load(open(os.path.join(hf, "model.safetensors.index.json")))
+    model = AutoModelForCausalLM.from_pretrained(hf, attn_implementation="eager")
+    model.eval()
+    t = tokens(work)
+    with torch.no_grad():
+        got = model(t).logits
+    want = logits_file(os.path.join(work, "logits_resume_2x2.bin"), got.shape)
+    ok = compare(f"transformers {transformers.__version__} from_pretrained of cairn's export "
+                 f"({len(shards)} safetensors shards, {len(index['weight_map'])} tensors in the "
+                 f"index) vs the C++ trainer (tp 2)", got, want)
+    sys.exit(0 if ok else 1)
+
+
+def init(work):
+    cfg = LlamaConfig(vocab_size=96, hidden_size=48, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=16,
+                      rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=True,
+                      attention_bias=False, mlp_bias=False)
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(cfg)
+    model.eval()
+    out = os.path.join(work, "hf_init")
+    model.save_pretrained(out)
+    with torch.no_grad():
+        model.config._attn_implementation = "eager"
+        logits = model(tokens(work)).logits.contiguous()
+    open(os.path.join(out, "logits.bin"), "wb").write(logits.numpy().tobytes())
+    print(f"transformers {transformers.__version__} saved a new LlamaForCausalLM to {out}: "
+          f"{sorted(os.listdir(out))}")
+
+
+def import_(work):
+    t = tokens(work)
+    want = logits_file(os.path.join(work, "hf_init", "logits.bin"), (3, t.shape[1], 96))
+    got = logits_file(os.path.join(work, "logits_import_initial.bin"), want.shape)
+    ok = compare("the C++ trainer after importing transformers' save_pretrained (tp 2)", got, want)
+    losses = [float(line.split()[1]) for line in open(glob.glob(os.path.join(work, "loss_import_*.txt"))[0])]
+    trained = losses[-1] < losses[0]
+    print(f"training from the imported model: loss {losses[0]:.4f} -> {losses[-1]:.4f} in "
+          f"{len(losses)} steps -> {'lower' if trained else 'NOT LOWER'}")
+    sys.exit(0 if ok and trained else 1)
+
+
+if __name__ == "__main__":
+    {"export": export, "init": init, "import": import_}[sys.argv[1]](sys.argv[2])
