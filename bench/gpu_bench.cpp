@@ -127,14 +127,29 @@ int run(const options& o) {
   std::vector<std::byte> pageable(total, std::byte{1});  // touched
 
   std::vector<result_row> rows;
-  auto timed = [&](const std::string& name, auto&& body) {
+  // A row of `seconds` for all bytes, with its ratio to `limit_s`, the time the machine's limit
+  // `limit_name` took for them (none when 0).
+  auto record = [&](const std::string& name, double seconds, double limit_s = 0,
+                    const std::string& limit_name = "") {
+    rows.push_back({name, seconds, static_cast<double>(total), limit_s > 0 ? limit_s / seconds : 0,
+                    limit_name});
+    return seconds;
+  };
+  // Records the median of `body(rep)` over `o.reps` repetitions after a warm-up (rep 0).
+  auto timed = [&](const std::string& name, auto&& body, double limit_s = 0,
+                   const std::string& limit_name = "") {
     std::vector<double> t;
     for (int rep = 0; rep <= o.reps; ++rep) {
       double s = body(rep);
       if (rep > 0) t.push_back(s);
     }
-    rows.push_back({name, median(t), static_cast<double>(total), 0, ""});
-    return rows.back().seconds;
+    return record(name, median(t), limit_s, limit_name);
+  };
+  // An empty directory for one repetition's checkpoint.
+  auto fresh_dir = [&](const std::string& kind, int rep) {
+    fs::path d = o.dir / (kind + "-" + std::to_string(rep));
+    fs::remove_all(d);
+    return d;
   };
   auto copy_all = [&](std::byte* host, bool to_host) {
     auto t0 = clock_type::now();
@@ -190,57 +205,56 @@ int run(const options& o) {
 
   // cairn: the stager alone.
   cairn::cuda::staging_pool pool;
-  std::string pool_kind = pool.describe();
   {
     cairn::cuda::stager st(pool);
     std::vector<cairn::cuda::stage_item> items;
     for (int k = 0; k < o.tensors; ++k)
       items.push_back({dev_src[static_cast<std::size_t>(k)], per, "t"});
-    const double s = timed("cairn stager: stage + wait", [&](int) {
-      pool.reset();
-      auto t0 = clock_type::now();
-      st.stage(items).value();
-      st.wait().value();
-      return seconds_since(t0);
-    });
-    rows.back().vs = d2h / s;
-    rows.back().vs_name = "D2H pinned";
+    timed(
+        "cairn stager: stage + wait",
+        [&](int) {
+          pool.reset();
+          auto t0 = clock_type::now();
+          st.stage(items).value();
+          st.wait().value();
+          return seconds_since(t0);
+        },
+        d2h, "D2H pinned");
     pool.reset();
   }
-  pool_kind = pool.describe();
+  const std::string pool_kind = pool.describe();
 
   cairn::single_communicator comm;
   // cairn: synchronous save of the device tensors.
-  const double save_s = timed("cairn save (sync, device tensors)", [&](int rep) {
-    fs::path ckpt = o.dir / ("sync-" + std::to_string(rep));
-    fs::remove_all(ckpt);
-    cairn::file_storage disk(ckpt);
-    cairn::save_options so;
-    so.staging = &pool;
-    so.io_threads = o.io_threads;
-    auto t0 = clock_type::now();
-    cairn::save(src_tree, disk, comm, so);
-    double s = seconds_since(t0);
-    if (rep < o.reps) fs::remove_all(ckpt);
-    return s;
-  });
-  rows.back().vs = (d2h + raw_write) / save_s;
-  rows.back().vs_name = "D2H + write";
+  cairn::save_options so;
+  so.io_threads = o.io_threads;
+  timed(
+      "cairn save (sync, device tensors)",
+      [&](int rep) {
+        fs::path ckpt = fresh_dir("sync", rep);
+        cairn::file_storage disk(ckpt);
+        cairn::save_options sync = so;
+        sync.staging = &pool;
+        auto t0 = clock_type::now();
+        cairn::save(src_tree, disk, comm, sync);
+        double s = seconds_since(t0);
+        if (rep < o.reps) fs::remove_all(ckpt);  // the last one is loaded below
+        return s;
+      },
+      d2h + raw_write, "D2H + write");
 
   // cairn: async save; stall is what training waits for.
   std::vector<double> stall, persist;
   {
     cairn::async_saver saver({.staging = &pool});
     cairn::save_plan_cache cache;
+    cairn::save_options cached = so;
+    cached.plan_cache = &cache;
     for (int rep = 0; rep <= o.reps; ++rep) {
-      fs::path ckpt = o.dir / ("async-" + std::to_string(rep));
-      fs::remove_all(ckpt);
+      fs::path ckpt = fresh_dir("async", rep);
       cairn::file_storage disk(ckpt);
-      cairn::save_options so;
-      so.plan_cache = &cache;
-      so.io_threads = o.io_threads;
       auto t0 = clock_type::now();
-      auto h = saver.save(src_tree, disk, comm, so).value();
+      auto h = saver.save(src_tree, disk, comm, cached).value();
       double st = seconds_since(t0);
       auto t1 = clock_type::now();
       h.wait().value();
@@ -249,45 +263,44 @@ int run(const options& o) {
       fs::remove_all(ckpt);
     }
   }
-  rows.push_back({"cairn async save: stall", median(stall), static_cast<double>(total),
-                  median(stall) > 0 ? d2h / median(stall) : 0, "D2H pinned"});
-  rows.push_back({"cairn async save: background persist", median(persist),
-                  static_cast<double>(total), raw_write / median(persist), "write + fsync"});
+  record("cairn async save: stall", median(stall), d2h, "D2H pinned");
+  record("cairn async save: background persist", median(persist), raw_write, "write + fsync");
 
   // cairn: load back into zeroed device tensors, checked.
   fs::path loaded_from = o.dir / ("sync-" + std::to_string(o.reps));
   bool data_ok = true;
-  const double load_s = timed("cairn load (into device tensors)", [&](int) {
-    for (auto* p : dev_dst) check_cuda(cudaMemset(p, 0, per), "cudaMemset");
-    check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
-    cairn::state_dict dst_tree = tree_of(dev_dst);
-    cairn::file_storage disk(loaded_from);
-    disk.drop_caches().value();
-    cairn::load_options lo;
-    lo.staging = &pool;
-    lo.io_threads = o.io_threads;
-    auto t0 = clock_type::now();
-    cairn::load(dst_tree, disk, comm, lo);
-    double s = seconds_since(t0);
-    std::vector<unsigned char> got(per);
-    for (int k = 0; k < o.tensors; ++k) {
-      check_cuda(
-          cudaMemcpy(got.data(), dev_dst[static_cast<std::size_t>(k)], per, cudaMemcpyDeviceToHost),
-          "download");
-      for (std::size_t j = 0; j < per; j += 4093) data_ok = data_ok && got[j] == pattern_byte(k, j);
-      data_ok = data_ok && got[per - 1] == pattern_byte(k, per - 1);
-    }
-    return s;
-  });
-  rows.back().vs = h2d / load_s;
-  rows.back().vs_name = "H2D pinned";
-  (void)save_s;
+  timed(
+      "cairn load (into device tensors)",
+      [&](int) {
+        for (auto* p : dev_dst) check_cuda(cudaMemset(p, 0, per), "cudaMemset");
+        check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+        cairn::state_dict dst_tree = tree_of(dev_dst);
+        cairn::file_storage disk(loaded_from);
+        disk.drop_caches().value();
+        cairn::load_options lo;
+        lo.staging = &pool;
+        lo.io_threads = o.io_threads;
+        auto t0 = clock_type::now();
+        cairn::load(dst_tree, disk, comm, lo);
+        double s = seconds_since(t0);
+        std::vector<unsigned char> got(per);
+        for (int k = 0; k < o.tensors; ++k) {
+          check_cuda(cudaMemcpy(got.data(), dev_dst[static_cast<std::size_t>(k)], per,
+                                cudaMemcpyDeviceToHost),
+                     "download");
+          for (std::size_t j = 0; j < per; j += 4093)
+            data_ok = data_ok && got[j] == pattern_byte(k, j);
+          data_ok = data_ok && got[per - 1] == pattern_byte(k, per - 1);
+        }
+        return s;
+      },
+      h2d, "H2D pinned");
 
   if (o.json) {
     fmt::print(
         "{{\"device\":\"{}\",\"bytes\":{},\"tensors\":{},\"reps\":{},\"pool\":\"{}\","
-        "\"pin_s\":{:.3f},\"data_ok\":{},\"rows\":[",
-        prop.name, total, o.tensors, o.reps, pool_kind, pin_s, data_ok);
+        "\"io_threads\":{},\"pin_s\":{:.3f},\"data_ok\":{},\"rows\":[",
+        prop.name, total, o.tensors, o.reps, pool_kind, o.io_threads, pin_s, data_ok);
     for (std::size_t i = 0; i < rows.size(); ++i)
       fmt::print(
           "{}{{\"name\":\"{}\",\"s\":{:.5f},\"GBps\":{:.2f},\"vs\":{:.3f},\"vs_name\":\"{}\"}}",
