@@ -66,6 +66,17 @@ std::vector<std::byte> pattern(dtype t, std::int64_t n, std::int64_t first = 0) 
   return b;
 }
 
+// The pattern over box `b` (2-d) of a tensor with `C` columns, row-major.
+std::vector<std::byte> box_pattern(dtype t, const cairn::box& b, std::int64_t C) {
+  const std::size_t es = cairn::dtype_size(t);
+  std::vector<std::byte> out(static_cast<std::size_t>(b.volume()) * es);
+  std::int64_t k = 0;
+  for (std::int64_t y = 0; y < b.size[0]; ++y)
+    for (std::int64_t x = 0; x < b.size[1]; ++x, ++k)
+      element(t, (b.offset[0] + y) * C + b.offset[1] + x, out.data() + k * es);
+  return out;
+}
+
 int fail(const std::string& what) {
   std::fprintf(stderr, "cairn_interop: %s\n", what.c_str());
   return 1;
@@ -265,11 +276,7 @@ int write_multirank(const std::string& dir, const cairn::save_strategy* strategy
         const std::int64_t cuts[] = {0, 2, 3, 5, 6};
         b = {{0, cuts[r]}, {R, cuts[r + 1] - cuts[r]}};
       }
-      std::vector<std::byte> blk(static_cast<std::size_t>(b.volume()) * es);
-      std::int64_t k = 0;
-      for (std::int64_t y = 0; y < b.size[0]; ++y)
-        for (std::int64_t x = 0; x < b.size[1]; ++x, ++k)
-          element(t, (b.offset[0] + y) * C + b.offset[1] + x, blk.data() + k * es);
+      std::vector<std::byte> blk = box_pattern(t, b, C);
       cairn::sharded_tensor<> st_;
       st_.key = "t_" + name;
       st_.type = t;
@@ -308,43 +315,6 @@ int save_strategy(const std::string& name, const std::string& dir) {
   return write_multirank(dir, &s);
 }
 
-// Loads DIR (a DCP checkpoint torch wrote: t_<dtype> of (4, 6)) with cairn::load on 3 thread
-// ranks holding uneven row blocks, and checks every element.
-int load_dcp(const std::string& dir) {
-  cairn::file_storage st(dir);
-  const std::int64_t cuts[] = {0, 1, 3, 4};
-  std::atomic<int> bad{0};
-  cairn::run_ranks(3, [&](cairn::thread_communicator& comm) {
-    const int r = comm.rank();
-    std::vector<std::vector<std::byte>> bufs(kTypes.size());
-    cairn::state_dict sd;
-    for (std::size_t i = 0; i < kTypes.size(); ++i) {
-      auto [t, name] = kTypes[i];
-      std::int64_t rows = cuts[r + 1] - cuts[r];
-      bufs[i].assign(static_cast<std::size_t>(rows * 6) * cairn::dtype_size(t), std::byte{0x77});
-      cairn::sharded_tensor<> x;
-      x.key = "t_" + name;
-      x.type = t;
-      x.local_shape = {rows, 6};
-      x.global_shape = {4, 6};
-      x.global_offset = {cuts[r], 0};
-      x.data = bufs[i];
-      sd.add(x.key, x);
-    }
-    cairn::load(sd, st, comm);
-    for (std::size_t i = 0; i < kTypes.size(); ++i)
-      if (bufs[i] != pattern(kTypes[i].first, (cuts[r + 1] - cuts[r]) * 6, cuts[r] * 6)) {
-        std::fprintf(stderr, "load-dcp: t_%s differs on rank %d\n", kTypes[i].second.c_str(), r);
-        ++bad;
-      }
-  });
-  if (bad) return fail("load-dcp: mismatches (above)");
-  std::printf("load-dcp: cairn::load read torch's DCP on 3 ranks, %zu dtypes element-exact\n",
-              kTypes.size());
-  return 0;
-}
-
-// Unshards SRC into DST/model.safetensors (one_file) and DST/chunks (chunks of 200 bytes).
 // Loads every t_<dtype> of a DCP checkpoint (global shape ROWS x COLS, holding the pattern) on
 // `ranks` thread ranks, each asking for an uneven piece along `axis` (0: rows, 1: columns), and
 // checks every piece element-exactly. Torch wrote it from any number of processes and layouts.
@@ -373,14 +343,7 @@ int load_dcp_layout(const std::string& dir, std::int64_t R, std::int64_t C, int 
     }
     cairn::load(sd, st, comm);
     for (std::size_t i = 0; i < kTypes.size(); ++i) {
-      const dtype t = kTypes[i].first;
-      const std::size_t es = cairn::dtype_size(t);
-      std::vector<std::byte> want(bufs[i].size());
-      std::int64_t k = 0;
-      for (std::int64_t y = 0; y < b.size[0]; ++y)
-        for (std::int64_t x = 0; x < b.size[1]; ++x, ++k)
-          element(t, (b.offset[0] + y) * C + b.offset[1] + x, want.data() + k * es);
-      if (bufs[i] != want) {
+      if (bufs[i] != box_pattern(kTypes[i].first, b, C)) {
         std::fprintf(stderr, "load-dcp-layout: t_%s differs on rank %d of %d (axis %d)\n",
                      kTypes[i].second.c_str(), r, ranks, axis);
         ++bad;
@@ -395,6 +358,7 @@ int load_dcp_layout(const std::string& dir, std::int64_t R, std::int64_t C, int 
   return 0;
 }
 
+// Unshards SRC into DST/model.safetensors (one_file) and DST/chunks (chunks of 200 bytes).
 int unshard(const std::string& src_dir, const std::string& dst) {
   namespace cv = cairn::convert;
   cairn::file_storage in(src_dir), one(dst), chunks(dst + "/chunks");
@@ -453,7 +417,8 @@ int main(int argc, char** argv) {
     if (cmd == "write-dcp-torch2") return write_dcp(arg, cairn::dcp::flavor::torch2);
     if (cmd == "check-pt") return check_pt(arg);
     if (cmd == "check-dcp") return check_dcp(arg);
-    if (cmd == "load-dcp") return load_dcp(arg);
+    // A checkpoint torch saved from {t_<dtype>: pattern (4, 6)}, on 3 ranks by uneven rows.
+    if (cmd == "load-dcp") return load_dcp_layout(arg, 4, 6, 3, 0);
     if (cmd == "write-multirank") return write_multirank(arg);
   } catch (const cairn::exception& e) {
     return fail(e.what());
