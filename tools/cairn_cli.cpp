@@ -172,6 +172,26 @@ std::string brief(const cairn::pickle::value& v) {
   }
 }
 
+// A common value as inspect lists it: stored in the common state (`commons`) or held in the
+// metadata itself (`inline_commons`, e.g. what a DCP checkpoint's common.pt holds).
+struct common_row {
+  std::string path;
+  std::string_view kind;
+  std::string_view type;
+  std::uint64_t bytes;
+};
+
+std::vector<common_row> common_rows(const cairn::checkpoint_metadata& m) {
+  std::vector<common_row> out;
+  for (const auto& [k, c] : m.commons)
+    out.push_back(
+        {k, cairn::detail::common_kind_name(c.kind), cairn::dtype_name(c.type), c.nbytes});
+  for (const auto& [k, c] : m.inline_commons)
+    out.push_back(
+        {k, cairn::detail::common_kind_name(c.kind), cairn::dtype_name(c.type), c.data.size()});
+  return out;
+}
+
 // The non-tensor items of a DCP checkpoint (empty for other formats or when there are none).
 std::vector<foreign_item> dcp_non_tensor_items(cairn::storage_ref st,
                                                const cairn::checkpoint_metadata& m) {
@@ -203,6 +223,7 @@ int inspect(const std::string& dir, bool json) {
   }
   const bool native = m->format == "cairn";
   const std::vector<foreign_item> items = dcp_non_tensor_items(st, *m);
+  const std::vector<common_row> commons = common_rows(*m);
   if (json) {
     fmt::memory_buffer o;
     auto out = std::back_inserter(o);
@@ -242,16 +263,9 @@ int inspect(const std::string& dir, bool json) {
     }
     fmt::format_to(out, "],\"common\":[");
     first = true;
-    for (const auto& [k, c] : m->commons) {
+    for (const auto& c : commons) {
       fmt::format_to(out, "{}{{\"path\":{},\"kind\":\"{}\",\"dtype\":\"{}\",\"bytes\":{}}}",
-                     first ? "" : ",", json_str(k), cairn::detail::common_kind_name(c.kind),
-                     cairn::dtype_name(c.type), c.nbytes);
-      first = false;
-    }
-    for (const auto& [k, c] : m->inline_commons) {
-      fmt::format_to(out, "{}{{\"path\":{},\"kind\":\"{}\",\"dtype\":\"{}\",\"bytes\":{}}}",
-                     first ? "" : ",", json_str(k), cairn::detail::common_kind_name(c.kind),
-                     cairn::dtype_name(c.type), c.data.size());
+                     first ? "" : ",", json_str(c.path), c.kind, c.type, c.bytes);
       first = false;
     }
     fmt::format_to(out, "],\"non_tensor_items\":[");
@@ -300,14 +314,10 @@ int inspect(const std::string& dir, bool json) {
     fmt::print("objects ({})\n", m->objects.size());
     for (const auto& [k, ob] : m->objects) fmt::print("  {}  {} bytes\n", k, ob.where.nbytes);
   }
-  if (!m->commons.empty() || !m->inline_commons.empty()) {
-    fmt::print("common values ({})\n", m->commons.size() + m->inline_commons.size());
-    for (const auto& [k, c] : m->commons)
-      fmt::print("  {}  {} {}  {} bytes\n", k, cairn::detail::common_kind_name(c.kind),
-                 cairn::dtype_name(c.type), c.nbytes);
-    for (const auto& [k, c] : m->inline_commons)
-      fmt::print("  {}  {} {}  {} bytes\n", k, cairn::detail::common_kind_name(c.kind),
-                 cairn::dtype_name(c.type), c.data.size());
+  if (!commons.empty()) {
+    fmt::print("common values ({})\n", commons.size());
+    for (const auto& c : commons)
+      fmt::print("  {}  {} {}  {} bytes\n", c.path, c.kind, c.type, c.bytes);
   }
   if (!items.empty()) {
     fmt::print("non-tensor items ({}; cairn does not load them)\n", items.size());
