@@ -18,8 +18,9 @@ if ! why="$("$repo/scripts/today-root" check)"; then
 fi
 rm -rf "$work"
 mkdir -p "$work"
+listening() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 port=$((20000 + RANDOM % 20000))
-while (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; do port=$((port + 1)); done
+while listening "$port"; do port=$((port + 1)); done
 endpoint="http://127.0.0.1:$port"
 bucket=cairn-test
 
@@ -27,10 +28,10 @@ setsid "$repo/scripts/today-root" run moto_server -H 127.0.0.1 -p "$port" >"$wor
 moto=$!
 trap 'kill -- -$moto 2>/dev/null || true' EXIT
 for _ in $(seq 200); do
-  (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break
+  listening "$port" && break
   sleep 0.1
 done
-(exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null || {
+listening "$port" || {
   cat "$work/moto.log"
   echo "moto_server did not start on $endpoint"
   exit 1
