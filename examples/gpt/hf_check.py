@@ -5,8 +5,9 @@ torch 2.x, transformers 5; run.sh calls it through scripts/today-root).
                                    (sharded safetensors + index) with the config.json the
                                    trainer wrote; from_pretrained loads it and its logits on the
                                    trainer's evaluation batch match the C++ model's within 1e-5
-    hf_check.py init WORK_DIR      a LlamaForCausalLM that transformers initializes and saves
-                                   (save_pretrained) in WORK_DIR/hf_init, with its logits
+    hf_check.py init WORK_DIR      a LlamaForCausalLM of the trainer's sizes (WORK_DIR/config.json)
+                                   that transformers initializes and saves (save_pretrained) in
+                                   WORK_DIR/hf_init, with its logits
     hf_check.py import WORK_DIR    the trainer's logits right after importing hf_init (on 2
                                    tensor-parallel ranks) match transformers' within 1e-5, and
                                    its training from there lowers the loss
@@ -57,10 +58,7 @@ def export(work):
 
 
 def init(work):
-    cfg = LlamaConfig(vocab_size=96, hidden_size=48, intermediate_size=128, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=16,
-                      rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=True,
-                      attention_bias=False, mlp_bias=False)
+    cfg = LlamaConfig.from_pretrained(work)  # the config.json the trainer wrote
     torch.manual_seed(0)
     model = LlamaForCausalLM(cfg)
     model.eval()
@@ -76,7 +74,8 @@ def init(work):
 
 def import_(work):
     t = tokens(work)
-    want = logits_file(os.path.join(work, "hf_init", "logits.bin"), (3, t.shape[1], 96))
+    vocab = LlamaConfig.from_pretrained(work).vocab_size
+    want = logits_file(os.path.join(work, "hf_init", "logits.bin"), (3, t.shape[1], vocab))
     got = logits_file(os.path.join(work, "logits_import_initial.bin"), want.shape)
     ok = compare("the C++ trainer after importing transformers' save_pretrained (tp 2)", got, want)
     losses = [float(line.split()[1]) for line in open(glob.glob(os.path.join(work, "loss_import_*.txt"))[0])]

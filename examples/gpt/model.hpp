@@ -106,6 +106,11 @@ inline torch::Tensor apply_rotary(const torch::Tensor& x,
   return x * cos + rotated * sin;
 }
 
+/// A linear layer without bias (Llama has none).
+inline torch::nn::Linear linear(std::int64_t in, std::int64_t out) {
+  return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false));
+}
+
 /// Causal self-attention with rotary embeddings; q, k and v hold this rank's heads
 /// (column-parallel), o this rank's columns (row-parallel).
 struct attentionImpl : torch::nn::Module {
@@ -118,10 +123,6 @@ struct attentionImpl : torch::nn::Module {
         k_proj(register_module("k_proj", linear(c.width, c.width / tp.size))),
         v_proj(register_module("v_proj", linear(c.width, c.width / tp.size))),
         o_proj(register_module("o_proj", linear(c.width / tp.size, c.width))) {}
-
-  static torch::nn::Linear linear(std::int64_t in, std::int64_t out) {
-    return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false));
-  }
 
   torch::Tensor forward(const torch::Tensor& x) {
     const auto B = x.size(0), T = x.size(1);
@@ -149,12 +150,9 @@ TORCH_MODULE(attention);
 struct mlpImpl : torch::nn::Module {
   mlpImpl(const config& c, const tp_group& tp)
       : comm(MPI_Comm_c2f(tp.comm)),
-        gate_proj(
-            register_module("gate_proj", attentionImpl::linear(c.width, c.intermediate / tp.size))),
-        up_proj(
-            register_module("up_proj", attentionImpl::linear(c.width, c.intermediate / tp.size))),
-        down_proj(register_module("down_proj",
-                                  attentionImpl::linear(c.intermediate / tp.size, c.width))) {}
+        gate_proj(register_module("gate_proj", linear(c.width, c.intermediate / tp.size))),
+        up_proj(register_module("up_proj", linear(c.width, c.intermediate / tp.size))),
+        down_proj(register_module("down_proj", linear(c.intermediate / tp.size, c.width))) {}
 
   torch::Tensor forward(const torch::Tensor& x) {
     torch::Tensor h = copy_to_tp::apply(x, comm);

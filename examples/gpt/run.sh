@@ -41,7 +41,8 @@ if why="$("$repo/scripts/today-root" check)"; then
   cp "$dir/config.json" "$dir/hf/config.json"
   "$repo/scripts/today-root" run python3 "$here/hf_check.py" export "$dir"
   "$repo/scripts/today-root" run python3 "$here/hf_check.py" init "$dir"
-  "${run[@]}" -np 2 "$trainer" --phase import --tp 2 --from "$dir/hf_init" --dir "$dir" --steps 20
+  "${run[@]}" -np 2 "$trainer" --phase import --tp 2 --from "$dir/hf_init" --dir "$dir" "$@" \
+    --steps 20
   "$repo/scripts/today-root" run python3 "$here/hf_check.py" import "$dir"
 else
   echo "SKIPPED the Hugging Face hand-off (transformers lives in the today tier's root): $why"

@@ -76,12 +76,12 @@ def distribute(full, mesh, placements):
                               shape=full.shape, stride=full.stride())
 
 
-def state(mesh, placements, work_io=True):
+def state(mesh, placements, with_bytes_io=True):
     sd = {"t_" + n: pattern(n, R * C).reshape(R, C) for n in TYPES}
     if mesh is not None:
         sd = {k: distribute(v, mesh, placements) for k, v in sd.items()}
     sd.update(NON_TENSOR)
-    if work_io:
+    if with_bytes_io:
         sd["blob"] = io.BytesIO(b"cairn reads what torch pickles")
     return sd
 
