@@ -49,6 +49,11 @@ CAIRN_INLINE result<sniffed_format> sniff_format(storage_ref st, bool whole_nati
   if (has_index) return sniffed_format{"safetensors", std::nullopt};
   CAIRN_TRY_ASSIGN(bool has_one, st.exists(format_files::safetensors_one));
   if (has_one) return sniffed_format{"safetensors", std::nullopt};
+  // DCP's HuggingFaceStorageWriter with save_distributed=True: *.safetensors files, no index.
+  CAIRN_TRY_ASSIGN(std::vector<std::string> names, st.list(""));
+  for (const auto& n : names)
+    if (n.find('/') == std::string::npos && n.ends_with(".safetensors"))
+      return sniffed_format{"safetensors", std::nullopt};
   return sniffed_format{};
 }
 

@@ -62,7 +62,8 @@ CAIRN_INLINE result<sniffed_format> sniff_format(storage_ref st, bool whole_nati
 }  // namespace detail
 
 /// Which format is on `st`: "cairn" (`metadata.json` of the native format), "torch_dist"
-/// (`.metadata`), "safetensors" (an index or `model.safetensors`), or "" when none.
+/// (`.metadata`), "safetensors" (an index, `model.safetensors`, or else `*.safetensors` files:
+/// DCP's sharded safetensors), or "" when none.
 CAIRN_INLINE result<std::string> detect_format(storage_ref st);
 
 namespace detail {

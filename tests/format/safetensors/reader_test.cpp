@@ -1,6 +1,7 @@
-// safetensors_as_metadata (format/safetensors/reader.hpp): one model.safetensors, or an index and
-// the files it names, described as cairn metadata (one chunk per tensor at its byte offset), and
-// the errors of missing files, tensors in two files and hostile headers.
+// safetensors_as_metadata (format/safetensors/reader.hpp): one model.safetensors, an index and
+// the files it names, or DCP's sharded files (DCP_SHARDING_INFO, no index), described as cairn
+// metadata (one chunk per tensor or piece at its byte offset), and the errors of missing files,
+// tensors in two files, pieces that disagree and hostile headers.
 #include "cairn/format/safetensors/reader.hpp"
 
 #include <doctest/doctest.h>
@@ -34,6 +35,40 @@ inline void put_file(cairn::storage_ref st,
   for (std::size_t i = 0; i < keys.size(); ++i)
     views.push_back({keys[i], cairn::dtype::f32, {2, 2}, std::as_bytes(std::span(data[i]))});
   sf::write_file(st, name, views, std::move(meta)).value();
+}
+
+/// Writes `name` as one rank's file of DCP's HuggingFaceStorageWriter(save_distributed=True):
+/// f32 pieces `{key, dims}` of consecutive values from `first`, and `sharding` as the
+/// `DCP_SHARDING_INFO` entry of `__metadata__` (none when empty).
+inline void put_piece_file(cairn::storage_ref st,
+                           const std::string& name,
+                           const std::vector<std::pair<std::string, cairn::shape>>& pieces,
+                           float first,
+                           const std::string& sharding) {
+  std::vector<std::vector<float>> data;
+  std::vector<sf::tensor_view> views;
+  for (const auto& [key, dims] : pieces) {
+    data.emplace_back(static_cast<std::size_t>(cairn::numel(dims)));
+    std::iota(data.back().begin(), data.back().end(), first);
+    first += static_cast<float>(data.back().size());
+  }
+  for (std::size_t i = 0; i < pieces.size(); ++i)
+    views.push_back(
+        {pieces[i].first, cairn::dtype::f32, pieces[i].second, std::as_bytes(std::span(data[i]))});
+  std::map<std::string, std::string> meta{{"format", "pt"}, {"DCP_VERSION", "1.0"}};
+  if (!sharding.empty()) meta.emplace("DCP_SHARDING_INFO", sharding);
+  sf::write_file(st, name, views, std::move(meta)).value();
+}
+
+/// DCP's sharded output of w [3, 4] = 0..11 (rows 0-1 from rank 1, row 2 from rank 2) and
+/// b [4] = 100..103 (replicated, saved once by rank 2), as torch 2.14 names the files.
+inline void put_dcp_shards(cairn::storage_ref st) {
+  put_piece_file(st, "shard-00001-model-00001-of-00001.safetensors", {{"w", {2, 4}}}, 0.0f,
+                 R"({"w": {"saved_offsets": [0, 0]}})");
+  put_piece_file(st, "shard-00002-model-00001-of-00001.safetensors", {{"w", {1, 4}}}, 8.0f,
+                 R"({"w": {"saved_offsets": [2, 0]}})");
+  put_piece_file(st, "shard-00002-model-00002-of-00002.safetensors", {{"b", {4}}}, 100.0f,
+                 R"({"b": {"saved_offsets": [0]}})");
 }
 
 inline void put_index(cairn::storage_ref st, std::map<std::string, std::string> weight_map) {
@@ -116,8 +151,8 @@ TEST_CASE("safetensors_as_metadata: missing files and a tensor in two files fail
   SUBCASE("nothing there") {
     auto r = cairn::safetensors_as_metadata(mem);
     REQUIRE(!r);
-    CHECK(r.err().code == cairn::errc::not_found);
-    CHECK(r.err().file.find("model.safetensors") != std::string::npos);
+    CHECK(r.err().code == cairn::errc::incomplete_checkpoint);
+    CHECK(r.err().message.find("model.safetensors") != std::string::npos);
   }
   SUBCASE("the index names a file that is not there") {
     safetensors_reader_test::put_file(mem, "one.safetensors", {"a"}, 0.0f);
@@ -172,4 +207,89 @@ TEST_CASE("safetensors_as_metadata refuses hostile headers naming the file") {
   REQUIRE(!r);
   CHECK(r.err().code == cairn::errc::corrupt);
   CHECK(r.err().file == mem.describe("model.safetensors"));
+}
+
+TEST_CASE("safetensors_as_metadata: DCP's sharded files, each piece where DCP_SHARDING_INFO says") {
+  cairn::memory_storage mem;
+  safetensors_reader_test::put_dcp_shards(mem);
+  CHECK(cairn::detect_format(mem).value() == "safetensors");
+  auto m = cairn::safetensors_as_metadata(mem).value();
+  REQUIRE(m.files.size() == 3);
+  const auto& w = m.tensors.at("w");
+  CHECK(w.global_shape == cairn::shape{3, 4});  // the extent of its pieces
+  REQUIRE(w.chunks.size() == 2);
+  CHECK(w.chunks[1].region.offset == cairn::shape{2, 0});
+  CHECK(w.chunks[1].region.size == cairn::shape{1, 4});
+  CHECK(m.tensors.at("b").global_shape == cairn::shape{4});
+  CHECK(m.content_metadata.count("DCP_SHARDING_INFO") == 0);  // per file, not the checkpoint's
+  CHECK(m.content_metadata.at("format") == "pt");
+  CHECK(cairn::verify_any(mem).value().problems.empty());
+
+  // load reads columns 1-2 of every row across both pieces, and b whole.
+  std::vector<float> cols(6, -1.0f), b(4, -1.0f);
+  cairn::sharded_tensor<> x;
+  x.key = "w";
+  x.type = cairn::dtype::f32;
+  x.local_shape = {3, 2};
+  x.global_shape = {3, 4};
+  x.global_offset = {0, 1};
+  x.data = std::as_writable_bytes(std::span(cols));
+  cairn::state_dict sd;
+  sd.add("w", x);
+  sd.add("b", cairn::from_rank_offsets("b", std::span(b), {4}, {}));
+  cairn::single_communicator one;
+  cairn::load(sd, mem, one);
+  CHECK(cols == std::vector<float>{1, 2, 5, 6, 9, 10});
+  CHECK(b == std::vector<float>{100, 101, 102, 103});
+}
+
+TEST_CASE("safetensors_as_metadata: DCP's sharded files that disagree fail by key and file") {
+  cairn::memory_storage mem;
+  namespace t = safetensors_reader_test;
+  std::string file = "shard-00001-model-00001-of-00001.safetensors";
+  cairn::errc code = cairn::errc::corrupt;
+  std::string key = "w";
+  SUBCASE("a file without DCP_SHARDING_INFO: an unfinished save of HF's layout") {
+    t::put_piece_file(mem, file, {{"w", {2, 4}}}, 0.0f, "");
+    code = cairn::errc::incomplete_checkpoint;
+    key = "";
+  }
+  SUBCASE("offsets of another rank than the piece") {
+    t::put_piece_file(mem, file, {{"w", {2, 4}}}, 0.0f, R"({"w": {"saved_offsets": [0]}})");
+  }
+  SUBCASE("a negative offset") {
+    t::put_piece_file(mem, file, {{"w", {2, 4}}}, 0.0f, R"({"w": {"saved_offsets": [-2, 0]}})");
+  }
+  SUBCASE("an offset that overflows with the piece's extent") {
+    t::put_piece_file(mem, file, {{"w", {2, 4}}}, 0.0f,
+                      R"({"w": {"saved_offsets": [9223372036854775807, 0]}})");
+  }
+  SUBCASE("no saved_offsets") {
+    t::put_piece_file(mem, file, {{"w", {2, 4}}}, 0.0f, R"({"w": {"offsets": [0, 0]}})");
+  }
+  SUBCASE("not JSON") {
+    t::put_piece_file(mem, file, {{"w", {2, 4}}}, 0.0f, R"({"w": {"saved_offsets": [0, )");
+    key = "DCP_SHARDING_INFO";
+  }
+  SUBCASE("a piece with another number of dimensions than the others") {
+    t::put_piece_file(mem, "shard-00000-model-00001-of-00001.safetensors", {{"w", {2}}}, 0.0f,
+                      R"({"w": {"saved_offsets": [0]}})");
+    t::put_piece_file(mem, file, {{"w", {2, 4}}}, 0.0f, R"({"w": {"saved_offsets": [2, 0]}})");
+  }
+  auto r = cairn::safetensors_as_metadata(mem);
+  REQUIRE(!r);
+  CHECK(r.err().code == code);
+  CHECK(r.err().key == key);
+  CHECK(r.err().file == mem.describe(file));
+}
+
+TEST_CASE("verify_any reports a missing piece of DCP's sharded files") {
+  cairn::memory_storage mem;
+  // Only rank 2's piece of w: rows 2 of [3, 4]; rows 0-1 are not covered.
+  safetensors_reader_test::put_piece_file(mem, "shard-00002-model-00001-of-00001.safetensors",
+                                          {{"w", {1, 4}}}, 8.0f,
+                                          R"({"w": {"saved_offsets": [2, 0]}})");
+  auto rep = cairn::verify_any(mem).value();
+  CHECK(rep.format == "safetensors");
+  CHECK(!rep.problems.empty());
 }

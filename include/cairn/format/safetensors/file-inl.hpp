@@ -451,6 +451,47 @@ CAIRN_INLINE std::string to_json(const index& ix) {
   return out;
 }
 
+CAIRN_INLINE result<std::map<std::string, shape>> sharding_offsets_from_json(
+    std::string_view json, std::string_view file) {
+  using namespace simdjson;
+  std::map<std::string, shape> out;
+  const std::string where(dcp_sharding_info_key);
+  try {
+    dom::parser parser;
+    padded_string padded(json);
+    dom::object root;
+    if (parser.parse(padded).get_object().get(root))
+      return format_detail::corrupt("safetensors: DCP_SHARDING_INFO is not a JSON object", file,
+                                    where);
+    for (auto [k, v] : root) {
+      const std::string key(k);
+      dom::array offs;
+      if (v["saved_offsets"].get_array().get(offs))
+        return format_detail::corrupt("safetensors: DCP_SHARDING_INFO has no saved_offsets list",
+                                      file, key);
+      shape o;
+      for (dom::element e : offs) {
+        std::int64_t x;
+        if (e.get_int64().get(x) || x < 0)
+          return format_detail::corrupt(
+              "safetensors: DCP_SHARDING_INFO saved_offsets holds a value that is not a "
+              "non-negative integer",
+              file, key);
+        o.push_back(x);
+      }
+      if (!out.emplace(key, std::move(o)).second)
+        return format_detail::corrupt("safetensors: DCP_SHARDING_INFO names a tensor twice", file,
+                                      key);
+    }
+  } catch (const simdjson_error& e) {
+    return format_detail::corrupt(
+        std::string("safetensors: DCP_SHARDING_INFO is malformed JSON: ") + e.what(), file, where);
+  } catch (const std::bad_alloc&) {
+    return format_detail::fail(errc::resource, "safetensors: out of memory", file);
+  }
+  return out;
+}
+
 CAIRN_INLINE result<index> index_from_json(std::string_view json, std::string_view file) {
   using namespace simdjson;
   index ix;

@@ -213,6 +213,16 @@ CAIRN_INLINE result<void> read_tensor(storage_ref st,
                                       std::string_view key,
                                       std::span<std::byte> out);
 
+/// The `__metadata__` key under which PyTorch DCP's safetensors files (`HuggingFaceStorageWriter`
+/// with `save_distributed=True`, torch >= 2.8) say where each of their tensors sits in its whole
+/// tensor: a JSON string `{name: {"saved_offsets": [...]}}`.
+inline constexpr std::string_view dcp_sharding_info_key = "DCP_SHARDING_INFO";
+
+/// Parses a `DCP_SHARDING_INFO` value: tensor name -> offset of the file's piece in the whole
+/// tensor. `file` names it in errors; offsets must be non-negative integers.
+CAIRN_INLINE result<std::map<std::string, shape>> sharding_offsets_from_json(std::string_view json,
+                                                                             std::string_view file);
+
 /// Hugging Face's sharded-checkpoint index (`model.safetensors.index.json`).
 struct index {
   std::uint64_t total_size = 0;                   ///< `metadata.total_size`: bytes of all tensors

@@ -16,9 +16,12 @@
 namespace cairn {
 
 /// Safetensors checkpoints described as checkpoint metadata: a Hugging Face index
-/// (`model.safetensors.index.json`) and the files it names, or one `model.safetensors`. Each
-/// tensor is one chunk covering the whole tensor; the header's `__metadata__` becomes the
-/// content metadata.
+/// (`model.safetensors.index.json`) and the files it names, or one `model.safetensors`, or
+/// PyTorch DCP's sharded safetensors (`HuggingFaceStorageWriter(save_distributed=True)`: one
+/// file per rank and output file, no index, each piece's place in its tensor in the
+/// `DCP_SHARDING_INFO` entry of `__metadata__`; a tensor's shape is the extent of its pieces).
+/// A whole tensor is one chunk; the headers' other `__metadata__` entries become the content
+/// metadata.
 CAIRN_INLINE result<checkpoint_metadata> safetensors_as_metadata(storage_ref st);
 
 }  // namespace cairn
