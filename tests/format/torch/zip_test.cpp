@@ -188,3 +188,24 @@ TEST_CASE("zip ranges that overflow are corrupt errors") {
   CHECK(tz::open_zip(m, "a.distcp", 16, len).err().code == cairn::errc::corrupt);
   CHECK(tz::open_zip(m, "a.distcp", 0, std::uint64_t{1} << 62).err().code == cairn::errc::corrupt);
 }
+
+TEST_CASE("dtypes without a legacy storage class pickle torch.storage.UntypedStorage") {
+  // torch 2.x pickles u16, u32, u64 and float8 tensors with _rebuild_tensor_v3 and the
+  // UntypedStorage of module torch.storage: the global torch.load(weights_only=True) allows.
+  std::vector<std::uint16_t> u{1, 2, 65535};
+  std::vector<tz::tensor_view> ts{{"u", cairn::dtype::u16, {3}, std::as_bytes(std::span(u))}};
+  cairn::memory_storage m;
+  tz::write_pt(m, "u.pt", ts).value();
+  auto a = tz::open_archive(m, "u.pt").value();
+  const auto* pkl = a.zip.find("u/data.pkl");
+  REQUIRE(pkl);
+  std::string bytes(pkl->size, '\0');
+  m.read("u.pt", pkl->data_offset, std::as_writable_bytes(std::span(bytes))).value();
+  CHECK(bytes.find("ctorch.storage\nUntypedStorage\n") != std::string::npos);
+  CHECK(bytes.find("_rebuild_tensor_v3") != std::string::npos);
+  auto found = tz::find_tensors(a.root);
+  REQUIRE(found.size() == 1);
+  CHECK(found[0].second.type == cairn::dtype::u16);
+  auto back = tz::read_tensor(a, found[0].second).value();
+  CHECK(std::equal(back.begin(), back.end(), ts[0].data.begin(), ts[0].data.end()));
+}

@@ -396,7 +396,10 @@ CAIRN_INLINE pickle::value tensor_value(dtype type,
   bool legacy = !storage_class(type).empty();
   value pid = value::tuple(
       {value::string("storage"),
-       value::global("torch", legacy ? std::string(storage_class(type)) : "UntypedStorage"),
+       // torch pickles UntypedStorage by its module, torch.storage: the name that
+       // torch.load(weights_only=True) allows.
+       legacy ? value::global("torch", std::string(storage_class(type)))
+              : value::global("torch.storage", "UntypedStorage"),
        value::string(std::move(storage_key)), value::string("cpu"),
        value::integer(legacy ? storage_numel
                              : storage_numel * static_cast<std::int64_t>(dtype_size(type)))});
