@@ -377,8 +377,11 @@ CAIRN_INLINE std::vector<write_part> balance_parts(const std::vector<box_group>&
       std::int64_t e = volume * static_cast<std::int64_t>(j + 1) / static_cast<std::int64_t>(k);
       std::size_t best = least_loaded_holder(g, used, bytes_of_rank);
       used[best] = true;
-      std::vector<piece> subs =
-          k == 1 ? std::vector<piece>{piece{g.region, 0}} : flat_range_boxes(g.region, b, e);
+      std::vector<piece> subs;  // not a ?: of an initializer list: g++ 16 warns on that
+      if (k == 1)
+        subs.push_back(piece{g.region, 0});
+      else
+        subs = flat_range_boxes(g.region, b, e);
       for (auto& sp : subs) {
         sp.data_offset += b;
         bytes_of_rank[g.holders[best].rank] +=
