@@ -24,11 +24,17 @@
 namespace {
 using cairn::dtype;
 
-// The dtypes under test and the names the Python side uses for them.
-const std::vector<std::pair<dtype, std::string>> kTypes = {
+// The dtypes under test and the names the Python side uses for them: the ten every torch has,
+// and with --all-dtypes (torch 2.x) also the unsigned (torch >= 2.3) and float8 (>= 2.1) ones.
+std::vector<std::pair<dtype, std::string>> kTypes = {
     {dtype::f32, "f32"}, {dtype::f16, "f16"},   {dtype::bf16, "bf16"}, {dtype::f64, "f64"},
     {dtype::i64, "i64"}, {dtype::i32, "i32"},   {dtype::i16, "i16"},   {dtype::i8, "i8"},
     {dtype::u8, "u8"},   {dtype::bool_, "bool"}};
+const std::vector<std::pair<dtype, std::string>> kTorch2Types = {{dtype::u16, "u16"},
+                                                                 {dtype::u32, "u32"},
+                                                                 {dtype::u64, "u64"},
+                                                                 {dtype::f8_e4m3, "f8_e4m3"},
+                                                                 {dtype::f8_e5m2, "f8_e5m2"}};
 
 // Element i of the test pattern, as little-endian bytes of `t`. Mirrors interop.py's pattern().
 void element(dtype t, std::int64_t i, std::byte* out) {
@@ -55,8 +61,15 @@ void element(dtype t, std::int64_t i, std::byte* out) {
       return put(static_cast<std::uint8_t>((i * 7) % 256));
     case dtype::bool_:
       return put(static_cast<std::uint8_t>(i % 3 == 0));
-    default:
-      return;
+    case dtype::u16:
+      return put(static_cast<std::uint16_t>((i * 37) % 65536));
+    case dtype::u32:
+      return put(static_cast<std::uint32_t>(i * 100003 + 5000));
+    case dtype::u64:
+      return put(static_cast<std::uint64_t>((i * 1000003 + 5000) * 1048576));
+    case dtype::f8_e4m3:
+    case dtype::f8_e5m2:  // every bit pattern, compared as bytes
+      return put(static_cast<std::uint8_t>((i * 37 + 11) % 256));
   }
 }
 
@@ -315,10 +328,23 @@ int save_strategy(const std::string& name, const std::string& dir) {
   return write_multirank(dir, &s);
 }
 
-// Loads every t_<dtype> of a DCP checkpoint (global shape ROWS x COLS, holding the pattern) on
-// `ranks` thread ranks, each asking for an uneven piece along `axis` (0: rows, 1: columns), and
-// checks every piece element-exactly. Torch wrote it from any number of processes and layouts.
-int load_dcp_layout(const std::string& dir, std::int64_t R, std::int64_t C, int ranks, int axis) {
+// Loads every t_<dtype> of a checkpoint torch wrote (DCP, or safetensors through its Hugging Face
+// storage writer; global shape ROWS x COLS, holding the pattern) on `ranks` thread ranks, each
+// asking for an uneven piece along `axis` (0: rows, 1: columns), and checks every piece
+// element-exactly. Torch wrote it from any number of processes and layouts. `only`, when not
+// empty, names the dtypes it holds (comma-separated), else it holds them all.
+int load_dcp_layout(const std::string& dir,
+                    std::int64_t R,
+                    std::int64_t C,
+                    int ranks,
+                    int axis,
+                    const std::string& only = {}) {
+  if (!only.empty()) {
+    std::erase_if(kTypes, [&](const auto& t) {
+      return ("," + only + ",").find("," + t.second + ",") == std::string::npos;
+    });
+    if (kTypes.empty()) return fail("load-dcp-layout: no known dtype in " + only);
+  }
   cairn::file_storage st(dir);
   std::atomic<int> bad{0};
   cairn::run_ranks(ranks, [&](cairn::thread_communicator& comm) {
@@ -386,10 +412,15 @@ int convert_dcp(const std::string& src_dir, const std::string& dst) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc == 7 && std::string(argv[1]) == "load-dcp-layout") {
+  if (argc > 1 && std::string(argv[1]) == "--all-dtypes") {
+    kTypes.insert(kTypes.end(), kTorch2Types.begin(), kTorch2Types.end());
+    --argc;
+    ++argv;
+  }
+  if ((argc == 7 || argc == 8) && std::string(argv[1]) == "load-dcp-layout") {
     try {
       return load_dcp_layout(argv[2], std::stoll(argv[3]), std::stoll(argv[4]), std::stoi(argv[5]),
-                             std::stoi(argv[6]));
+                             std::stoi(argv[6]), argc == 8 ? argv[7] : "");
     } catch (const cairn::exception& e) {
       return fail(e.what());
     }
@@ -407,8 +438,8 @@ int main(int argc, char** argv) {
   }
   if (argc != 3)
     return fail(
-        "usage: cairn_interop write-safetensors|write-pt|write-dcp|write-dcp-torch2 DIR | check-pt "
-        "FILE | check-dcp DIR");
+        "usage: cairn_interop [--all-dtypes] write-safetensors|write-pt|write-dcp|write-dcp-torch2 "
+        "DIR | check-pt FILE | check-dcp DIR");
   std::string cmd = argv[1], arg = argv[2];
   try {
     if (cmd == "write-safetensors") return write_safetensors(arg);

@@ -35,6 +35,14 @@ TYPES = {
     "i64": torch.int64, "i32": torch.int32, "i16": torch.int16, "i8": torch.int8,
     "u8": torch.uint8, "bool": torch.bool,
 }
+# The dtypes torch 1.13 lacks: unsigned (torch >= 2.3) and float8 (>= 2.1). The DCP cases use them
+# too under torch 2.x (DCP_TYPES), asking the C++ helper for them with --all-dtypes (DCP_FLAG).
+NEW_TYPES = {"u16": "uint16", "u32": "uint32", "u64": "uint64", "f8_e4m3": "float8_e4m3fn",
+             "f8_e5m2": "float8_e5m2"}
+if TORCH2:
+    TYPES_TORCH2 = dict(TYPES, **{n: getattr(torch, a) for n, a in NEW_TYPES.items()})
+DCP_TYPES = TYPES_TORCH2 if TORCH2 else TYPES
+DCP_FLAG = ["--all-dtypes"] if TORCH2 else []
 ST_NUMPY = {"F32": "<f4", "F16": "<f2", "BF16": "<u2", "F64": "<f8", "I64": "<i8", "I32": "<i4",
             "I16": "<i2", "I8": "i1", "U8": "u1", "BOOL": "?"}
 ST_SIZE = {"F32": 4, "F16": 2, "BF16": 2, "F64": 8, "I64": 8, "I32": 4, "I16": 2, "I8": 1,
@@ -47,6 +55,12 @@ def pattern(name, n, first=0):
     f = ((i * 37) % 101 - 50) / 8.0
     if name in ("f32", "f16", "bf16", "f64"):
         return torch.from_numpy(f).to(TYPES[name])
+    if name.startswith("f8_"):  # every bit pattern, compared as bytes
+        return torch.from_numpy(((i * 37 + 11) % 256).astype(np.uint8)).view(TYPES_TORCH2[name])
+    if name in ("u16", "u32", "u64"):
+        a = {"u16": ((i * 37) % 65536).astype(np.uint16), "u32": (i * 100003 + 5000).astype(np.uint32),
+             "u64": ((i * 1000003 + 5000) * 1048576).astype(np.uint64)}[name]
+        return torch.from_numpy(a)
     a = {"i64": (i * 1000003 - 5000) * 1048576, "i32": (i * 100003 - 5000).astype(np.int32),
          "i16": ((i * 37) % 65536 - 32768).astype(np.int16),
          "i8": ((i * 7) % 256 - 128).astype(np.int8), "u8": ((i * 7) % 256).astype(np.uint8),
@@ -59,6 +73,8 @@ def raw(t):
     t = t.contiguous()
     if t.dtype == torch.bfloat16:
         t = t.view(torch.int16)
+    elif t.dtype not in (torch.bool,) and t.dtype not in TYPES.values() and t.dim() > 0:
+        t = t.view(torch.uint8)  # float8 and unsigned: numpy has no float8
     return t.numpy().tobytes()
 
 
@@ -152,25 +168,25 @@ def case_pt_from_torch(tool, work):
 
 def case_dcp_torch_load(tool, work):
     """cairn writes DCP in the flavor of this torch (module paths of 1.13 or 2.x); torch loads it."""
-    run(tool, "write-dcp-torch2" if TORCH2 else "write-dcp", work)
+    run(tool, *DCP_FLAG, "write-dcp-torch2" if TORCH2 else "write-dcp", work)
     dcp = import_dcp()
-    sd = {"t_" + n: torch.zeros(4, 6, dtype=TYPES[n]) for n in TYPES}
+    sd = {"t_" + n: torch.zeros(4, 6, dtype=DCP_TYPES[n]) for n in DCP_TYPES}
     sd["step"] = 0
     torch_dcp.load(dcp, sd, dcp.FileSystemReader(work))
-    for n in TYPES:
+    for n in DCP_TYPES:
         same("t_" + n, sd["t_" + n], pattern(n, 24).reshape(4, 6))
     assert sd["step"] == 7, sd["step"]
     print(f"torch {torch.__version__} DCP load read cairn's checkpoint "
           f"({'torch2' if TORCH2 else 'torch1_13'} flavor): "
-          f"{len(TYPES)} dtypes element-exact, bytes item ok")
+          f"{len(DCP_TYPES)} dtypes element-exact, bytes item ok")
 
 
 def case_dcp_from_torch(tool, work):
     dcp = import_dcp()
-    sd = {"t_" + n: pattern(n, 24).reshape(4, 6) for n in TYPES}
+    sd = {"t_" + n: pattern(n, 24).reshape(4, 6) for n in DCP_TYPES}
     torch_dcp.save(dcp, sd, dcp.FileSystemWriter(work))
-    run(tool, "check-dcp", work)
-    run(tool, "load-dcp", work)
+    run(tool, *DCP_FLAG, "check-dcp", work)
+    run(tool, *DCP_FLAG, "load-dcp", work)
 
 
 def case_unshard_numpy(tool, work):
@@ -195,30 +211,30 @@ def case_unshard_numpy(tool, work):
 
 def case_convert_dcp_torch_load(tool, work):
     ckpt, dist = os.path.join(work, "ckpt"), os.path.join(work, "dist")
-    run(tool, "write-multirank", ckpt)
-    run(tool, "convert-dcp", ckpt, dist)
+    run(tool, *DCP_FLAG, "write-multirank", ckpt)
+    run(tool, *DCP_FLAG, "convert-dcp", ckpt, dist)
     dcp = import_dcp()
     md = torch_dcp.reader(dcp, dist).read_metadata()
     assert len(md.state_dict_metadata["t_f32"].chunks) > 1, "expected several items per tensor"
-    sd = {"t_" + n: torch.zeros(8, 6, dtype=TYPES[n]) for n in TYPES}
+    sd = {"t_" + n: torch.zeros(8, 6, dtype=DCP_TYPES[n]) for n in DCP_TYPES}
     torch_dcp.load(dcp, sd, torch_dcp.reader(dcp, dist))
-    for n in TYPES:
+    for n in DCP_TYPES:
         same("t_" + n, sd["t_" + n], pattern(n, 48).reshape(8, 6))
     mj = json.load(open(os.path.join(dist, "metadata.json")))
     assert mj["sharded_backend"] == "torch_dist", mj
     common = torch.load(os.path.join(dist, "common.pt"))
     assert common == {"step": 12}, common
     print(f"torch {torch.__version__} DCP load read cairn convert --strategy torch_dist "
-          f"of a 4-rank checkpoint: {len(TYPES)} dtypes element-exact; metadata.json, common.pt ok")
+          f"of a 4-rank checkpoint: {len(DCP_TYPES)} dtypes element-exact; metadata.json, common.pt ok")
 
 
 def case_strategy_torch_dist(tool, work):
     """cairn::save with the torch_dist strategy on 4 ranks; torch's DCP loader reads it."""
-    run(tool, "save-strategy", "torch_dist", work)
+    run(tool, *DCP_FLAG, "save-strategy", "torch_dist", work)
     dcp = import_dcp()
-    sd = {"t_" + n: torch.zeros(8, 6, dtype=TYPES[n]) for n in TYPES}
+    sd = {"t_" + n: torch.zeros(8, 6, dtype=DCP_TYPES[n]) for n in DCP_TYPES}
     torch_dcp.load(dcp, sd, torch_dcp.reader(dcp, work))
-    for n in TYPES:
+    for n in DCP_TYPES:
         same("t_" + n, sd["t_" + n], pattern(n, 48).reshape(8, 6))
     md = torch_dcp.reader(dcp, work).read_metadata()
     files = {v.relative_path for v in md.storage_data.values()}
@@ -227,7 +243,7 @@ def case_strategy_torch_dist(tool, work):
     common = torch.load(os.path.join(work, "common.pt"))
     assert common == {"step": 12}, common
     print(f"torch {torch.__version__} DCP load read cairn::save(torch_dist) from 4 "
-          f"ranks ({len(files)} .distcp files): {len(TYPES)} dtypes element-exact; common.pt ok")
+          f"ranks ({len(files)} .distcp files): {len(DCP_TYPES)} dtypes element-exact; common.pt ok")
 
 
 def case_strategy_safetensors(tool, work):
