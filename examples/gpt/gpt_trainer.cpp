@@ -344,7 +344,7 @@ int run(const options& o) {
     t.refresh_slices();
     torch::Tensor logits = t.eval_logits().contiguous();
     if (rank == 0) {
-      write_file(o.dir / "logits_import_initial.bin", logits.data_ptr<float>(),
+      write_file(o.dir / ("logits_" + label + "_initial.bin"), logits.data_ptr<float>(),
                  static_cast<std::size_t>(logits.numel()) * sizeof(float));
       std::printf("[%s] imported %s on %d ranks (tp %d x dp %d)\n", label.c_str(), o.from.c_str(),
                   world, t.l.tp.size, t.l.dp_size);

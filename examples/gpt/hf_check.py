@@ -8,9 +8,11 @@ torch 2.x, transformers 5; run.sh calls it through scripts/today-root).
     hf_check.py init WORK_DIR      a LlamaForCausalLM of the trainer's sizes (WORK_DIR/config.json)
                                    that transformers initializes and saves (save_pretrained) in
                                    WORK_DIR/hf_init, with its logits
-    hf_check.py import WORK_DIR    the trainer's logits right after importing hf_init (on 2
-                                   tensor-parallel ranks) match transformers' within 1e-5, and
-                                   its training from there lowers the loss
+    hf_check.py import WORK_DIR LABEL...
+                                   for each import run LABEL (import_<processes>x<tp>): the
+                                   trainer's logits right after importing hf_init match
+                                   transformers' within 1e-5, and its training from there lowers
+                                   the loss
 """
 import glob
 import json
@@ -72,18 +74,23 @@ def init(work):
           f"{sorted(os.listdir(out))}")
 
 
-def import_(work):
+def import_(work, *labels):
     t = tokens(work)
     vocab = LlamaConfig.from_pretrained(work).vocab_size
     want = logits_file(os.path.join(work, "hf_init", "logits.bin"), (3, t.shape[1], vocab))
-    got = logits_file(os.path.join(work, "logits_import_initial.bin"), want.shape)
-    ok = compare("the C++ trainer after importing transformers' save_pretrained (tp 2)", got, want)
-    losses = [float(line.split()[1]) for line in open(glob.glob(os.path.join(work, "loss_import_*.txt"))[0])]
-    trained = losses[-1] < losses[0]
-    print(f"training from the imported model: loss {losses[0]:.4f} -> {losses[-1]:.4f} in "
-          f"{len(losses)} steps -> {'lower' if trained else 'NOT LOWER'}")
-    sys.exit(0 if ok and trained else 1)
+    ok = bool(labels)
+    for label in labels:
+        tp = label.split("x")[-1]
+        got = logits_file(os.path.join(work, f"logits_{label}_initial.bin"), want.shape)
+        ok &= compare(f"the C++ trainer after importing transformers' save_pretrained (tp {tp})",
+                      got, want)
+        losses = [float(line.split()[1]) for line in open(os.path.join(work, f"loss_{label}.txt"))]
+        trained = losses[-1] < losses[0]
+        ok &= trained
+        print(f"training from the imported model (tp {tp}): loss {losses[0]:.4f} -> "
+              f"{losses[-1]:.4f} in {len(losses)} steps -> {'lower' if trained else 'NOT LOWER'}")
+    sys.exit(0 if ok else 1)
 
 
 if __name__ == "__main__":
-    {"export": export, "init": init, "import": import_}[sys.argv[1]](sys.argv[2])
+    {"export": export, "init": init, "import": import_}[sys.argv[1]](*sys.argv[2:])

@@ -32,7 +32,7 @@ fi
 # 7. Hugging Face, both ways, in the today tier's root (transformers 5, torch 2.x): the final
 #    model converted by cairn to sharded safetensors + index, with the trainer's config.json,
 #    loads with from_pretrained and computes the C++ trainer's logits; a LlamaForCausalLM that
-#    transformers saved loads into the trainer on 2 tensor-parallel ranks and trains on.
+#    transformers saved loads into the trainer on 1, 2 and 4 tensor-parallel ranks and trains on.
 repo="$(cd "$here/../.." && pwd)"
 export CAIRN_TODAY_BIND="$(cd "$dir" && pwd)"  # the work folder, wherever it is
 if why="$("$repo/scripts/today-root" check)"; then
@@ -41,9 +41,12 @@ if why="$("$repo/scripts/today-root" check)"; then
   cp "$dir/config.json" "$dir/hf/config.json"
   "$repo/scripts/today-root" run python3 "$here/hf_check.py" export "$dir"
   "$repo/scripts/today-root" run python3 "$here/hf_check.py" init "$dir"
-  "${run[@]}" -np 2 "$trainer" --phase import --tp 2 --from "$dir/hf_init" --dir "$dir" "$@" \
-    --steps 20
-  "$repo/scripts/today-root" run python3 "$here/hf_check.py" import "$dir"
+  for tp in 1 2 4; do  # processes = tp: every tensor-parallel size the 4 heads allow
+    "${run[@]}" -np $tp "$trainer" --phase import --tp $tp --from "$dir/hf_init" --dir "$dir" \
+      "$@" --steps 20
+  done
+  "$repo/scripts/today-root" run python3 "$here/hf_check.py" import "$dir" import_1x1 import_2x2 \
+    import_4x4
 else
   echo "SKIPPED the Hugging Face hand-off (transformers lives in the today tier's root): $why"
 fi
