@@ -22,17 +22,10 @@ constexpr std::int64_t rows = 24;  // output features (split over ranks)
 constexpr std::int64_t cols = 16;  // input features
 constexpr int batch = 8;
 
-/// The rows [begin, end) of the weight matrix that one rank owns.
-struct row_block {
-  std::int64_t begin, end;
-  std::int64_t size() const { return end - begin; }
-};
-
-/// Rank r of n owns an even share of the rows; the first rows % n ranks get one more.
-inline row_block rows_of(int rank, int world) {
-  std::int64_t base = rows / world, extra = rows % world;
-  std::int64_t begin = rank * base + std::min<std::int64_t>(rank, extra);
-  return {begin, begin + base + (rank < extra ? 1 : 0)};
+/// The rows of the weight matrix that rank `rank` of `world` owns: an even share, the first
+/// rows % world ranks one row more (`cairn::even_split`), so any world size works.
+inline cairn::even_part rows_of(int rank, int world) {
+  return cairn::even_split(rows, rank, world);
 }
 
 /// Adam hyper-parameters: common values, identical on every rank.
@@ -62,18 +55,18 @@ struct train_state {
 
 /// Allocates rank `rank`'s rows and describes them to cairn.
 inline void init_state(train_state& s, int rank, int world) {
-  row_block rb = rows_of(rank, world);
-  for (auto* b : {&s.w_buf, &s.m_buf, &s.v_buf}) b->assign(rb.size() * cols, 0.0f);
-  s.grad.value.assign(rb.size() * cols, 0.0f);
+  cairn::even_part rb = rows_of(rank, world);
+  for (auto* b : {&s.w_buf, &s.m_buf, &s.v_buf}) b->assign(rb.size * cols, 0.0f);
+  s.grad.value.assign(rb.size * cols, 0.0f);
   auto view = [&](const char* key, std::vector<float>& buf) {
-    return cairn::block(key, std::span(buf), {rb.size(), cols}, {rows, cols}, {rb.begin, 0});
+    return cairn::even_block(key, std::span(buf), {rows, cols}, 0, rank, world);
   };
   s.weight = view("model.weight", s.w_buf);
   s.exp_avg = view("optim.exp_avg", s.m_buf);
   s.exp_avg_sq = view("optim.exp_avg_sq", s.v_buf);
-  for (std::int64_t r = 0; r < rb.size(); ++r)  // deterministic init, independent of sharding
+  for (std::int64_t r = 0; r < rb.size; ++r)  // deterministic init, independent of sharding
     for (std::int64_t c = 0; c < cols; ++c)
-      s.w_buf[r * cols + c] = 0.01f * static_cast<float>((rb.begin + r) * 7 % 13) - 0.05f;
+      s.w_buf[r * cols + c] = 0.01f * static_cast<float>((rb.offset + r) * 7 % 13) - 0.05f;
 }
 
 /// The target model the run learns, and the batch of step `s` (a pure function of the step,
@@ -87,16 +80,16 @@ inline float input(std::int64_t step, int b, std::int64_t c) {
 /// One Adam step on this rank's rows. Rows are independent, so the result does not depend on
 /// how rows are split among ranks.
 inline void train_step(train_state& s, int rank, int world) {
-  row_block rb = rows_of(rank, world);
+  cairn::even_part rb = rows_of(rank, world);
   std::vector<float>& g = s.grad.value;
   std::fill(g.begin(), g.end(), 0.0f);
   for (int b = 0; b < batch; ++b) {
-    for (std::int64_t r = 0; r < rb.size(); ++r) {
+    for (std::int64_t r = 0; r < rb.size; ++r) {
       float pred = 0, want = 0;
       for (std::int64_t c = 0; c < cols; ++c) {
         float x = input(s.step, b, c);
         pred += s.w_buf[r * cols + c] * x;
-        want += target_weight(rb.begin + r, c) * x;
+        want += target_weight(rb.offset + r, c) * x;
       }
       float err = (pred - want) / batch;
       for (std::int64_t c = 0; c < cols; ++c) g[r * cols + c] += err * input(s.step, b, c);
@@ -116,16 +109,16 @@ inline void train_step(train_state& s, int rank, int world) {
 
 /// Mean squared prediction error of this rank's rows on the batch of step `step`.
 inline float loss_of(const train_state& s, int rank, int world) {
-  row_block rb = rows_of(rank, world);
+  cairn::even_part rb = rows_of(rank, world);
   float l = 0;
   for (int b = 0; b < batch; ++b)
-    for (std::int64_t r = 0; r < rb.size(); ++r) {
+    for (std::int64_t r = 0; r < rb.size; ++r) {
       float d = 0;
       for (std::int64_t c = 0; c < cols; ++c)
-        d += (s.w_buf[r * cols + c] - target_weight(rb.begin + r, c)) * input(s.step, b, c);
+        d += (s.w_buf[r * cols + c] - target_weight(rb.offset + r, c)) * input(s.step, b, c);
       l += d * d;
     }
-  return l / static_cast<float>(batch * rb.size());
+  return l / static_cast<float>(batch * rb.size);
 }
 
 struct options {

@@ -106,3 +106,61 @@ TEST_CASE("from_rank_offsets with splits built at run time, and from_rank_offset
   cairn_test::fill_block("w", cairn::dtype::f32, global, cairn::box{{0, 0}, global}, want.data());
   CHECK(t.at("w").data == want);
 }
+
+TEST_CASE("even_split covers an axis exactly on any number of ranks") {
+  for (std::int64_t size : {0, 1, 7, 12, 1024}) {
+    for (int count = 1; count <= 7; ++count) {
+      CAPTURE(size);
+      CAPTURE(count);
+      std::int64_t next = 0;
+      for (int i = 0; i < count; ++i) {
+        auto p = cairn::even_split(size, i, count);
+        CHECK(p.offset == next);  // contiguous, in rank order
+        CHECK(p.size >= size / count);
+        CHECK(p.size <= size / count + 1);
+        next = p.end();
+      }
+      CHECK(next == size);  // nothing left over, nothing past the end
+    }
+  }
+  CHECK(cairn::even_split(1024, 0, 3) == cairn::even_part{0, 342});
+  CHECK(cairn::even_split(1024, 2, 3) == cairn::even_part{683, 341});
+  CHECK(cairn::even_flat_range(10, 1, 4) == cairn::flat_range{3, 6});
+  CHECK_THROWS_AS(cairn::even_split(10, 4, 4), cairn::exception);
+  CHECK_THROWS_AS(cairn::even_split(10, 0, 0), cairn::exception);
+  CHECK_THROWS_AS(cairn::even_split(-1, 0, 2), cairn::exception);
+}
+
+TEST_CASE("even_block describes a rank's rows of an uneven split, valid for its buffer") {
+  // 12 rows over 5 ranks: 3, 3, 2, 2, 2 (12 / 5 = 2 would describe only 10 rows).
+  std::int64_t rows = 0;
+  for (int r = 0; r < 5; ++r) {
+    auto part = cairn::even_split(12, r, 5);
+    std::vector<float> buf(static_cast<std::size_t>(part.size * 8));
+    auto t = cairn::even_block("w", std::span(buf), {12, 8}, 0, r, 5);
+    CHECK(t.global_shape == cairn::shape{12, 8});
+    CHECK(t.local_shape == cairn::shape{part.size, 8});
+    CHECK(t.global_offset == cairn::shape{part.offset, 0});
+    CHECK(cairn::validate_sharding(t, buf.size()));
+    rows += t.local_shape[0];
+  }
+  CHECK(rows == 12);
+  // columns, and errors naming the key
+  std::vector<float> cols(12 * 3);
+  auto c = cairn::even_block("w", std::span(cols), {12, 8}, 1, 1, 3);
+  CHECK(c.global_offset == cairn::shape{0, 3});
+  CHECK(c.local_shape == cairn::shape{12, 3});
+  try {
+    (void)cairn::even_block("layer.w", std::span(cols), {12, 8}, 2, 0, 3);
+    FAIL("no throw");
+  } catch (const cairn::exception& e) {
+    CHECK(e.err().key == "layer.w");
+  }
+  try {
+    (void)cairn::even_block("layer.w", std::span(cols), {12, 8}, 0, 3, 3);
+    FAIL("no throw");
+  } catch (const cairn::exception& e) {
+    CHECK(e.err().key == "layer.w");
+    CHECK(e.err().code == cairn::errc::invalid_argument);
+  }
+}

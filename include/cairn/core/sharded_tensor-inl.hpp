@@ -2,6 +2,7 @@
 // when header-only; compiled once into cairn::compiled with CAIRN_SEPARATE_COMPILATION).
 #pragma once
 
+#include <algorithm>
 #include <numeric>
 
 #include "cairn/core/sharded_tensor.hpp"
@@ -10,6 +11,22 @@ namespace cairn {
 
 CAIRN_INLINE std::int64_t numel(const shape& s) noexcept {
   return std::accumulate(s.begin(), s.end(), std::int64_t{1}, std::multiplies<>());
+}
+
+CAIRN_INLINE even_part even_split(std::int64_t size, int index, int count) {
+  if (count < 1 || index < 0 || index >= count || size < 0)
+    throw exception(make_error(errc::invalid_argument,
+                               "even_split: share " + std::to_string(index) + " of " +
+                                   std::to_string(count) + " of " + std::to_string(size) +
+                                   " elements (needs count >= 1, 0 <= index < count, size >= 0)"));
+  const std::int64_t base = size / count, extra = size % count;
+  const std::int64_t offset = index * base + std::min<std::int64_t>(index, extra);
+  return {offset, base + (index < extra ? 1 : 0)};
+}
+
+CAIRN_INLINE flat_range even_flat_range(std::int64_t numel, int index, int count) {
+  const even_part p = even_split(numel, index, count);
+  return {p.offset, p.end()};
 }
 
 CAIRN_INLINE std::optional<std::int64_t> checked_numel(const shape& s,

@@ -137,6 +137,31 @@ class axis_splits {
   std::span<const axis_split> s_;
 };
 
+/// One rank's share of an axis of `size` elements split as evenly as possible over `count`
+/// ranks: the first `size % count` ranks get one element more (numpy's `array_split`, torch's
+/// `tensor_split`). Right for any number of ranks, where `size / count` is not:
+///
+///     cairn::even_split(1024, r, 3)  // rank 0: 342 rows at 0; 1: 341 at 342; 2: 341 at 683
+///
+/// (DTensor's `Shard` cuts as `torch.chunk` does instead: pieces of `ceil(size / count)`.)
+struct even_part {
+  std::int64_t offset = 0;  ///< the share's first element
+  std::int64_t size = 0;    ///< how many elements it has
+  /// One past its last element.
+  std::int64_t end() const noexcept { return offset + size; }
+  friend bool operator==(const even_part&, const even_part&) = default;
+};
+
+/// Share `index` of `count` of an axis of `size` elements (see `even_part`). Throws
+/// `cairn::exception` (`errc::invalid_argument`) for `count < 1`, `index` outside
+/// `[0, count)` or a negative `size`.
+CAIRN_INLINE even_part even_split(std::int64_t size, int index, int count);
+
+/// The flat range of a block of `numel` elements that rank `index` of `count` holds: a
+/// distributed optimizer's even slice of a parameter (`even_split` of the flattened block).
+/// Use with `flattened` or `from_rank_offsets_flat`.
+CAIRN_INLINE flat_range even_flat_range(std::int64_t numel, int index, int count);
+
 /// The layout `from_rank_offsets` describes, for a dtype known only at run time: `local_shape`
 /// is this rank's block (without prepended axes); each split multiplies the global size of its
 /// axis by `count` and offsets the block by `index * local size`. Throws `cairn::exception`
@@ -224,6 +249,43 @@ sharded_tensor<T> block(std::string key,
   t.prepend_axis_num = prepend_axis_num;
   t.data = data;
   return t;
+}
+
+/// This rank's block of a tensor of `global_shape` split evenly along `axis` over `count` ranks,
+/// for any `count` (`even_split`: the first `global_shape[axis] % count` ranks get one more
+/// row). `data` holds the block, row-major: `even_split(global_shape[axis], index,
+/// count).size` along `axis`, the whole extent along the other axes.
+///
+///     auto rows = cairn::even_split(1024, rank, world);
+///     buf.resize(rows.size * 512);
+///     auto w = cairn::even_block("model.weight", std::span(buf), {1024, 512}, 0, rank, world);
+///
+/// Throws `cairn::exception` naming `key` for an axis outside the shape or a bad split.
+template <element_type T>
+sharded_tensor<T> even_block(std::string key,
+                             std::span<T> data,
+                             shape global_shape,
+                             int axis,
+                             int index,
+                             int count,
+                             int replica_id = 0) {
+  if (axis < 0 || static_cast<std::size_t>(axis) >= global_shape.size())
+    throw exception(make_error(errc::invalid_argument, "even_block: axis " + std::to_string(axis) +
+                                                           " is outside a tensor of " +
+                                                           std::to_string(global_shape.size()) +
+                                                           " axes")
+                        .with_key(key));
+  even_part part;
+  try {
+    part = even_split(global_shape[static_cast<std::size_t>(axis)], index, count);
+  } catch (exception& e) {
+    throw exception(error(e.err()).with_key(key));
+  }
+  shape local = global_shape, offset(global_shape.size(), 0);
+  local[static_cast<std::size_t>(axis)] = part.size;
+  offset[static_cast<std::size_t>(axis)] = part.offset;
+  return block(std::move(key), data, std::move(local), std::move(global_shape), std::move(offset),
+               replica_id);
 }
 
 /// Describes a tensor every rank holds whole; `replica_id` 0 marks the copy that is written
