@@ -47,7 +47,8 @@
 
 namespace {
 
-int usage() {
+/// Prints the usage on `out`: stdout for --help (exit 0), stderr for a wrong command line (exit 2).
+int usage(std::FILE* out = stderr) {
   std::fputs(
       "usage: cairn inspect DIR [--json]\n"
       "       cairn verify DIR [--json]\n"
@@ -77,8 +78,8 @@ int usage() {
       "           incomplete one (a save may still be writing it) only with --incomplete\n"
       "  verify, diff, unshard and convert draw a progress bar on stderr when it is a\n"
       "  terminal; --progress draws it always, --no-progress never\n",
-      stderr);
-  return 2;
+      out);
+  return out == stdout ? 0 : 2;
 }
 
 /// The storage a DIR argument names (cairn::open_storage): a local directory or file://DIR, or
@@ -722,6 +723,8 @@ int run_cli(const std::vector<std::string>& all_args) {
     else
       args.push_back(a);
   }
+  for (const auto& a : args)
+    if (a == "--help" || a == "-h" || a == "help") return usage(stdout);
   if (args.size() < 2) return usage();
   if (args[0] == "inspect") {
     bool json = args.size() == 3 && args[2] == "--json";
