@@ -34,7 +34,9 @@ CAIRN_INLINE result<std::map<std::string, tensor_data>> load_tensors(
     for (const auto& k : keys) {
       auto it = m.tensors.find(k);
       if (it == m.tensors.end())
-        return make_error(errc::not_found, "tensor is not in the checkpoint").with_key(k);
+        return make_error(errc::not_found, "tensor is not in the checkpoint")
+            .with_key(k)
+            .with_file(st.describe(""));
       if (job_range.count(k)) continue;
       const tensor_record& rec = it->second;
       std::size_t first = jobs.size();

@@ -411,5 +411,12 @@ TEST_CASE("open_source on a directory without a checkpoint fails clearly") {
   cairn::file_storage st(d.path);
   auto r = cv::open_source(st);
   REQUIRE(!r);
-  CHECK(r.err().code == cairn::errc::incomplete_checkpoint);
+  CHECK(r.err().code == cairn::errc::not_found);  // an empty directory
+  CHECK(r.err().message.find("does not exist or is empty") != std::string::npos);
+  // Files, but no committed metadata: a save that never committed.
+  const std::string partial = "partial";
+  st.put("data.0.0123456789ab.cairn", std::as_bytes(std::span(partial))).value();
+  auto p = cv::open_source(st);
+  REQUIRE(!p);
+  CHECK(p.err().code == cairn::errc::incomplete_checkpoint);
 }

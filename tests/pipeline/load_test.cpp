@@ -74,7 +74,7 @@ TEST_CASE("read_metadata_collective: every rank gets rank 0's metadata, or its e
   cairn::run_ranks(3, [&](cairn::thread_communicator& comm) {
     auto m = cairn::detail::read_metadata_collective(empty, comm);
     REQUIRE(!m);
-    CHECK(m.err().code == cairn::errc::incomplete_checkpoint);
+    CHECK(m.err().code == cairn::errc::not_found);
   });
 }
 

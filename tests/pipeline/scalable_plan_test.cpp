@@ -115,7 +115,7 @@ TEST_CASE("scalable planning fails on every rank alike, with validate_integrity'
   {  // common values differ
     auto d = base;
     d[2].commons[0].hash = 43;
-    expect(d, "common value differs between rank 0 and rank 2");
+    expect(d, "common value differs across ranks: rank 0 and rank 2");
   }
   {  // a local failure on rank 2 reaches every rank
     std::vector<std::optional<cairn::error>> f(world);

@@ -117,11 +117,14 @@ CAIRN_INLINE result<std::unique_ptr<source>> open_source(storage_ref st) {
     CAIRN_TRY_ASSIGN(auto s, dcp_source::open(st));
     return std::unique_ptr<source>(std::move(s));
   }
-  if (format.empty())
-    return make_error(errc::incomplete_checkpoint,
-                      "not a readable checkpoint: no cairn metadata.json, no DCP "
-                      ".metadata and no safetensors")
-        .with_file(st.describe(""));
+  if (format.empty()) {
+    error e = cairn::detail::no_checkpoint_error(st);
+    if (e.code == errc::incomplete_checkpoint)  // other formats were looked for too
+      e.message =
+          "not a readable checkpoint: no cairn metadata.json (a save that never "
+          "committed?), no DCP .metadata and no safetensors";
+    return e;
+  }
   CAIRN_TRY_ASSIGN(auto s, native_source::open(st));
   return std::unique_ptr<source>(std::move(s));
 }

@@ -118,7 +118,8 @@ struct common_value {
     common_value want = of(T{});
     if (want.kind != kind || (kind != common_kind::string && want.type != type))
       return make_error(errc::mismatch, "stored common value is " + describe_type() +
-                                            ", the target is " + want.describe_type());
+                                            ", the target is " + want.describe_type() +
+                                            ": declare the target with the saved type");
     if constexpr (common_scalar<T>) {
       if (data.size() != sizeof(T))
         return make_error(errc::corrupt, "common scalar has " + std::to_string(data.size()) +
@@ -146,6 +147,11 @@ struct common_value {
 
   /// "I64 scalar", "F32 vector", "string".
   std::string describe_type() const;
+
+  /// The value as messages and `cairn inspect` show it, in about `max_chars` characters:
+  /// `1000`, `0.25`, `true`, `"adamw"`, `[1, 2, 3]`; longer ones end in `...` and the count
+  /// (`[0, 1, 2, ... (4096 elements)]`, `"abc..." (9000 bytes)`).
+  std::string str(std::size_t max_chars = 60) const;
 
   friend bool operator==(const common_value&, const common_value&) = default;
 };

@@ -13,6 +13,15 @@ CAIRN_INLINE std::int64_t numel(const shape& s) noexcept {
   return std::accumulate(s.begin(), s.end(), std::int64_t{1}, std::multiplies<>());
 }
 
+CAIRN_INLINE std::string shape_str(const shape& s) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (i) out += ", ";
+    out += std::to_string(s[i]);
+  }
+  return out + "]";
+}
+
 CAIRN_INLINE even_part even_split(std::int64_t size, int index, int count) {
   if (count < 1 || index < 0 || index >= count || size < 0)
     throw exception(make_error(errc::invalid_argument,
@@ -87,9 +96,15 @@ CAIRN_INLINE result<void> validate_sharding(const tensor_sharding& t, std::size_
                   ") is outside the block of " + std::to_string(numel(t.local_shape)) +
                   " elements");
   }
-  if (static_cast<std::int64_t>(data_elems) != t.data_numel())
+  if (static_cast<std::int64_t>(data_elems) != t.data_numel()) {
+    if (data_elems == 0 && t.global_shape.empty() && !t.flattened_range)
+      return fail(
+          "the tensor view was never set (no data, no shape): describe it with "
+          "cairn::even_block, from_rank_offsets, block or replicated before saving or "
+          "loading, or leave it out of the tree");
     return fail("data holds " + std::to_string(data_elems) + " elements but the sharding needs " +
                 std::to_string(t.data_numel()));
+  }
   return ok();
 }
 

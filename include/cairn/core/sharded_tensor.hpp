@@ -25,6 +25,9 @@ using shape = std::vector<std::int64_t>;
 /// `checked_numel`): shapes read from files are checked when they are parsed.
 CAIRN_INLINE std::int64_t numel(const shape& s) noexcept;
 
+/// A shape as messages print it: "[12, 8]" ("[]" for a scalar).
+CAIRN_INLINE std::string shape_str(const shape& s);
+
 /// The most elements, or bytes, one tensor may have (2^62): products and sums of sizes below it
 /// cannot overflow 64-bit arithmetic.
 inline constexpr std::int64_t max_tensor_bytes = std::int64_t{1} << 62;

@@ -164,7 +164,14 @@ CAIRN_INLINE result<const tensor_record*> matching_record(const tensor_leaf& t,
   const tensor_sharding& L = t.sharding;
   auto it = m.tensors.find(L.key);
   if (it == m.tensors.end())
-    return make_error(errc::not_found, "tensor is not in the checkpoint").with_key(L.key);
+    return make_error(errc::not_found,
+                      "tensor is not in the checkpoint (which holds " +
+                          std::to_string(m.tensors.size()) +
+                          (m.tensors.size() == 1 ? " tensor" : " tensors") +
+                          "): leave it out of the tree, or set load_options::strict to "
+                          "strict_mode::log_unexpected or return_unexpected to skip what the "
+                          "checkpoint lacks")
+        .with_key(L.key);
   const tensor_record& rec = it->second;
   if (m.index_refs.count(L.key))  // a reader's bug, never the file's: refuse to load nothing
     return make_error(errc::invalid_argument,
@@ -181,15 +188,21 @@ CAIRN_INLINE result<const tensor_record*> matching_record(const tensor_leaf& t,
         .with_key(L.key);
   CAIRN_TRY(validate_sharding(L, t.nbytes / es));
   if (rec.global_shape != L.global_shape) {
-    if (!L.allow_shape_mismatch || rec.global_shape.size() != L.global_shape.size())
-      return make_error(errc::mismatch,
-                        "global shape " +
-                            box{shape(rec.global_shape.size(), 0), rec.global_shape}.str() +
-                            " in the checkpoint, " +
-                            box{shape(L.global_shape.size(), 0), L.global_shape}.str() +
-                            " in the target (set allow_shape_mismatch to load into a padded "
-                            "tensor)")
+    if (!L.allow_shape_mismatch || rec.global_shape.size() != L.global_shape.size()) {
+      bool larger = rec.global_shape.size() == L.global_shape.size();
+      for (std::size_t d = 0; larger && d < L.global_shape.size(); ++d)
+        larger = L.global_shape[d] >= rec.global_shape[d];
+      return make_error(
+                 errc::mismatch,
+                 "global shape " + shape_str(rec.global_shape) + " in the checkpoint, " +
+                     shape_str(L.global_shape) + " in the target: " +
+                     (larger ? std::string("set allow_shape_mismatch to load into this larger "
+                                           "(padded) tensor")
+                             : std::string("describe the saved shape; to split an axis over "
+                                           "any number of ranks use cairn::even_block "
+                                           "(size / ranks rows per rank drops the remainder)")))
           .with_key(L.key);
+    }
     std::memset(t.data, 0, t.nbytes);
   }
   return &rec;
@@ -221,13 +234,13 @@ CAIRN_INLINE result<const object_record*> find_saved_object(const object_leaf& o
     if (rec.key != o.key || rec.global_shape == o.global_shape) continue;
     if (!opt.object_mapping)
       return make_error(errc::mismatch,
-                        "sharded object was saved as a grid of " +
-                            box{shape(rec.global_shape.size(), 0), rec.global_shape}.str() +
+                        "sharded object was saved as a grid of " + shape_str(rec.global_shape) +
                             " (world size " + std::to_string(m.world_size) +
                             "), this rank asks for " + u +
-                            ": the topology changed; give the object a grid that exists in the "
-                            "checkpoint, set load_options::object_mapping (objects_modulo(), "
-                            "say), or leave it out of the tree")
+                            ": the topology changed; set load_options::object_mapping "
+                            "(cairn::objects_modulo() gives rank r what rank r % saved ranks "
+                            "saved), give the object a grid that exists in the checkpoint, or "
+                            "leave it out of the tree")
           .with_key(o.key);
     auto at = opt.object_mapping(o.key, rec.global_shape, o.global_offset, o.global_shape);
     if (!at) return static_cast<const object_record*>(nullptr);  // leave the value as it is
@@ -278,8 +291,9 @@ CAIRN_INLINE result<void> load_leaves_local(const leaf_list& leaves,
                                             buffer_pool* pool) {
   CAIRN_TRY(load_commons(leaves, st, m, opt));
   if (opt.common_only) return ok();
-  CAIRN_TRY_ASSIGN(std::vector<copy_job> jobs, plan_tensor_copies(leaves, m, skip));
-  CAIRN_TRY(run_copies(st, m, jobs, opt.io_threads, stats, pool, &opt.progress));
+  auto jobs = plan_tensor_copies(leaves, m, skip);
+  if (!jobs) return std::move(jobs).err().with_file(st.describe(""));  // which checkpoint
+  CAIRN_TRY(run_copies(st, m, *jobs, opt.io_threads, stats, pool, &opt.progress));
   return load_objects(leaves, st, m, opt, stats);
 }
 

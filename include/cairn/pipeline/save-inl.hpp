@@ -142,10 +142,11 @@ CAIRN_INLINE result<std::vector<std::vector<piece>>> describe_rank(const leaf_li
   if (opt.preprocess_common) {
     std::map<std::string, common_value> check(out.commons.begin(), out.commons.end());
     opt.preprocess_common(check);
-    for (const auto& [path, v] : check) me.commons.push_back(common_desc{path, common_hash(v)});
+    for (const auto& [path, v] : check)
+      me.commons.push_back(common_desc{path, common_hash(v), v.str(40)});
   } else {
     for (const auto& [path, v] : out.commons)
-      me.commons.push_back(common_desc{path, common_hash(v)});
+      me.commons.push_back(common_desc{path, common_hash(v), v.str(40)});
   }
   CAIRN_TRY(strategy_of(opt).check(leaves));
   if (out.rank == 0) {

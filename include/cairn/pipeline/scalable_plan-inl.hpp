@@ -17,6 +17,7 @@ CAIRN_INLINE bytes encode_commons(const std::vector<common_desc>& commons) {
   for (const auto& c : commons) {
     w.str(c.path);
     w.u64(c.hash);
+    w.str(c.shown);
   }
   return std::move(w.data());
 }
@@ -25,10 +26,13 @@ CAIRN_INLINE result<void> check_commons_against(const std::vector<common_desc>& 
                                                 std::span<const std::byte> root_commons,
                                                 int rank) {
   binary_reader rd(root_commons);
-  std::map<std::string, std::uint64_t> ref;
+  std::map<std::string, common_desc> ref;
   for (std::uint64_t n = rd.u64(); n > 0; --n) {
-    std::string path = rd.str();
-    ref[path] = rd.u64();
+    common_desc c;
+    c.path = rd.str();
+    c.hash = rd.u64();
+    c.shown = rd.str();
+    ref[c.path] = std::move(c);
   }
   return compare_commons(ref, mine, rank);
 }

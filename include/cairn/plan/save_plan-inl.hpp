@@ -40,6 +40,7 @@ CAIRN_INLINE bytes encode(const rank_desc& d) {
   for (const auto& c : d.commons) {
     w.str(c.path);
     w.u64(c.hash);
+    w.str(c.shown);
   }
   return std::move(w.data());
 }
@@ -73,6 +74,7 @@ CAIRN_INLINE rank_desc decode_rank_desc(std::span<const std::byte> b) {
   for (auto& c : d.commons) {
     c.path = r.str();
     c.hash = r.u64();
+    c.shown = r.str();
   }
   return d;
 }
@@ -156,7 +158,10 @@ CAIRN_INLINE result<void> check_no_overlap(const std::string& key, integrity_ten
         if (auto x = intersect(a, b); x && x->volume() > 0)
           return integrity_error(key, "shards overlap: rank " + std::to_string(v.pieces[i].second) +
                                           " and rank " + std::to_string(v.pieces[j].second) +
-                                          " both write " + x->str());
+                                          " both write " + x->str() +
+                                          ": give each rank its own block (cairn::even_block "
+                                          "splits an axis over the ranks), or mark every copy "
+                                          "but one with replica_id != 0");
       }
     }
   } else if (n == 0 && v.pieces.size() > 1) {
@@ -219,20 +224,24 @@ CAIRN_INLINE result<void> check_objects(const std::vector<rank_desc>& ranks) {
   return ok();
 }
 
-CAIRN_INLINE result<void> compare_commons(const std::map<std::string, std::uint64_t>& ref,
+CAIRN_INLINE result<void> compare_commons(const std::map<std::string, common_desc>& ref,
                                           const std::vector<common_desc>& commons,
                                           int r) {
-  std::map<std::string, std::uint64_t> mine;
-  for (const auto& c : commons) mine[c.path] = c.hash;
-  for (const auto& [path, h] : ref) {
+  std::map<std::string, const common_desc*> mine;
+  for (const auto& c : commons) mine[c.path] = &c;
+  for (const auto& [path, want] : ref) {
     auto it = mine.find(path);
     if (it == mine.end())
       return integrity_error(path,
                              "common value exists on rank 0 but not on rank " + std::to_string(r));
-    if (it->second != h)
-      return integrity_error(path, "common value differs between rank 0 and rank " +
-                                       std::to_string(r) +
-                                       " (common values must be identical on every rank)");
+    if (it->second->hash != want.hash)
+      return integrity_error(
+          path, "common value differs across ranks: " +
+                    (want.shown.empty() ? "rank 0 and rank " + std::to_string(r)
+                                        : want.shown + " on rank 0, " + it->second->shown +
+                                              " on rank " + std::to_string(r)) +
+                    "; a common value must be the same on every rank (a value per rank is a "
+                    "sharded object: cairn::per_rank)");
   }
   for (const auto& [path, h] : mine)
     if (!ref.count(path))
@@ -243,8 +252,8 @@ CAIRN_INLINE result<void> compare_commons(const std::map<std::string, std::uint6
 
 CAIRN_INLINE result<void> check_commons(const std::vector<rank_desc>& ranks) {
   if (ranks.empty()) return ok();
-  std::map<std::string, std::uint64_t> ref;
-  for (const auto& c : ranks[0].commons) ref[c.path] = c.hash;
+  std::map<std::string, common_desc> ref;
+  for (const auto& c : ranks[0].commons) ref[c.path] = c;
   for (int r = 1; r < static_cast<int>(ranks.size()); ++r)
     CAIRN_TRY(compare_commons(ref, ranks[r].commons, r));
   return ok();

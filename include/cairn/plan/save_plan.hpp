@@ -42,6 +42,7 @@ struct object_desc {
 struct common_desc {
   std::string path;
   std::uint64_t hash = 0;
+  std::string shown;  ///< the value, shortened (`common_value::str`), for messages
 };
 
 /// Everything one rank contributes to the save plan.
@@ -106,8 +107,9 @@ CAIRN_INLINE result<void> check_covered(const std::string& key, const integrity_
 /// replicas fill its grid.
 CAIRN_INLINE result<void> check_objects(const std::vector<rank_desc>& ranks);
 
-/// Checks that rank `r`'s common values `mine` are rank 0's `ref` (paths and hashes).
-CAIRN_INLINE result<void> compare_commons(const std::map<std::string, std::uint64_t>& ref,
+/// Checks that rank `r`'s common values `mine` are rank 0's `ref` (by path: hashes; an error
+/// shows both values).
+CAIRN_INLINE result<void> compare_commons(const std::map<std::string, common_desc>& ref,
                                           const std::vector<common_desc>& commons,
                                           int r);
 

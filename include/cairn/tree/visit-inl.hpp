@@ -51,7 +51,8 @@ CAIRN_INLINE void flattener::visit_dict_common(common_value& e, const std::strin
     auto& target = *static_cast<common_value*>(q);
     if (target.kind != in.kind || (in.kind != common_kind::string && target.type != in.type))
       return make_error(errc::mismatch, "stored common value is " + in.describe_type() +
-                                            ", the entry is " + target.describe_type());
+                                            ", the entry is " + target.describe_type() +
+                                            ": declare the entry with the saved type");
     target = in;
     return ok();
   };

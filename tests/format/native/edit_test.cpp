@@ -78,7 +78,7 @@ TEST_CASE("remove_sharded_tensors refuses other layouts and a missing checkpoint
   cairn::memory_storage mem;
   auto none = cairn::remove_sharded_tensors(mem, "x");
   REQUIRE(!none);
-  CHECK(none.err().code == cairn::errc::incomplete_checkpoint);
+  CHECK(none.err().code == cairn::errc::not_found);
   const cairn::torch_dist_strategy torch_dist;
   cairn::save_options so;
   so.strategy = &torch_dist;

@@ -16,12 +16,7 @@ namespace cairn {
 CAIRN_INLINE result<std::string> read_metadata_json(storage_ref st) {
   auto exists = st.exists(metadata_name);
   if (!exists) return std::move(exists).err();
-  if (!*exists)
-    return make_error(errc::incomplete_checkpoint,
-                      "incomplete checkpoint: no " + std::string(metadata_name) +
-                          " (the save never committed, or this is not a cairn "
-                          "checkpoint)")
-        .with_file(st.describe(metadata_name));
+  if (!*exists) return detail::no_checkpoint_error(st);
   CAIRN_TRY_ASSIGN(std::uint64_t n, st.size(metadata_name));
   std::string json(n, '\0');
   CAIRN_TRY(st.read(metadata_name, 0, std::as_writable_bytes(std::span(json))));
@@ -31,6 +26,52 @@ CAIRN_INLINE result<std::string> read_metadata_json(storage_ref st) {
 }  // namespace cairn
 
 namespace cairn::detail {
+
+CAIRN_INLINE error no_checkpoint_error(storage_ref st) {
+  auto names = st.list("");
+  if (names && names->empty())
+    return make_error(errc::not_found,
+                      "no checkpoint here: the location does not exist or is empty (a mistyped "
+                      "path?)")
+        .with_file(st.describe(""));
+  if (names) {
+    // A folder of checkpoints, each in its own folder with its metadata: a checkpointer's root.
+    std::vector<std::string> inside;
+    for (const auto& n : *names) {
+      std::size_t slash = n.find('/');
+      if (slash == std::string::npos || n.find('/', slash + 1) != std::string::npos) continue;
+      std::string_view file = std::string_view(n).substr(slash + 1);
+      if (file == metadata_name || file == ".metadata" || file == "model.safetensors.index.json")
+        inside.push_back(n.substr(0, slash));
+    }
+    if (!inside.empty()) {
+      std::string latest;
+      if (auto size = st.size("latest"); size && *size > 0 && *size < 4096) {
+        latest.resize(static_cast<std::size_t>(*size));
+        if (!st.read("latest", 0, std::as_writable_bytes(std::span(latest)))) latest.clear();
+        while (!latest.empty() && (latest.back() == '\n' || latest.back() == ' '))
+          latest.pop_back();
+      }
+      std::string which =
+          !latest.empty()
+              ? "its `latest` names " + latest + ": load " + st.describe(latest)
+              : "it holds " + inside.back() +
+                    (inside.size() > 1 ? " and " + std::to_string(inside.size() - 1) + " more"
+                                       : std::string()) +
+                    ": load one of them";
+      return make_error(errc::not_found,
+                        "this is a folder of checkpoints (a checkpointer's root), not a "
+                        "checkpoint; " +
+                            which +
+                            ", or resume with checkpointer::load_latest (`cairn ls` lists them)")
+          .with_file(st.describe(""));
+    }
+  }
+  return make_error(errc::incomplete_checkpoint,
+                    "no " + std::string(metadata_name) +
+                        ": the save never committed, or this is not a cairn checkpoint")
+      .with_file(st.describe(metadata_name));
+}
 
 CAIRN_INLINE error read_failed(error err,
                                storage_ref st,

@@ -21,11 +21,18 @@ namespace cairn {
 /// Largest single read or write cairn issues (bytes).
 inline constexpr std::uint64_t max_io_bytes = std::uint64_t{64} << 20;
 
-/// Reads the committed `metadata.json` as it is. A directory without it fails with
-/// errc::incomplete_checkpoint ("incomplete checkpoint: ... has no metadata.json").
+/// Reads the committed `metadata.json` as it is. Without it, fails as `no_checkpoint_error`
+/// says.
 CAIRN_INLINE result<std::string> read_metadata_json(storage_ref st);
 
 namespace detail {
+
+/// Why `st` holds no checkpoint, as load, inspect and verify report it: `errc::not_found` when
+/// the location does not exist or is empty (a mistyped path), or when it is a folder of
+/// checkpoints (a checkpointer's root: the message names the checkpoint its `latest` pointer
+/// names, and `checkpointer::load_latest`); else `errc::incomplete_checkpoint` (files, but no
+/// committed metadata: a save that never committed, or not a checkpoint).
+CAIRN_INLINE error no_checkpoint_error(storage_ref st);
 
 /// A failed read of object `name` while reading `what` of `key`.
 CAIRN_INLINE error read_failed(error err,
