@@ -53,24 +53,28 @@ int usage(std::FILE* out = stderr) {
       "usage: cairn inspect DIR [--json]\n"
       "       cairn verify DIR [--json]\n"
       "       cairn unshard SRC DST --format one_file|per_tensor|chunks [--chunk-size 5GB]\n"
-      "                     [--dtype f32] [--slab 64MiB]\n"
+      "                     [--dtype f32] [--slab 64MiB] [--overwrite]\n"
       "       cairn convert SRC DST --format native|torch_dist|one_file|per_tensor|chunks [--dtype "
       "f32]\n"
-      "                     [--chunk-size 5GB] [--slab 64MiB]\n"
+      "                     [--chunk-size 5GB] [--slab 64MiB] [--overwrite]\n"
       "       cairn diff A B [--json]\n"
       "       cairn ls ROOT [--json] [--name TEMPLATE] [--latest NAME]\n"
       "       cairn rm ROOT NAME... [--incomplete] [--latest NAME] [--json]\n"
-      "  inspect  list keys, dtypes, global shapes, chunk counts, bytes, the saved world\n"
-      "           size, format version and content metadata (--json: JSON only on stdout)\n"
+      "  inspect  list keys, dtypes, global shapes, chunk counts, bytes, common values, the\n"
+      "           saved world size, format version and content metadata (--json: JSON only\n"
+      "           on stdout)\n"
       "  verify   recompute every checksum; exit 0 when all match, 1 naming each bad chunk\n"
       "           (torch_dist and safetensors store none: layout checked, every byte read)\n"
       "  unshard  consolidate a cairn, DCP or safetensors checkpoint into safetensors,\n"
       "           streaming\n"
       "  convert  rewrite a cairn, DCP or safetensors checkpoint in another format\n"
-      "           (native, torch_dist, one_file, per_tensor, chunks), streaming\n"
+      "           (native or cairn, torch_dist or dcp, one_file or safetensors, per_tensor,\n"
+      "           chunks), streaming, per-rank objects and common values kept where the format\n"
+      "           holds them; neither writes over a checkpoint at DST without --overwrite\n"
       "  diff     compare two checkpoints of any layout: tensors added, removed, with another\n"
-      "           dtype or shape; for the others, elements that differ and the largest\n"
-      "           absolute difference; exit 0 when the same, 1 when they differ\n"
+      "           dtype or shape, elements that differ and the largest absolute difference;\n"
+      "           common values, per-rank objects and the saved world size; exit 0 when the\n"
+      "           same, 1 when they differ\n"
       "  ls       the checkpoints under a checkpoint manager's root: complete or not, format,\n"
       "           step (from the checkpoint, or read from its name by --name TEMPLATE such as\n"
       "           step{step:08}), objects, bytes, and which the latest pointer and tags name\n"
@@ -122,13 +126,7 @@ std::string json_str(std::string_view s) {
   return out;
 }
 
-std::string shape_str(const cairn::shape& s) { return fmt::format("[{}]", fmt::join(s, ", ")); }
-
-std::uint64_t total_bytes(const cairn::checkpoint_metadata& m) {
-  std::uint64_t n = 0;
-  for (const auto& f : m.files) n += f.nbytes;
-  return n;
-}
+using cairn::shape_str;  // "[12, 8]"
 
 // Tensor bytes before and after compression (chunks, replicas written once).
 std::pair<std::uint64_t, std::uint64_t> compression_totals(const cairn::checkpoint_metadata& m) {
@@ -180,17 +178,40 @@ struct common_row {
   std::string_view kind;
   std::string_view type;
   std::uint64_t bytes;
+  std::string value;  ///< common_value::str, or why it could not be read
 };
 
-std::vector<common_row> common_rows(const cairn::checkpoint_metadata& m) {
+std::vector<common_row> common_rows(cairn::storage_ref st, const cairn::checkpoint_metadata& m) {
   std::vector<common_row> out;
-  for (const auto& [k, c] : m.commons)
-    out.push_back(
-        {k, cairn::detail::common_kind_name(c.kind), cairn::dtype_name(c.type), c.nbytes});
+  auto values = m.commons.empty() ? cairn::result<std::map<std::string, cairn::common_value>>(
+                                        std::map<std::string, cairn::common_value>{})
+                                  : cairn::read_commons(st, m);
+  for (const auto& [k, c] : m.commons) {
+    std::string shown =
+        "(unreadable: " + (values ? std::string("missing") : values.err().describe()) + ")";
+    if (values)
+      if (auto it = values->find(k); it != values->end()) shown = it->second.str();
+    out.push_back({k, cairn::detail::common_kind_name(c.kind), cairn::dtype_name(c.type), c.nbytes,
+                   std::move(shown)});
+  }
   for (const auto& [k, c] : m.inline_commons)
-    out.push_back(
-        {k, cairn::detail::common_kind_name(c.kind), cairn::dtype_name(c.type), c.data.size()});
+    out.push_back({k, cairn::detail::common_kind_name(c.kind), cairn::dtype_name(c.type),
+                   c.data.size(), c.str()});
   return out;
+}
+
+/// The objects stored under `st` and their bytes, counted as `cairn ls` counts a checkpoint:
+/// every object (data, index, common state and metadata files alike).
+std::pair<std::size_t, std::uint64_t> stored_totals(cairn::storage_ref st) {
+  std::size_t n = 0;
+  std::uint64_t bytes = 0;
+  if (auto names = st.list("")) {
+    for (const auto& name : *names) {
+      ++n;
+      if (auto s = st.size(name)) bytes += *s;
+    }
+  }
+  return {n, bytes};
 }
 
 // The non-tensor items of a DCP checkpoint (empty for other formats or when there are none).
@@ -224,7 +245,8 @@ int inspect(const std::string& dir, bool json) {
   }
   const bool native = m->format == "cairn";
   const std::vector<foreign_item> items = dcp_non_tensor_items(st, *m);
-  const std::vector<common_row> commons = common_rows(*m);
+  const std::vector<common_row> commons = common_rows(st, *m);
+  const auto [stored_files, stored_bytes] = stored_totals(st);
   if (json) {
     fmt::memory_buffer o;
     auto out = std::back_inserter(o);
@@ -235,10 +257,10 @@ int inspect(const std::string& dir, bool json) {
       fmt::format_to(out, "\"format_version\":{},\"save_id\":{},\"block_size\":{},", m->version,
                      json_str(m->save_id), m->block_size);
     fmt::format_to(out,
-                   "\"world_size\":{},\"total_bytes\":{},\"tensor_bytes\":{},"
+                   "\"world_size\":{},\"files\":{},\"total_bytes\":{},\"tensor_bytes\":{},"
                    "\"stored_tensor_bytes\":{},\"compression_ratio\":{:.4f},"
                    "\"content_metadata\":{{",
-                   m->world_size, total_bytes(*m), data, stored,
+                   m->world_size, stored_files, stored_bytes, data, stored,
                    stored ? static_cast<double>(data) / static_cast<double>(stored) : 1.0);
     bool first = true;
     for (const auto& [k, v] : m->content_metadata) {
@@ -265,8 +287,9 @@ int inspect(const std::string& dir, bool json) {
     fmt::format_to(out, "],\"common\":[");
     first = true;
     for (const auto& c : commons) {
-      fmt::format_to(out, "{}{{\"path\":{},\"kind\":\"{}\",\"dtype\":\"{}\",\"bytes\":{}}}",
-                     first ? "" : ",", json_str(c.path), c.kind, c.type, c.bytes);
+      fmt::format_to(
+          out, "{}{{\"path\":{},\"kind\":\"{}\",\"dtype\":\"{}\",\"bytes\":{},\"value\":{}}}",
+          first ? "" : ",", json_str(c.path), c.kind, c.type, c.bytes, json_str(c.value));
       first = false;
     }
     fmt::format_to(out, "],\"non_tensor_items\":[");
@@ -284,11 +307,11 @@ int inspect(const std::string& dir, bool json) {
   if (native) {
     fmt::print("format version {}\nsaved by       {} rank(s)\nsave id        {}\n", m->version,
                m->world_size, m->save_id);
-    fmt::print("files          {} ({} bytes), checksum blocks of {} bytes\n", m->files.size(),
-               total_bytes(*m), m->block_size);
+    fmt::print("files          {} ({} bytes), checksum blocks of {} bytes\n", stored_files,
+               stored_bytes, m->block_size);
   } else {
     fmt::print("format         {} (no checksums)\n", m->format);
-    fmt::print("files          {} ({} bytes)\n", m->files.size(), total_bytes(*m));
+    fmt::print("files          {} ({} bytes)\n", stored_files, stored_bytes);
   }
   std::uint64_t index_files = 0, index_bytes = 0;
   for (const auto& f : m->files)
@@ -317,8 +340,14 @@ int inspect(const std::string& dir, bool json) {
   }
   if (!commons.empty()) {
     fmt::print("common values ({})\n", commons.size());
+    std::size_t w = 4, tw = 4;
+    for (const auto& c : commons) {
+      w = std::max(w, c.path.size());
+      tw = std::max(tw, c.type.size() + 1 + c.kind.size());
+    }
     for (const auto& c : commons)
-      fmt::print("  {}  {} {}  {} bytes\n", c.path, c.kind, c.type, c.bytes);
+      fmt::print("  {:<{}}  {:<{}}  {}\n", c.path, w, fmt::format("{} {}", c.type, c.kind), tw,
+                 c.value);
   }
   if (!items.empty()) {
     fmt::print("non-tensor items ({}; cairn does not load them)\n", items.size());
@@ -399,6 +428,10 @@ int convert_cmd(const std::string& cmd, const std::vector<std::string>& args) {
   bool have_format = false;
   for (std::size_t i = 2; i < args.size(); ++i) {
     const std::string& a = args[i];
+    if (a == "--overwrite") {
+      opt.overwrite = true;
+      continue;
+    }
     if (i + 1 >= args.size()) return usage();
     const std::string& v = args[++i];
     if (a == "--format" || a == "--strategy") {  // --strategy: the older name
@@ -447,9 +480,9 @@ int convert_cmd(const std::string& cmd, const std::vector<std::string>& args) {
     fmt::print(stderr, "cairn {}: {}\n", cmd, stats.err().describe());
     return 1;
   }
-  fmt::print("{}: {} tensor(s), {} bytes from {} ({}) -> {} file(s) in {} ({})\n", cmd,
-             stats->tensors, stats->bytes_read, args[0], (*src)->kind(), stats->files.size(),
-             args[1], cv::format_name(opt.format));
+  fmt::print("{}: {} tensor(s), {} bytes, {} object(s) from {} ({}) -> {} file(s) in {} ({})\n",
+             cmd, stats->tensors, stats->bytes_read, stats->objects, args[0], (*src)->kind(),
+             stats->files.size(), args[1], cv::format_name(opt.format));
   if (!stats->skipped.empty())
     fmt::print("not carried over (no place in {}): {}\n", cv::format_name(opt.format),
                fmt::join(stats->skipped, ", "));
@@ -519,37 +552,76 @@ int diff_cmd(const std::vector<std::string>& args) {
                      number_or_null(t.max_abs));
       first = false;
     }
-    fmt::format_to(out, "]}}\n");
+    fmt::format_to(out, "],\"commons\":[");
+    auto values_json = [&](const std::vector<cairn::convert::value_diff>& vs) {
+      for (std::size_t i = 0; i < vs.size(); ++i)
+        fmt::format_to(out, "{}{{\"key\":{},\"change\":\"{}\",\"a\":{},\"b\":{}}}", i ? "," : "",
+                       json_str(vs[i].key), change_name(vs[i].what), json_str(vs[i].a),
+                       json_str(vs[i].b));
+    };
+    values_json(d->commons);
+    fmt::format_to(out, "],\"objects\":[");
+    values_json(d->objects);
+    fmt::format_to(out, "],\"world_size_a\":{},\"world_size_b\":{}}}\n",
+                   d->world_a ? std::to_string(*d->world_a) : "null",
+                   d->world_b ? std::to_string(*d->world_b) : "null");
     std::fwrite(o.data(), 1, o.size(), stdout);
     return d->same() ? 0 : 1;
   }
+  // One aligned row per difference: what, how, key, detail.
   using change = cairn::convert::tensor_diff::change;
+  struct row {
+    std::string what, how, key, detail;
+  };
+  std::vector<row> rows;
   for (const auto& t : d->tensors) {
+    std::string detail;
     switch (t.what) {
       case change::added:
-        fmt::print("added    {}  {} {}\n", t.key, cairn::dtype_name(t.type_b),
-                   shape_str(t.shape_b));
+        detail = fmt::format("{} {}", cairn::dtype_name(t.type_b), shape_str(t.shape_b));
         break;
       case change::removed:
-        fmt::print("removed  {}  {} {}\n", t.key, cairn::dtype_name(t.type_a),
-                   shape_str(t.shape_a));
+        detail = fmt::format("{} {}", cairn::dtype_name(t.type_a), shape_str(t.shape_a));
         break;
       case change::dtype:
-        fmt::print("dtype    {}  {} -> {}\n", t.key, cairn::dtype_name(t.type_a),
-                   cairn::dtype_name(t.type_b));
+        detail = fmt::format("{} -> {}", cairn::dtype_name(t.type_a), cairn::dtype_name(t.type_b));
         break;
       case change::shape:
-        fmt::print("shape    {}  {} -> {}\n", t.key, shape_str(t.shape_a), shape_str(t.shape_b));
+        detail = fmt::format("{} -> {}", shape_str(t.shape_a), shape_str(t.shape_b));
         break;
       case change::values:
-        fmt::print("values   {}  {} of {} elements differ, max |a - b| = {}\n", t.key, t.differing,
-                   cairn::numel(t.shape_a), number_or_null(t.max_abs));
+        detail = fmt::format("{} of {} elements differ, max |a - b| = {}", t.differing,
+                             cairn::numel(t.shape_a), number_or_null(t.max_abs));
         break;
     }
+    rows.push_back({"tensor", change_name(t.what), t.key, std::move(detail)});
   }
-  fmt::print("{} tensor(s) compared ({} bytes each side); {}\n", d->compared, d->bytes_compared,
-             d->same() ? "the checkpoints hold the same tensors"
-                       : fmt::format("{} difference(s)", d->tensors.size()));
+  auto value_rows = [&](const char* what, const std::vector<cairn::convert::value_diff>& vs) {
+    for (const auto& v : vs)
+      rows.push_back({what, change_name(v.what), v.key,
+                      v.what == change::added     ? v.b
+                      : v.what == change::removed ? v.a
+                                                  : v.a + " -> " + v.b});
+  };
+  value_rows("common", d->commons);
+  value_rows("object", d->objects);
+  std::size_t w_how = 0, w_key = 0;
+  for (const auto& r : rows) {
+    w_how = std::max(w_how, r.how.size());
+    w_key = std::max(w_key, r.key.size());
+  }
+  for (const auto& r : rows)
+    fmt::print("{:<6}  {:<{}}  {:<{}}  {}\n", r.what, r.how, w_how, r.key, w_key, r.detail);
+  std::string world = "world size unknown";
+  if (d->world_a && d->world_b)
+    world = *d->world_a == *d->world_b
+                ? fmt::format("both saved by {} rank(s)", *d->world_a)
+                : fmt::format("saved by {} and {} ranks", *d->world_a, *d->world_b);
+  fmt::print(
+      "{} tensor(s) compared ({} bytes each side), {} common value(s) and object(s); "
+      "{}; {}\n",
+      d->compared, d->bytes_compared, d->values_compared, world,
+      d->same() ? "the same" : fmt::format("{} difference(s)", rows.size()));
   return d->same() ? 0 : 1;
 }
 
@@ -604,10 +676,24 @@ std::optional<std::int64_t> step_of(cairn::storage_ref root, const cairn::checkp
   return std::nullopt;
 }
 
+/// A checkpoint given where a folder of checkpoints belongs: says so on stderr and returns true.
+bool refuse_checkpoint_as_root(const std::string& cmd,
+                               const std::string& dir,
+                               cairn::storage_ref root) {
+  auto format = cairn::detect_format(root);
+  if (!format || format->empty()) return false;
+  fmt::print(stderr,
+             "cairn {}: {} is a checkpoint ({}), not a folder of checkpoints: `cairn inspect {}` "
+             "shows it; give `cairn {}` the folder that holds it\n",
+             cmd, dir, *format, dir, cmd);
+  return true;
+}
+
 int ls(const root_args& a) {
   if (a.positional.size() != 1) return usage();
   cairn::any_storage holder = open_dir(a.positional[0]);
   cairn::storage_ref root = holder.ref();
+  if (refuse_checkpoint_as_root("ls", a.positional[0], root)) return 2;
   auto found = cairn::list_checkpoints(root, a.names ? &*a.names : nullptr, a.latest);
   if (!found) {
     fmt::print(stderr, "cairn ls: {}\n", found.err().describe());
@@ -655,6 +741,7 @@ int rm(const root_args& a) {
   if (a.positional.size() < 2) return usage();
   cairn::any_storage holder = open_dir(a.positional[0]);
   cairn::storage_ref root = holder.ref();
+  if (refuse_checkpoint_as_root("rm", a.positional[0], root)) return 2;
   auto found = cairn::list_checkpoints(root, nullptr, a.latest);
   if (!found) {
     fmt::print(stderr, "cairn rm: {}\n", found.err().describe());

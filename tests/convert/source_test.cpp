@@ -158,7 +158,15 @@ TEST_CASE("dcp_source reads a torch_dist checkpoint, its objects as other items"
   source_test::check_reads(*src);
   source_test::check_request_errors(*src);
   CHECK(src->other_items() == std::vector<std::string>{"rng/shard_0_2", "rng/shard_1_2"});
-  CHECK(src->commons().value().empty());  // DCP's common.pt is not decoded here
+  // Megatron's common.pt, decoded as load decodes it, and the objects with their bytes.
+  auto commons = src->commons().value();
+  CHECK(commons.size() == 1);
+  CHECK(commons.count("step") == 1);
+  auto objects = src->objects().value();
+  REQUIRE(objects.size() == 2);
+  CHECK(objects.at("rng/shard_1_2").key == "rng");
+  CHECK(objects.at("rng/shard_1_2").global_offset == cairn::shape{1});
+  CHECK(!src->world_size());  // DCP does not record it
   CHECK(src->metadata().state_dict_metadata.count("w") == 1);
 }
 
@@ -166,7 +174,7 @@ TEST_CASE("open_source picks the source of whatever format is there") {
   cairn::memory_storage empty;
   auto none = cairn::convert::open_source(empty);
   REQUIRE(!none);
-  CHECK(none.err().code == cairn::errc::incomplete_checkpoint);
+  CHECK(none.err().code == cairn::errc::not_found);  // an empty location
   CHECK(none.err().file == empty.describe(""));
 
   cairn::memory_storage native, dist, st;

@@ -135,6 +135,32 @@ CAIRN_INLINE result<diff_result> diff(source& a,
   }
   std::sort(out.tensors.begin(), out.tensors.end(),
             [](const tensor_diff& x, const tensor_diff& y) { return x.key < y.key; });
+  // Common values and objects: compared whole, shown short.
+  using change = tensor_diff::change;
+  auto compare = [&](const auto& in_a, const auto& in_b, auto show, std::vector<value_diff>& to) {
+    for (const auto& [k, va] : in_a) {
+      auto it = in_b.find(k);
+      if (it == in_b.end()) {
+        to.push_back({k, change::removed, show(va), {}});
+      } else {
+        ++out.values_compared;
+        if (!(it->second == va)) to.push_back({k, change::values, show(va), show(it->second)});
+      }
+    }
+    for (const auto& [k, vb] : in_b)
+      if (!in_a.count(k)) to.push_back({k, change::added, {}, show(vb)});
+  };
+  CAIRN_TRY_ASSIGN(auto commons_a, a.commons());
+  CAIRN_TRY_ASSIGN(auto commons_b, b.commons());
+  compare(
+      commons_a, commons_b, [](const common_value& c) { return c.str(); }, out.commons);
+  CAIRN_TRY_ASSIGN(auto objects_a, a.objects());
+  CAIRN_TRY_ASSIGN(auto objects_b, b.objects());
+  compare(
+      objects_a, objects_b,
+      [](const object_entry& o) { return std::to_string(o.bytes.size()) + " bytes"; }, out.objects);
+  out.world_a = a.world_size();
+  out.world_b = b.world_size();
   return out;
 }
 

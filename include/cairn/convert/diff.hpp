@@ -36,13 +36,26 @@ struct tensor_diff {
   double max_abs = 0;
 };
 
+/// How one common value or sharded object differs between two checkpoints.
+struct value_diff {
+  std::string key;  ///< the common value's path, or the object's unique key
+  tensor_diff::change what = tensor_diff::change::values;  ///< added, removed or values
+  std::string a, b;  ///< each side, shown (`common_value::str`; "N bytes" for an object)
+};
+
 /// The result of `diff`.
 struct diff_result {
   std::vector<tensor_diff> tensors;  ///< the tensors that differ, by key
+  std::vector<value_diff> commons;   ///< the common values that differ, by path
+  std::vector<value_diff> objects;   ///< the sharded objects that differ, by unique key
+  /// The world sizes that saved each, where the format records one (told, not a difference:
+  /// the same state saved by 4 ranks and by 2 is the same).
+  std::optional<int> world_a, world_b;
   std::size_t compared = 0;          ///< tensors compared element by element
+  std::size_t values_compared = 0;   ///< common values and objects compared
   std::uint64_t bytes_compared = 0;  ///< bytes read from each checkpoint for that
-  /// Whether the two hold the same tensors with the same values.
-  bool same() const noexcept { return tensors.empty(); }
+  /// Whether the two hold the same tensors, common values and objects.
+  bool same() const noexcept { return tensors.empty() && commons.empty() && objects.empty(); }
 };
 
 namespace detail {
@@ -53,8 +66,8 @@ CAIRN_INLINE std::optional<double> element_as_double(dtype t, const std::byte* p
 }  // namespace detail
 
 /// Compares every tensor of `a` and `b` (any layouts `open_source` reads), reading both in
-/// slabs of at most `slab_bytes` per side. `progress` is told the bytes compared per side
-/// ("diff").
+/// slabs of at most `slab_bytes` per side, then their common values, sharded objects and world
+/// sizes. `progress` is told the tensor bytes compared per side ("diff").
 CAIRN_INLINE result<diff_result> diff(source& a,
                                       source& b,
                                       std::uint64_t slab_bytes = 64ull << 20,

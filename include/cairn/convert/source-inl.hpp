@@ -65,6 +65,27 @@ CAIRN_INLINE result<std::unique_ptr<native_source>> native_source::over(storage_
   return s;
 }
 
+namespace detail {
+/// The bytes of each object of `m` on `st`, by unique key.
+CAIRN_INLINE result<std::map<std::string, object_entry>> read_objects(
+    storage_ref st, const checkpoint_metadata& m) {
+  std::map<std::string, object_entry> out;
+  for (const auto& [u, rec] : m.objects) {
+    CAIRN_TRY_ASSIGN(auto b, read_extent(st, m, rec.where, rec.key, "object " + u));
+    out.emplace(u, object_entry{rec.key, rec.global_shape, rec.global_offset, std::move(b)});
+  }
+  return out;
+}
+}  // namespace detail
+
+CAIRN_INLINE result<std::map<std::string, object_entry>> native_source::objects() {
+  return detail::read_objects(st_, m_);
+}
+
+CAIRN_INLINE result<std::map<std::string, object_entry>> dcp_source::objects() {
+  return detail::read_objects(st_, meta_);
+}
+
 CAIRN_INLINE result<void> native_source::read(const std::vector<box_read>& reqs) {
   state_dict sd;
   std::size_t n = 0;
@@ -96,7 +117,13 @@ CAIRN_INLINE result<void> native_source::read(const std::vector<box_read>& reqs)
 
 CAIRN_INLINE result<std::unique_ptr<dcp_source>> dcp_source::open(storage_ref st) {
   CAIRN_TRY_ASSIGN(dcp::reader rd, dcp::reader::open(st));
-  std::unique_ptr<dcp_source> s(new dcp_source(std::move(rd)));
+  std::unique_ptr<dcp_source> s(new dcp_source(std::move(rd), st));
+  // Objects and common.pt as `load` reads them (not the tensors: strided items are read here,
+  // which `dcp_as_metadata` refuses).
+  s->meta_.format = "torch_dist";
+  s->meta_.block_size = foreign_read_block;
+  std::map<std::string, std::uint32_t> files;
+  CAIRN_TRY(cairn::detail::add_dcp_objects_and_commons(st, s->reader_, s->meta_, files));
   for (const auto& [fqn, item] : s->reader_.meta().state_dict_metadata) {
     if (const auto* t = std::get_if<dcp::tensor_meta>(&item))
       s->tensors_.push_back({fqn, t->type, t->size});

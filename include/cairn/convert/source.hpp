@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -40,6 +41,15 @@ struct tensor_entry {
   }
 };
 
+/// A sharded (per-rank) object of a source: its key, grid and position in it, and its bytes.
+struct object_entry {
+  std::string key;
+  shape global_shape;
+  shape global_offset;
+  std::vector<std::byte> bytes;
+  friend bool operator==(const object_entry&, const object_entry&) = default;
+};
+
 /// One read: the elements of `region` (global coordinates) of tensor `key`, stored row-major
 /// into `out`, which holds exactly `region.volume() * dtype_size` bytes.
 struct box_read {
@@ -65,8 +75,16 @@ class source {
   virtual result<std::map<std::string, common_value>> commons() {
     return std::map<std::string, common_value>{};
   }
-  /// Non-tensor items cairn leaves behind when converting (sharded objects, DCP bytes items).
+  /// Non-tensor items of the source: sharded objects (see `objects`) and items cairn cannot
+  /// carry over (DCP bytes items of pickled Python values).
   virtual std::vector<std::string> other_items() const { return {}; }
+  /// The sharded (per-rank) objects, by unique key (`rng/shard_0_4`: key, position and grid,
+  /// see `object_unique_key`), with their bytes.
+  virtual result<std::map<std::string, object_entry>> objects() {
+    return std::map<std::string, object_entry>{};
+  }
+  /// How many ranks saved it, where the format records it.
+  virtual std::optional<int> world_size() const { return std::nullopt; }
 
   /// The tensor called `key`, or nullptr.
   const tensor_entry* find(std::string_view key) const noexcept;
@@ -105,6 +123,10 @@ class native_source final : public source {
     return cairn::read_commons(st_, m_);
   }
   std::vector<std::string> other_items() const override { return objects_; }
+  result<std::map<std::string, object_entry>> objects() override;
+  std::optional<int> world_size() const override {
+    return m_.format == "cairn" ? std::optional<int>(m_.world_size) : std::nullopt;
+  }
   /// The metadata read.
   const checkpoint_metadata& metadata() const noexcept { return m_; }
 
@@ -129,14 +151,20 @@ class dcp_source final : public source {
   std::string_view kind() const noexcept override { return "dcp"; }
   const std::vector<tensor_entry>& tensors() const noexcept override { return tensors_; }
   std::vector<std::string> other_items() const override { return others_; }
+  /// Megatron's `common.pt` values (the `torch_dist` layout), as `read_any_metadata` reads them.
+  result<std::map<std::string, common_value>> commons() override { return meta_.inline_commons; }
+  /// The bytes items that hold cairn's sharded objects (a u8 tensor each).
+  result<std::map<std::string, object_entry>> objects() override;
   /// The parsed `.metadata`.
   const dcp::metadata& metadata() const noexcept { return reader_.meta(); }
 
   result<void> read(const std::vector<box_read>& reqs) override;
 
  private:
-  explicit dcp_source(dcp::reader rd) : reader_(std::move(rd)) {}
+  dcp_source(dcp::reader rd, storage_ref st) : reader_(std::move(rd)), st_(st) {}
   dcp::reader reader_;
+  storage_ref st_;
+  checkpoint_metadata meta_;  // its objects and common values, as `load` reads them
   std::vector<tensor_entry> tensors_;
   std::vector<std::string> others_;
 };

@@ -20,9 +20,13 @@ CAIRN_INLINE result<output_format> parse_output_format(std::string_view s) {
   for (output_format x : {output_format::one_file, output_format::per_tensor, output_format::chunks,
                           output_format::torch_dist, output_format::native})
     if (format_name(x) == s) return x;
+  if (s == "safetensors") return output_format::one_file;  // the format's own name
+  if (s == "dcp" || s == "torch") return output_format::torch_dist;
+  if (s == "cairn") return output_format::native;
   return make_error(errc::invalid_argument,
                     "unknown output format '" + std::string(s) +
-                        "' (one_file, per_tensor, chunks, torch_dist, native)");
+                        "' (one_file or safetensors, per_tensor, chunks, torch_dist or dcp, "
+                        "native or cairn)");
 }
 
 CAIRN_INLINE void convert_elements(dtype from,
@@ -230,12 +234,25 @@ CAIRN_INLINE result<void> write_torch_dist(source& src,
                    off += len;
                    return ok();
                  }));
+  // Sharded objects: a u8 tensor item each under its unique key, as the torch_dist strategy
+  // writes them (and Megatron reads them).
+  CAIRN_TRY_ASSIGN(auto objects, src.objects());
+  for (const auto& [u, o] : objects) {
+    CAIRN_TRY_ASSIGN(
+        auto len,
+        torch_zip::write_tensor_item(
+            *out, off, {u, dtype::u8, shape{static_cast<std::int64_t>(o.bytes.size())}, o.bytes},
+            dst.describe(data_name)));
+    dcp::add_bytes_item(m, u, {data_name, off, len});
+    off += len;
+  }
   {
     auto f = out->finish();
     if (!f) return std::move(f).err().with_file(dst.describe(data_name));
   }
   stats.files.push_back(data_name);
   stats.tensors = ts.size();
+  stats.objects = objects.size();
   CAIRN_TRY_ASSIGN(auto commons, src.commons());
   CAIRN_TRY_ASSIGN(auto written, dcp::write_commit_files(dst, m, opt.dcp_flavor, commons));
   stats.files.insert(stats.files.end(), written.begin(), written.end());
@@ -247,11 +264,6 @@ CAIRN_INLINE result<void> write_native(source& src,
                                        const convert_options& opt,
                                        convert_stats& stats,
                                        cairn::detail::progress_meter* progress) {
-  CAIRN_TRY_ASSIGN(std::string existing, detect_format(dst));
-  if (!existing.empty())
-    return make_error(errc::already_exists,
-                      "convert: a " + existing + " checkpoint is already there")
-        .with_file(dst.describe(""));
   const std::uint64_t B = default_block_size;
   checkpoint_metadata m;
   m.world_size = 1;
@@ -279,6 +291,16 @@ CAIRN_INLINE result<void> write_native(source& src,
                    off += bytes.size();
                    return ok();
                  }));
+  CAIRN_TRY_ASSIGN(auto objects, src.objects());
+  for (const auto& [u, o] : objects) {
+    auto w = out->write_at(off, o.bytes);
+    if (!w) return std::move(w).err().with_key(u);
+    m.objects.emplace(u,
+                      object_record{o.key, o.global_shape, o.global_offset,
+                                    extent{0, off, o.bytes.size(), block_checksums(o.bytes, B)}});
+    off += o.bytes.size();
+  }
+  stats.objects = objects.size();
   if (auto f = out->finish(); !f) return std::move(f).err().with_file(dst.describe(data_name));
   m.files.push_back(file_record{data_name, 0, off});
   stats.files.push_back(data_name);
@@ -308,16 +330,28 @@ CAIRN_INLINE result<convert_stats> convert(source& src,
                       "convert: --dtype must be F16, BF16, F32 or F64, not " +
                           std::string(dtype_name(*opt.to_dtype)));
   if (opt.slab_bytes < 8) return make_error(errc::invalid_argument, "convert: slab below 8 bytes");
+  if (!opt.overwrite) {
+    CAIRN_TRY_ASSIGN(std::string existing, detect_format(dst));
+    if (!existing.empty())
+      return make_error(errc::already_exists,
+                        "convert: a " + existing +
+                            " checkpoint is already there; set overwrite (cairn convert "
+                            "--overwrite) to write over it")
+          .with_file(dst.describe(""));
+  }
   convert_stats stats;
   std::uint64_t total = 0;
   for (const auto& t : src.tensors()) total += t.nbytes();
   cairn::detail::progress_meter progress(&opt.progress, "convert", total);
-  if (opt.format == output_format::torch_dist) {
-    CAIRN_TRY(detail::write_torch_dist(src, dst, opt, stats, &progress));
-    stats.skipped = src.other_items();
-  } else if (opt.format == output_format::native) {
-    CAIRN_TRY(detail::write_native(src, dst, opt, stats, &progress));
-    stats.skipped = src.other_items();
+  if (opt.format == output_format::torch_dist || opt.format == output_format::native) {
+    if (opt.format == output_format::torch_dist)
+      CAIRN_TRY(detail::write_torch_dist(src, dst, opt, stats, &progress));
+    else
+      CAIRN_TRY(detail::write_native(src, dst, opt, stats, &progress));
+    // The sharded objects went along; other items (pickled Python values) have no place.
+    CAIRN_TRY_ASSIGN(auto objects, src.objects());
+    for (auto& k : src.other_items())
+      if (!objects.count(k)) stats.skipped.push_back(k);
   } else {
     CAIRN_TRY(detail::write_safetensors(src, dst, opt, stats, &progress));
     stats.skipped = src.other_items();

@@ -74,12 +74,16 @@ struct convert_options {
   dcp::flavor dcp_flavor = dcp::flavor::torch2;
   /// Told how many source tensor bytes are done ("convert"; after each slab).
   progress_callback progress;
+  /// Write over a checkpoint (of any format) already at the destination; without it the
+  /// conversion fails with `errc::already_exists` and leaves it as it is.
+  bool overwrite = false;
 };
 
 /// What a conversion wrote.
 struct convert_stats {
   std::vector<std::string> files;    ///< objects written, in order
   std::size_t tensors = 0;           ///< tensors written
+  std::size_t objects = 0;           ///< sharded (per-rank) objects written
   std::uint64_t bytes_read = 0;      ///< tensor bytes read from the source
   std::uint64_t bytes_written = 0;   ///< tensor bytes written (after dtype conversion)
   std::vector<std::string> skipped;  ///< non-tensor items not carried over

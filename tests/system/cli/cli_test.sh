@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# CLI tests: cairn inspect, verify, unshard and convert on a good, a corrupted and an incomplete checkpoint.
+# CLI tests: cairn inspect, verify, unshard, convert, diff, ls and rm on a good, a corrupted and an
+# incomplete checkpoint, and the mistakes a user makes (a missing path, a root given as a
+# checkpoint and the reverse, a destination that holds a checkpoint).
 # usage: cli_test.sh CAIRN MAKE_CHECKPOINT
 set -u
 cairn=$1 make=$2
@@ -19,6 +21,22 @@ check "inspect exits 0" test $rc -eq 0
 check "inspect lists keys, dtype, shape" contains "$dir/out" "model.w  *F32  *\[128, 8\]"
 check "inspect shows world size" contains "$dir/out" "saved by *2 rank"
 check "inspect shows content metadata" contains "$dir/out" "purpose = cli test"
+check "inspect shows a common value's value" contains "$dir/out" "^  step  *I64 scalar  *12$"
+check "inspect lists the per-rank objects" contains "$dir/out" "rng/shard_1_2"
+
+"$cairn" --help >"$dir/out" 2>"$dir/err"; rc=$?
+check "--help exits 0" test $rc -eq 0
+check "--help prints the usage on stdout" contains "$dir/out" "usage: cairn inspect"
+check "--help prints nothing on stderr" test ! -s "$dir/err"
+"$cairn" frobnicate "$dir/ckpt" >"$dir/out" 2>"$dir/err"; rc=$?
+check "a wrong command line exits 2 with the usage on stderr" test $rc -eq 2 -a -s "$dir/err"
+
+# Path mistakes: a missing path, and a checkpointer's root given as a checkpoint.
+"$cairn" inspect "$dir/ckpt_typo" >"$dir/out" 2>&1; rc=$?
+check "inspect of a missing path fails" test $rc -eq 2
+check "inspect says the path does not exist, once" contains "$dir/out" "^cairn inspect: not found: no checkpoint here: the location does not exist"
+"$cairn" verify "$dir/ckpt_typo" >"$dir/out" 2>&1; rc=$?
+check "verify of a missing path says not found" contains "$dir/out" "not found: no checkpoint here"
 
 "$cairn" inspect "$dir/ckpt" --json >"$dir/json" 2>"$dir/err"; rc=$?
 check "inspect --json exits 0" test $rc -eq 0
@@ -104,15 +122,38 @@ check "rm removed the other" test ! -e "$dir/root/step_000020/metadata.json"
 check "ls no longer lists removed files" test "$(grep -c '^step_' "$dir/out")" -eq 2
 "$cairn" verify "$dir/root/step_000030" >"$dir/out" 2>&1; rc=$?
 check "a checkpoint under the root verifies" test $rc -eq 0
+"$cairn" inspect "$dir/root" >"$dir/out" 2>&1; rc=$?
+check "inspect of a checkpointer root fails" test $rc -eq 2
+check "inspect of a root names the latest checkpoint" contains "$dir/out" "latest. names step_000030: load .*root/step_000030"
+"$cairn" ls "$dir/root/step_000030" >"$dir/out" 2>&1; rc=$?
+check "ls refuses a checkpoint given as the root" test $rc -eq 2
+check "ls says it is a checkpoint" contains "$dir/out" "is a checkpoint (cairn), not a folder of checkpoints"
+"$cairn" rm "$dir/root/step_000030" x >"$dir/out" 2>&1; rc=$?
+check "rm refuses a checkpoint given as the root" test $rc -eq 2
+# inspect and ls count the files and bytes of a checkpoint alike
+"$cairn" inspect "$dir/root/step_000030" --json >"$dir/json" 2>&1
+"$cairn" ls "$dir/root" --json >"$dir/json2" 2>&1
+files=$(grep -o '"files":[0-9]*' "$dir/json" | cut -d: -f2)
+bytes=$(grep -o '"total_bytes":[0-9]*' "$dir/json" | cut -d: -f2)
+check "inspect and ls count the same files and bytes" contains "$dir/json2" "\"name\":\"step_000030\",[^}]*\"objects\":$files,\"bytes\":$bytes,"
 
 # diff: the same tensors in two layouts, then another checkpoint.
 "$cairn" diff "$dir/ckpt" "$dir/zstd" >"$dir/out" 2>&1; rc=$?
 check "diff of the same tensors exits 0" test $rc -eq 0
-check "diff says they are the same" contains "$dir/out" "the checkpoints hold the same tensors"
+check "diff says they are the same" contains "$dir/out" "both saved by 2 rank(s); the same$"
 "$cairn" diff "$dir/ckpt" "$dir/root/step_000030" >"$dir/out" 2>&1; rc=$?
 check "diff of different checkpoints exits 1" test $rc -eq 1
-check "diff names a removed tensor" contains "$dir/out" "^removed  model.ids  I64 \[10\]"
-check "diff counts differing elements" contains "$dir/out" "^values   model.w  1024 of 1024 elements differ, max |a - b| = 28.5"
+check "diff names a removed tensor" contains "$dir/out" "^tensor  removed  model.ids  *I64 \[10\]"
+check "diff counts differing elements" contains "$dir/out" "^tensor  values  *model.w  *1024 of 1024 elements differ, max |a - b| = 28.5"
+check "diff names a removed common value" contains "$dir/out" "^common  removed  step  *12$"
+check "diff names removed objects" contains "$dir/out" "^object  removed  rng/shard_0_2  *16 bytes$"
+"$make" changed "$dir/changed" || { echo "FAIL could not make the changed checkpoint"; exit 1; }
+"$cairn" diff "$dir/ckpt" "$dir/changed" >"$dir/out" 2>&1; rc=$?
+check "diff of a changed step and RNG state exits 1" test $rc -eq 1
+check "diff shows the common value on both sides" contains "$dir/out" "^common  values  *step  *12 -> 13$"
+check "diff finds the changed object" contains "$dir/out" "^object  values  *rng/shard_1_2  *16 bytes -> 16 bytes$"
+check "diff leaves the same object out" test "$(grep -c shard_0_2 "$dir/out")" -eq 0
+check "diff counts 2 differences" contains "$dir/out" "; 2 difference(s)$"
 "$cairn" diff "$dir/ckpt" "$dir/root/step_000030" --json >"$dir/json" 2>&1; rc=$?
 check "diff --json exits 1" test $rc -eq 1
 check "diff --json prints only JSON" "$make" check-json "$dir/json"
@@ -140,8 +181,18 @@ check "unshard refuses torch_dist" test $rc -ne 0
 check "convert torch_dist exits 0" test $rc -eq 0
 check "convert torch_dist writes .metadata" test -s "$dir/dist/.metadata"
 check "convert torch_dist writes Megatron metadata.json" contains "$dir/dist/metadata.json" torch_dist
+check "convert torch_dist carries the per-rank objects" contains "$dir/out" ", 2 object(s) from"
+"$cairn" convert "$dir/ckpt" "$dir/dist" --format torch_dist >"$dir/out" 2>&1; rc=$?
+check "convert refuses a checkpoint already at DST" test $rc -eq 1
+check "convert says --overwrite" contains "$dir/out" "already exists: convert: a torch_dist checkpoint is already there.*--overwrite"
+"$cairn" convert "$dir/ckpt" "$dir/dist" --format torch_dist --overwrite >"$dir/out" 2>&1; rc=$?
+check "convert --overwrite writes over it" test $rc -eq 0
+"$cairn" diff "$dir/ckpt" "$dir/dist" >"$dir/out" 2>&1; rc=$?
+check "the torch_dist conversion holds the same tensors, common values and objects" test $rc -eq 0
 "$cairn" inspect "$dir/dist" >"$dir/out" 2>&1; rc=$?
 check "inspect reads a DCP checkpoint" contains "$dir/out" "format *torch_dist"
+check "inspect shows common.pt's values" contains "$dir/out" "^  step  *I64 scalar  *12$"
+check "inspect shows no native-only field for DCP" test "$(grep -c 'format version\|checksum blocks\|save id' "$dir/out")" -eq 0
 "$cairn" verify "$dir/dist" >"$dir/out" 2>&1; rc=$?
 check "verify of a DCP checkpoint exits 0" test $rc -eq 0
 check "verify says DCP stores no checksums" contains "$dir/out" "torch_dist checkpoint: .* stores no checksums"
@@ -156,14 +207,23 @@ check "unshard of the DCP output exits 0" test $rc -eq 0
 check "DCP round trip gives identical safetensors" cmp -s "$dir/one/model.safetensors" "$dir/one2/model.safetensors"
 "$cairn" convert "$dir/ckpt" "$dir/nat" --format native >"$dir/out" 2>&1; rc=$?
 check "convert native of a cairn checkpoint exits 0" test $rc -eq 0
-"$cairn" convert "$dir/dist" "$dir/nat2" --format native >"$dir/out" 2>&1; rc=$?
-check "convert native of the DCP output exits 0" test $rc -eq 0
+"$cairn" convert "$dir/ckpt" "$dir/nat" --format native >"$dir/out" 2>&1; rc=$?
+check "convert native over a checkpoint refuses" test $rc -eq 1
+"$cairn" convert "$dir/dist" "$dir/nat2" --format cairn >"$dir/out" 2>&1; rc=$?
+check "convert native (--format cairn) of the DCP output exits 0" test $rc -eq 0
+"$cairn" diff "$dir/ckpt" "$dir/nat2" >"$dir/out" 2>&1; rc=$?
+check "DCP -> native keeps tensors, common values and objects" test $rc -eq 0
+check "diff tells the world sizes apart" contains "$dir/out" "saved by 2 and 1 ranks; the same$"
 "$cairn" verify "$dir/nat2" >"$dir/out" 2>&1; rc=$?
 check "the converted native checkpoint verifies" test $rc -eq 0
 "$cairn" unshard "$dir/nat2" "$dir/one3" --format one_file >"$dir/out" 2>&1; rc=$?
 check "DCP -> native -> safetensors gives identical safetensors" cmp -s "$dir/one/model.safetensors" "$dir/one3/model.safetensors"
-"$cairn" unshard "$dir/one" "$dir/one4" --format one_file >"$dir/out" 2>&1; rc=$?
-check "unshard reads safetensors too" cmp -s "$dir/one/model.safetensors" "$dir/one4/model.safetensors"
+"$cairn" unshard "$dir/one" "$dir/one4" --format safetensors >"$dir/out" 2>&1; rc=$?
+check "unshard reads safetensors too (--format safetensors)" cmp -s "$dir/one/model.safetensors" "$dir/one4/model.safetensors"
+"$cairn" unshard "$dir/ckpt" "$dir/one4" --format one_file >"$dir/out" 2>&1; rc=$?
+check "unshard refuses a checkpoint already at DST" test $rc -eq 1
+"$cairn" unshard "$dir/ckpt" "$dir/one4" --format one_file --overwrite >"$dir/out" 2>&1; rc=$?
+check "unshard --overwrite writes over it" test $rc -eq 0
 "$cairn" unshard "$dir/ckpt" "$dir/y" --format one_file --chunk-size 5XB >"$dir/out" 2>&1; rc=$?
 check "unshard rejects a bad size" test $rc -eq 2
 # A pseudo-terminal (util-linux script, where it can open one): the progress bar appears.

@@ -24,9 +24,10 @@ int main(int argc, char** argv) {
     return 0;
   }
   const std::string mode = argc == 3 ? argv[1] : "";
-  if (argc != 2 && !(argc == 3 && (mode == "zstd" || mode == "index" || mode == "manager"))) {
+  if (argc != 2 && !(argc == 3 && (mode == "zstd" || mode == "index" || mode == "manager" ||
+                                   mode == "changed"))) {
     std::fprintf(stderr,
-                 "usage: make_checkpoint DIR | make_checkpoint zstd|index|manager DIR | "
+                 "usage: make_checkpoint DIR | make_checkpoint zstd|index|manager|changed DIR | "
                  "make_checkpoint check-json FILE\n");
     return 2;
   }
@@ -61,7 +62,12 @@ int main(int argc, char** argv) {
     sd.add("model.w",
            cairn::from_rank_offsets("model.w", std::span(w), {64, 8}, {{0, comm.rank(), 2}}));
     sd.add("model.ids", cairn::replicated("model.ids", std::span(ids), {10}, comm.rank()));
-    sd.add("step", std::int64_t{12});
+    // "changed": the same tensors, another step and rank 1's RNG state changed.
+    const bool changed = mode == "changed";
+    sd.add("step", std::int64_t{changed ? 13 : 12});
+    const int seed = comm.rank() + (changed && comm.rank() == 1 ? 10 : 0);
+    std::vector<std::byte> rng(16, static_cast<std::byte>(seed));
+    sd.add("rng", cairn::per_rank("rng", std::move(rng), comm.rank(), comm.size()));
     cairn::save(sd, disk, comm, opt);
   });
   return 0;

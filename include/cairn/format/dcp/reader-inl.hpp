@@ -280,41 +280,26 @@ CAIRN_INLINE result<void> reader::read_chunk_part(const std::string& key,
 
 namespace cairn {
 
-CAIRN_INLINE result<checkpoint_metadata> dcp_as_metadata(storage_ref st) {
-  CAIRN_TRY_ASSIGN(dcp::reader rd, dcp::reader::open(st));
-  checkpoint_metadata m;
-  m.format = "torch_dist";
-  m.block_size = foreign_read_block;
-  m.save_id = "dcp";
-  std::map<std::string, std::uint32_t> files;
-  auto place = [&](const dcp::storage_info& where, const std::string& key, dtype type,
-                   std::int64_t volume) -> result<extent> {
-    CAIRN_TRY_ASSIGN(dcp::item_span span, rd.contiguous_span(where, key, type, volume));
-    CAIRN_TRY_ASSIGN(std::uint32_t fi, detail::file_index_of(st, m, files, span.file));
-    return extent{fi, span.offset, span.nbytes, {}};
-  };
+namespace detail {
+
+CAIRN_INLINE result<void> add_dcp_objects_and_commons(storage_ref st,
+                                                      dcp::reader& rd,
+                                                      checkpoint_metadata& m,
+                                                      std::map<std::string, std::uint32_t>& files) {
   for (const auto& [fqn, item] : rd.meta().state_dict_metadata) {
-    if (const auto* t = std::get_if<dcp::tensor_meta>(&item)) {
-      tensor_record rec;
-      rec.type = t->type;
-      rec.global_shape = t->size;
-      for (const auto& c : t->chunks) {
-        box b{c.offsets, c.sizes};
-        CAIRN_TRY_ASSIGN(const dcp::storage_info* where, rd.chunk_item(fqn, c));
-        CAIRN_TRY_ASSIGN(extent e, place(*where, fqn, t->type, b.volume()));
-        rec.chunks.push_back(chunk_record{b, std::move(e), {}});
-      }
-      m.tensors.emplace(fqn, std::move(rec));
-    } else if (auto parsed = detail::parse_object_unique_key(fqn)) {
-      const dcp::storage_info* where = rd.bytes_item(fqn);
-      if (!where) continue;
-      CAIRN_TRY_ASSIGN(const torch_zip::archive* a, rd.item(*where));
-      auto ref = torch_zip::as_tensor(a->root);
-      if (!ref || ref->type != dtype::u8 || ref->dims.size() != 1) continue;  // not cairn's
-      CAIRN_TRY_ASSIGN(extent e, place(*where, fqn, dtype::u8, ref->dims[0]));
-      auto& [key, offset, grid] = *parsed;
-      m.objects.emplace(fqn, object_record{key, grid, offset, std::move(e)});
-    }
+    if (std::holds_alternative<dcp::tensor_meta>(item)) continue;
+    auto parsed = parse_object_unique_key(fqn);
+    if (!parsed) continue;
+    const dcp::storage_info* where = rd.bytes_item(fqn);
+    if (!where) continue;
+    CAIRN_TRY_ASSIGN(const torch_zip::archive* a, rd.item(*where));
+    auto ref = torch_zip::as_tensor(a->root);
+    if (!ref || ref->type != dtype::u8 || ref->dims.size() != 1) continue;  // not cairn's
+    CAIRN_TRY_ASSIGN(dcp::item_span span, rd.contiguous_span(*where, fqn, dtype::u8, ref->dims[0]));
+    CAIRN_TRY_ASSIGN(std::uint32_t fi, file_index_of(st, m, files, span.file));
+    auto& [key, offset, grid] = *parsed;
+    m.objects.emplace(fqn,
+                      object_record{key, grid, offset, extent{fi, span.offset, span.nbytes, {}}});
   }
   CAIRN_TRY_ASSIGN(bool has_common, st.exists(megatron_common_name));
   if (has_common) {
@@ -322,8 +307,36 @@ CAIRN_INLINE result<checkpoint_metadata> dcp_as_metadata(storage_ref st) {
     if (a.root.type == pickle::value::kind::dict && a.root.entries)
       for (const auto& [k, v] : *a.root.entries)
         if (k.type == pickle::value::kind::string)
-          if (auto c = detail::common_from_pickle(v)) m.inline_commons.emplace(k.str, *c);
+          if (auto c = common_from_pickle(v)) m.inline_commons.emplace(k.str, *c);
   }
+  return ok();
+}
+
+}  // namespace detail
+
+CAIRN_INLINE result<checkpoint_metadata> dcp_as_metadata(storage_ref st) {
+  CAIRN_TRY_ASSIGN(dcp::reader rd, dcp::reader::open(st));
+  checkpoint_metadata m;
+  m.format = "torch_dist";
+  m.block_size = foreign_read_block;
+  m.save_id = "dcp";
+  std::map<std::string, std::uint32_t> files;
+  for (const auto& [fqn, item] : rd.meta().state_dict_metadata) {
+    const auto* t = std::get_if<dcp::tensor_meta>(&item);
+    if (!t) continue;
+    tensor_record rec;
+    rec.type = t->type;
+    rec.global_shape = t->size;
+    for (const auto& c : t->chunks) {
+      box b{c.offsets, c.sizes};
+      CAIRN_TRY_ASSIGN(const dcp::storage_info* where, rd.chunk_item(fqn, c));
+      CAIRN_TRY_ASSIGN(dcp::item_span span, rd.contiguous_span(*where, fqn, t->type, b.volume()));
+      CAIRN_TRY_ASSIGN(std::uint32_t fi, detail::file_index_of(st, m, files, span.file));
+      rec.chunks.push_back(chunk_record{b, extent{fi, span.offset, span.nbytes, {}}, {}});
+    }
+    m.tensors.emplace(fqn, std::move(rec));
+  }
+  CAIRN_TRY(detail::add_dcp_objects_and_commons(st, rd, m, files));
   m.world_size = 1;  // at least one rank saved it, even with no tensor files
   for (const auto& f : m.files) m.world_size = std::max(m.world_size, f.rank + 1);
   return m;

@@ -145,6 +145,15 @@ namespace cairn {
 /// `cairn convert`, which reads them).
 CAIRN_INLINE result<checkpoint_metadata> dcp_as_metadata(storage_ref st);
 
+namespace detail {
+/// The part of `dcp_as_metadata` that is not tensors: the sharded objects (into `m.objects`) and
+/// `common.pt`'s values (into `m.inline_commons`), files added to `m.files` through `files`.
+CAIRN_INLINE result<void> add_dcp_objects_and_commons(storage_ref st,
+                                                      dcp::reader& rd,
+                                                      checkpoint_metadata& m,
+                                                      std::map<std::string, std::uint32_t>& files);
+}  // namespace detail
+
 }  // namespace cairn
 
 #if CAIRN_HEADER_ONLY
