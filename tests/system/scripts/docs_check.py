@@ -7,8 +7,9 @@
 2. Stale lists of the `cairn` tool's commands. The commands are what `cairn --help` prints
    (its "usage: cairn X" and "       cairn X" lines), so a command added to the tool and not to
    a doc that lists the tool's commands is found here. A command list is one line (a markdown
-   table row is one line) that names at least 3 distinct commands, each written `cairn X` or as
-   an exact backticked word (`X`); such a line must name every command, so write the tool's
+   table row is one line) that names at least 3 distinct commands, each as an exact backticked
+   word (`X`; a mention of `cairn X` is prose about that command); such a line must name every
+   command, so write the tool's
    command list on one line. Other words are not counted: prose that says "convert", or C++
    names such as `convert::unshard`. A line that names only commands `cairn --help` itself
    names together on one of its own lines (those that draw a progress bar, say) is about that
@@ -104,10 +105,12 @@ def check_file(path, rel, commands, groups, findings):
                 f"repository: name the document or project instead"
             )
     alt = "|".join(map(re.escape, commands))
-    token = re.compile(r"\bcairn\s+(%s)(?![\w-])|`(%s)`" % (alt, alt))
+    # A list names the commands as bare words in backticks (`inspect`, `verify`, ...); a line that
+    # mentions what `cairn verify` and `cairn diff` did is prose about them, not a list.
+    token = re.compile(r"`(%s)`" % alt)
     lists = 0
     for n, text in prose_lines(lines):
-        named = {a or b for a, b in token.findall(text)}
+        named = set(token.findall(text))
         if len(named) < 3:
             continue
         lists += 1
