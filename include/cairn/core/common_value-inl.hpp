@@ -2,7 +2,9 @@
 // header-only; compiled once into cairn::compiled with CAIRN_SEPARATE_COMPILATION).
 #pragma once
 
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 
 #include "cairn/core/common_value.hpp"
 
@@ -15,9 +17,15 @@ CAIRN_INLINE std::string element_str(dtype t, const std::byte* p) {
     std::memcpy(&v, p, sizeof v);
     return v;
   };
-  auto real = [](double d, int digits) {
+  // The fewest significant digits (at least 6, at most `digits`) that read back as the same
+  // value, as a float when `single`: 0.9 rather than 0.90000000000000002.
+  auto real = [](double d, int digits, bool single = true) {
     char buf[32];
-    std::snprintf(buf, sizeof buf, "%.*g", digits, d);
+    for (int p = std::min(digits, 6); p <= digits; ++p) {
+      std::snprintf(buf, sizeof buf, "%.*g", p, d);
+      const double back = std::strtod(buf, nullptr);
+      if (d != d || (single ? static_cast<float>(back) == static_cast<float>(d) : back == d)) break;
+    }
     return std::string(buf);
   };
   switch (t) {
@@ -46,7 +54,7 @@ CAIRN_INLINE std::string element_str(dtype t, const std::byte* p) {
     case dtype::f32:
       return real(get(float{}), 9);
     case dtype::f64:
-      return real(get(double{}), 17);
+      return real(get(double{}), 17, false);
     case dtype::f8_e4m3:
     case dtype::f8_e5m2: {
       char buf[8];
