@@ -211,6 +211,7 @@ CAIRN_INLINE result<void> write_safetensors(source& src,
 CAIRN_INLINE result<void> write_torch_dist(source& src,
                                            storage_ref dst,
                                            const convert_options& opt,
+                                           const std::map<std::string, object_entry>& objects,
                                            convert_stats& stats,
                                            cairn::detail::progress_meter* progress) {
   const std::string data_name = "__0_0.distcp";
@@ -236,7 +237,6 @@ CAIRN_INLINE result<void> write_torch_dist(source& src,
                  }));
   // Sharded objects: a u8 tensor item each under its unique key, as the torch_dist strategy
   // writes them (and Megatron reads them).
-  CAIRN_TRY_ASSIGN(auto objects, src.objects());
   for (const auto& [u, o] : objects) {
     CAIRN_TRY_ASSIGN(
         auto len,
@@ -262,6 +262,7 @@ CAIRN_INLINE result<void> write_torch_dist(source& src,
 CAIRN_INLINE result<void> write_native(source& src,
                                        storage_ref dst,
                                        const convert_options& opt,
+                                       const std::map<std::string, object_entry>& objects,
                                        convert_stats& stats,
                                        cairn::detail::progress_meter* progress) {
   const std::uint64_t B = default_block_size;
@@ -291,7 +292,6 @@ CAIRN_INLINE result<void> write_native(source& src,
                    off += bytes.size();
                    return ok();
                  }));
-  CAIRN_TRY_ASSIGN(auto objects, src.objects());
   for (const auto& [u, o] : objects) {
     auto w = out->write_at(off, o.bytes);
     if (!w) return std::move(w).err().with_key(u);
@@ -344,12 +344,13 @@ CAIRN_INLINE result<convert_stats> convert(source& src,
   for (const auto& t : src.tensors()) total += t.nbytes();
   cairn::detail::progress_meter progress(&opt.progress, "convert", total);
   if (opt.format == output_format::torch_dist || opt.format == output_format::native) {
-    if (opt.format == output_format::torch_dist)
-      CAIRN_TRY(detail::write_torch_dist(src, dst, opt, stats, &progress));
-    else
-      CAIRN_TRY(detail::write_native(src, dst, opt, stats, &progress));
-    // The sharded objects went along; other items (pickled Python values) have no place.
+    // The sharded objects go along (read once); other items (pickled Python values) have no
+    // place.
     CAIRN_TRY_ASSIGN(auto objects, src.objects());
+    if (opt.format == output_format::torch_dist)
+      CAIRN_TRY(detail::write_torch_dist(src, dst, opt, objects, stats, &progress));
+    else
+      CAIRN_TRY(detail::write_native(src, dst, opt, objects, stats, &progress));
     for (auto& k : src.other_items())
       if (!objects.count(k)) stats.skipped.push_back(k);
   } else {

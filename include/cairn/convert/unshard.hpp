@@ -224,19 +224,23 @@ CAIRN_INLINE result<void> write_safetensors(source& src,
                                             convert_stats& stats,
                                             cairn::detail::progress_meter* progress);
 
+/// Writes `src` as a DCP checkpoint in Megatron's torch_dist layout, with `objects` (the
+/// source's sharded objects) as u8 items.
 CAIRN_INLINE result<void> write_torch_dist(source& src,
                                            storage_ref dst,
                                            const convert_options& opt,
+                                           const std::map<std::string, object_entry>& objects,
                                            convert_stats& stats,
                                            cairn::detail::progress_meter* progress);
 
 /// Writes `src` as a native cairn checkpoint: every slab becomes a chunk of one data file,
-/// checksummed per block as it streams past; common values go to the common-state file;
-/// `metadata.json` is written last. The save id is derived from the tensor list, so the same
-/// source gives byte-identical output.
+/// checksummed per block as it streams past, then `objects` (the source's sharded objects);
+/// common values go to the common-state file; `metadata.json` is written last. The save id is
+/// derived from the tensor list, so the same source gives byte-identical output.
 CAIRN_INLINE result<void> write_native(source& src,
                                        storage_ref dst,
                                        const convert_options& opt,
+                                       const std::map<std::string, object_entry>& objects,
                                        convert_stats& stats,
                                        cairn::detail::progress_meter* progress);
 
