@@ -183,9 +183,7 @@ struct common_row {
 
 std::vector<common_row> common_rows(cairn::storage_ref st, const cairn::checkpoint_metadata& m) {
   std::vector<common_row> out;
-  auto values = m.commons.empty() ? cairn::result<std::map<std::string, cairn::common_value>>(
-                                        std::map<std::string, cairn::common_value>{})
-                                  : cairn::read_commons(st, m);
+  auto values = cairn::read_commons(st, m);  // reads only when there is a common state
   for (const auto& [k, c] : m.commons) {
     std::string shown =
         "(unreadable: " + (values ? std::string("missing") : values.err().describe()) + ")";

@@ -52,7 +52,7 @@ CAIRN_INLINE result<sniffed_format> sniff_format(storage_ref st, bool whole_nati
   // DCP's HuggingFaceStorageWriter with save_distributed=True: *.safetensors files, no index.
   CAIRN_TRY_ASSIGN(std::vector<std::string> names, st.list(""));
   for (const auto& n : names)
-    if (n.find('/') == std::string::npos && n.ends_with(".safetensors"))
+    if (format_files::is_top_level_safetensors(n))
       return sniffed_format{"safetensors", std::nullopt};
   return sniffed_format{};
 }

@@ -35,6 +35,10 @@ namespace format_files {
 inline constexpr std::string_view dcp_metadata = ".metadata";  ///< PyTorch DCP
 inline constexpr std::string_view safetensors_index = "model.safetensors.index.json";
 inline constexpr std::string_view safetensors_one = "model.safetensors";
+/// A safetensors file at the top of a storage (DCP's sharded safetensors have no index).
+constexpr bool is_top_level_safetensors(std::string_view name) noexcept {
+  return name.find('/') == std::string_view::npos && name.ends_with(".safetensors");
+}
 }  // namespace format_files
 
 /// Reads a format other than the native one and describes it as cairn metadata.

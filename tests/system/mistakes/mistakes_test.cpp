@@ -79,6 +79,14 @@ struct rows_state {
   static constexpr auto fields = cairn::field_names("", "w", "step");
 };
 
+/// The error of loading `s` on one rank from the checkpoint in `dir`.
+template <class State>
+cairn::error load_error(const fs::path& dir, State& s) {
+  cairn::file_storage st(dir.string());
+  cairn::single_communicator one;
+  return error_of([&] { cairn::load(s, st, one); });
+}
+
 /// A per-rank object (an RNG state, say).
 struct rng_state {
   cairn::sharded_object<std::int64_t> rng;
@@ -189,11 +197,9 @@ TEST_CASE("mistake: a save over a committed checkpoint") {
 TEST_CASE("mistake: a mistyped checkpoint path") {
   auto dir = fresh("typo");
   save_rows(dir / "step_000100", 1);
-  cairn::file_storage st((dir / "step_00100").string());
   rows_state s;
   describe_rows(s, 12, 0, 12);
-  cairn::single_communicator one;
-  auto e = error_of([&] { cairn::load(s, st, one); });
+  auto e = load_error(dir / "step_00100", s);
   check(e, cairn::errc::not_found, {"step_00100", "does not exist", "mistyped"});
 }
 
@@ -234,32 +240,26 @@ TEST_CASE("mistake: a resume on 5 ranks of 12 rows split by n / size") {
 TEST_CASE("mistake: a larger target shape") {
   auto dir = fresh("larger");
   save_rows(dir, 1);
-  cairn::file_storage st(dir.string());
   rows_state s;
   describe_rows(s, 16, 0, 16);
-  cairn::single_communicator one;
-  auto e = error_of([&] { cairn::load(s, st, one); });
+  auto e = load_error(dir, s);
   check(e, cairn::errc::mismatch, {"key=w", "[12, 8]", "[16, 8]", "allow_shape_mismatch"});
 }
 
 TEST_CASE("mistake: a key the checkpoint lacks") {
   auto dir = fresh("lacks");
   save_rows(dir, 1);
-  cairn::file_storage st(dir.string());
   more s;
   describe_rows(s.base, 12, 0, 12);
-  cairn::single_communicator one;
-  auto e = error_of([&] { cairn::load(s, st, one); });
+  auto e = load_error(dir, s);
   check(e, cairn::errc::not_found, {"key=bias", dir.string(), "strict"});
 }
 
 TEST_CASE("mistake: an I64 common value loaded into an I32") {
   auto dir = fresh("i64");
   save_rows(dir, 1);
-  cairn::file_storage st(dir.string());
   narrow s;
-  cairn::single_communicator one;
-  auto e = error_of([&] { cairn::load(s, st, one); });
+  auto e = load_error(dir, s);
   check(e, cairn::errc::mismatch, {"key=step", "I64", "I32", "saved type"});
 }
 

@@ -38,7 +38,7 @@ CAIRN_INLINE result<std::vector<std::string>> safetensors_files(storage_ref st, 
   if (has_one) return std::vector<std::string>{std::string(format_files::safetensors_one)};
   CAIRN_TRY_ASSIGN(std::vector<std::string> all, st.list(""));
   for (auto& n : all)
-    if (n.find('/') == std::string::npos && n.ends_with(".safetensors")) names.push_back(n);
+    if (format_files::is_top_level_safetensors(n)) names.push_back(n);
   listed = true;
   return names;
 }
