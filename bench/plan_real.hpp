@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "cairn/comm/communicator.hpp"
-#include "cairn/detail/binary.hpp"
+#include "cairn/detail/message.hpp"
 #include "cairn/pipeline/scalable_plan.hpp"
 #include "plan_roles.hpp"
 
@@ -101,20 +101,23 @@ inline std::string real_json(const grid& g, const std::vector<real_rank>& all, c
       all[0].sent, all[0].received, mx.ms, mx.sent, mx.received, mean.ms, mean.sent, mean.received);
 }
 
+/// One rank's figures as they travel over a communicator.
+struct real_rank_message {
+  static constexpr std::string_view message_name = "bench figures";
+  std::uint64_t micros = 0, sent = 0, received = 0;
+};
+
 /// Encodes / decodes one rank's figures (for gathering them over a communicator).
 inline cairn::bytes encode_real(const real_rank& r) {
-  cairn::detail::binary_writer w;
-  w.u64(static_cast<std::uint64_t>(r.ms * 1000));
-  w.u64(r.sent);
-  w.u64(r.received);
-  return std::move(w.data());
+  return cairn::detail::encode_message(
+      real_rank_message{static_cast<std::uint64_t>(r.ms * 1000), r.sent, r.received});
 }
 inline real_rank decode_real(std::span<const std::byte> b) {
-  cairn::detail::binary_reader rd(b);
+  const real_rank_message m = cairn::detail::decode_message<real_rank_message>(b).value();
   real_rank r;
-  r.ms = static_cast<double>(rd.u64()) / 1000;
-  r.sent = rd.u64();
-  r.received = rd.u64();
+  r.ms = static_cast<double>(m.micros) / 1000;
+  r.sent = m.sent;
+  r.received = m.received;
   return r;
 }
 

@@ -115,7 +115,7 @@ inline plan_point simulate_plan(int ranks, int tensors) {
   for (const auto& w : wire) p.gathered_bytes += w.size();
   std::vector<cairn::rank_desc> all;
   all.reserve(wire.size());
-  for (const auto& w : wire) all.push_back(cairn::decode_rank_desc(w));
+  for (const auto& w : wire) all.push_back(cairn::decode_rank_desc(w).value());
   wire.clear();
   wire.shrink_to_fit();
   if (auto v = cairn::validate_integrity(all); !v)

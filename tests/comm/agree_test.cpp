@@ -20,6 +20,7 @@
 #include "cairn/comm/single.hpp"
 #include "cairn/comm/threads.hpp"
 #include "cairn/core/error.hpp"
+#include "tests/support/message_check.hpp"
 
 namespace agree_test {
 
@@ -178,23 +179,25 @@ TEST_CASE("agree_at_root: a failing rank or a throwing decide is the verdict eve
   }
 }
 
-TEST_CASE("a malformed status from a peer is a comm error, not a wrong answer") {
-  cairn::detail::binary_writer lying;
-  lying.u8(1);                        // "failed"
-  lying.u8(1);                        // errc
-  lying.u64(std::uint64_t{1} << 60);  // message length far past the end
-  cairn::detail::binary_writer no_payload;
-  cairn::detail::put_error(no_payload, std::nullopt);  // then the payload length is missing
+TEST_CASE("a malformed status from a peer is that peer's comm error, not a wrong answer") {
+  cairn::detail::message_writer lying;
+  const std::uint8_t failed = 1;
+  const std::uint64_t code = 1;
+  lying.raw(&failed, 1);
+  lying.raw(&code, 4);                // errc
+  lying.count(std::size_t{1} << 60);  // message length far past the end
+  cairn::bytes no_payload = cairn::detail::encode_message(std::optional<cairn::error>());
   for (const cairn::bytes& bad :
-       {cairn::bytes{}, cairn::bytes{std::byte{1}}, lying.data(), no_payload.data()}) {
+       {cairn::bytes{}, cairn::bytes{std::byte{1}}, lying.data(), no_payload}) {
     CAPTURE(bad.size());
     agree_test::peer_sends c{bad};
-    try {
-      (void)cairn::agree(c, std::nullopt, agree_test::text("mine"));
-      FAIL_CHECK("no exception");
-    } catch (const cairn::exception& e) {
-      CHECK(e.err().code == cairn::errc::comm);
-      CHECK(e.err().message == "malformed message between ranks (truncated)");
-    }
+    const cairn::rank_statuses got = cairn::agree(c, std::nullopt, agree_test::text("mine"));
+    const std::optional<cairn::error> f = got.first_failure();
+    REQUIRE(f.has_value());
+    CHECK(f->code == cairn::errc::comm);
+    CHECK(f->message.find("malformed status between ranks") != std::string::npos);
+    CHECK(f->rank == 1);
   }
+  cairn_test::check_message(cairn::detail::status_message{
+      cairn::make_error(cairn::errc::io, "disk full").with_file("f"), agree_test::text("p")});
 }

@@ -17,7 +17,7 @@
 #include "cairn/comm/single.hpp"
 #include "cairn/comm/threads.hpp"
 #include "cairn/core/error.hpp"
-#include "cairn/detail/binary.hpp"
+#include "cairn/detail/message.hpp"
 
 namespace communicator_test {
 
@@ -70,11 +70,11 @@ struct wrong_gather_type : recording {
   std::vector<cairn::bytes> all_to_all(const std::vector<cairn::bytes>& to) { return to; }
 };
 
-/// What `all_to_all_by_all_gather` sends: every message, length-prefixed, in rank order.
+/// What `all_to_all_by_all_gather` sends: every message, in rank order.
 inline cairn::bytes packed(const std::vector<std::string>& msgs) {
-  cairn::detail::binary_writer w;
-  for (const auto& m : msgs) w.blob(text(m));
-  return w.data();
+  std::vector<cairn::bytes> all;
+  for (const auto& m : msgs) all.push_back(text(m));
+  return cairn::detail::encode_message(all);
 }
 
 }  // namespace communicator_test
@@ -166,11 +166,12 @@ TEST_CASE("without native all_to_all, comm_ref keeps the message each rank addre
 
 TEST_CASE("a truncated or lying peer message in the all_to_all fallback is a comm error") {
   communicator_test::recording c;
-  cairn::detail::binary_writer lying;
-  lying.u64(std::uint64_t{1} << 62);  // claims 4 EiB follow
+  cairn::detail::message_writer lying;
+  lying.count(std::size_t{1} << 62);  // claims 2^62 messages follow
   cairn::bytes cut = communicator_test::packed({"0>0", "0>1", "0>2", "0>3"});
   cut.resize(cut.size() - 13);  // ends inside message 2 (message 3 takes 11 bytes)
-  for (const cairn::bytes& bad : {cairn::bytes{}, cairn::bytes(5), cut, lying.data()}) {
+  const cairn::bytes three = communicator_test::packed({"a", "b", "c"});  // one rank short
+  for (const cairn::bytes& bad : {cairn::bytes{}, cairn::bytes(5), cut, lying.data(), three}) {
     CAPTURE(bad.size());
     c.peers = std::vector<cairn::bytes>(4, communicator_test::packed({"a", "b", "c", "d"}));
     c.peers[0] = bad;
@@ -180,7 +181,8 @@ TEST_CASE("a truncated or lying peer message in the all_to_all fallback is a com
       FAIL_CHECK("no exception");
     } catch (const cairn::exception& e) {
       CHECK(e.err().code == cairn::errc::comm);
-      CHECK(e.err().message == "malformed message between ranks (truncated)");
+      CHECK(e.err().message.find("malformed all_to_all between ranks") == 0);
+      CHECK(e.err().rank == 0);
     }
   }
 }

@@ -16,6 +16,7 @@
 #include "cairn/cairn.hpp"
 #include "cairn/storage/decorator.hpp"
 #include "cairn/storage/prefixed.hpp"
+#include "tests/support/message_check.hpp"
 #include "tests/support/test_util.hpp"
 
 namespace {
@@ -376,4 +377,13 @@ TEST_SUITE("checkpointer") {
                     cairn::exception);
     CHECK_THROWS_AS(cairn::checkpointer(disk, one, {.latest = "a/b"}), cairn::exception);
   }
+}
+
+TEST_CASE("the checkpointer's messages round-trip and refuse truncation") {
+  cairn_test::check_message(cairn::detail::resolved_message{
+      "step000100", cairn::checkpoint_counters{100, 1, 2, 3, 4, "x"}});
+  cairn_test::check_message(cairn::detail::proposed_name_message{"step000100", {"best", "eval"}});
+  cairn_test::check_message(cairn::detail::published_message{
+      {"step000010"}, {cairn::make_error(cairn::errc::io, "busy").with_file("step000009/x")}});
+  cairn_test::check_message(cairn::detail::latest_message(std::pair("step000100", true)));
 }

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "cairn/cairn.hpp"
+#include "tests/support/message_check.hpp"
 #include "tests/support/test_util.hpp"
 
 namespace pipeline_load_test {
@@ -263,4 +264,11 @@ TEST_CASE("agree_on_load gives every rank the lowest failing rank's error") {
     CHECK(r.err().message.find("bad block 2") != std::string::npos);
     CHECK(cairn::detail::agree_on_load(comm, std::nullopt));
   });
+}
+
+TEST_CASE("the load's messages round-trip and refuse truncation") {
+  cairn_test::check_message(cairn::detail::metadata_message{true, R"({"version": 4})"});
+  cairn_test::check_message(std::vector<std::string>{"model.w", "optim.step"});
+  cairn_test::check_message(std::vector<cairn::detail::wanted_piece>{
+      {"model.w", cairn::box{{0, 8}, {4, 8}}}, {"b", cairn::box{{2}, {2}}}});
 }

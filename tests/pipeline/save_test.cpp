@@ -13,6 +13,7 @@
 #include "cairn/cairn.hpp"
 #include "cairn/storage/fault_injection.hpp"
 #include "cairn/strategies.hpp"
+#include "tests/support/message_check.hpp"
 #include "tests/support/test_util.hpp"
 
 namespace pipeline_save_test {
@@ -230,4 +231,9 @@ TEST_CASE("a failure on one rank reaches every rank, naming it, and nothing is c
       CHECK(r.err().rank == 1);
     });
   }
+}
+
+TEST_CASE("the plan cache's vote and verdict round-trip and refuse truncation") {
+  cairn_test::check_message(cairn::detail::plan_vote_message{0x1234, 0xfeed});
+  cairn_test::check_message(cairn::detail::plan_verdict_message{true, true, "a1b2c3"});
 }

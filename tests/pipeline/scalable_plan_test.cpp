@@ -14,6 +14,7 @@
 
 #include "cairn/comm/threads.hpp"
 #include "tests/plan/scalable_cases.hpp"
+#include "tests/support/message_check.hpp"
 
 namespace {
 
@@ -122,4 +123,13 @@ TEST_CASE("scalable planning fails on every rank alike, with validate_integrity'
     f[2] = cairn::make_error(cairn::errc::io, "staging failed");
     expect(base, "staging failed", f);
   }
+}
+
+TEST_CASE("what rank 0 says before scalable planning round-trips and refuses truncation") {
+  cairn::detail::root_said_message m;
+  m.checkpoint_exists = true;
+  m.save_id = "0a1b2c";
+  m.commons = {{"step", 42, "42"}, {"lr", 7, "0.001"}};
+  cairn_test::check_message(m);
+  cairn_test::check_message(std::uint64_t{0xabcdef});
 }

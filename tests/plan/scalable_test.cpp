@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "tests/support/message_check.hpp"
+
 namespace scalable_test {
 
 using cairn::box;
@@ -75,6 +77,10 @@ inline bool holds(const rank_desc& me, const std::string& key, const box& region
 }
 
 }  // namespace scalable_test
+
+using cairn::box;
+using cairn::rank_desc;
+using cairn::tensor_desc;
 
 TEST_CASE("owner_of spreads keys over the ranks, deterministically") {
   CHECK(cairn::owner_of("w", 0) == 0);
@@ -208,16 +214,12 @@ TEST_CASE("hostile planning messages are refused, never read past a leaf") {
   auto d = scalable_test::sample(2);
   auto slot_msg = [](std::uint8_t is_object, std::uint64_t leaf, std::uint64_t piece,
                      std::int64_t element, std::int64_t count) {
-    cairn::detail::binary_writer w;
-    w.u64(1);
-    w.u8(is_object);
-    w.u64(leaf);
-    if (!is_object) {
-      w.u64(piece);
-      w.i64(element);
-      w.i64(count);
-    }
-    return cairn::detail::pack_message(w.data());
+    cairn::detail::slots_message m;
+    if (is_object)
+      m.slots.emplace_back(cairn::detail::object_slot_message{leaf});
+    else
+      m.slots.emplace_back(cairn::detail::tensor_slot_message{leaf, piece, element, count});
+    return cairn::detail::pack_message(cairn::detail::encode_message(m));
   };
   auto index = [&](const cairn::bytes& msg) {
     return cairn::writer_index({msg, {}}, d[0], 0, 2, 64, cairn::no_tiles);
@@ -232,13 +234,32 @@ TEST_CASE("hostile planning messages are refused, never read past a leaf") {
   CHECK_THROWS_AS(index(slot_msg(0, 0, 0, 1, std::numeric_limits<std::int64_t>::max())),
                   std::length_error);
   CHECK_THROWS_AS(index(slot_msg(0, 0, 0, 3, 6)), std::length_error);  // not one box
-  cairn::detail::binary_writer trunc;
-  trunc.u64(2);  // two slots announced, none there
-  CHECK_THROWS(index(cairn::detail::pack_message(trunc.data())));
+  cairn::detail::message_writer trunc;
+  trunc.count(2);  // two slots announced, none there
+  try {
+    (void)index(cairn::detail::pack_message(trunc.data()));
+    FAIL_CHECK("no exception");
+  } catch (const cairn::exception& e) {
+    CHECK(e.err().code == cairn::errc::comm);
+    CHECK(e.err().message.find("malformed planning slots between ranks") == 0);
+  }
 
   // Claims whose leaf index lists disagree with the leaves they index.
   rank_desc part;
   part.tensors.push_back(d[0].tensors[0]);
   auto lying = cairn::encode_claims(part, {}, {});
   CHECK_THROWS_AS(cairn::detail::decode_claims({lying}), std::length_error);
+}
+
+TEST_CASE("every planning message round-trips and refuses truncation") {
+  auto d = scalable_test::sample(2);
+  cairn_test::check_message(d[1]);
+  cairn_test::check_message(cairn::detail::claims_message{d[0], {0, 1}, {0}});
+  cairn::detail::slots_message slots;
+  slots.slots.emplace_back(cairn::detail::object_slot_message{2});
+  slots.slots.emplace_back(cairn::detail::tensor_slot_message{1, 2, 3, 4});
+  cairn_test::check_message(slots);
+  auto bad = cairn::decode_rank_desc(cairn::bytes(3));
+  REQUIRE_FALSE(bad.has_value());
+  CHECK(bad.err().message.find("malformed rank description between ranks") == 0);
 }

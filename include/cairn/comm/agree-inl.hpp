@@ -15,15 +15,10 @@ CAIRN_INLINE std::optional<error> rank_statuses::first_failure() const {
 CAIRN_INLINE rank_statuses agree(comm_ref comm,
                                  const std::optional<error>& mine,
                                  std::span<const std::byte> payload) {
-  detail::binary_writer w;
-  detail::put_error(w, mine);
-  w.blob(payload);
+  const std::vector<bytes> all = comm.all_gather(
+      detail::encode_message(detail::status_message{mine, {payload.begin(), payload.end()}}));
   rank_statuses out;
-  for (const auto& b : comm.all_gather(w.data())) {
-    detail::binary_reader r(b);
-    out.status.push_back(detail::get_error(r));
-    out.payloads.push_back(r.blob());
-  }
+  for (std::size_t r = 0; r < all.size(); ++r) detail::add_status(out, all[r], static_cast<int>(r));
   return out;
 }
 
@@ -32,17 +27,14 @@ CAIRN_INLINE std::pair<std::optional<error>, bytes> announce(comm_ref comm,
                                                              const std::optional<error>& mine,
                                                              std::span<const std::byte> payload) {
   bytes msg;
-  if (comm.rank() == root) {
-    detail::binary_writer w;
-    detail::put_error(w, mine);
-    w.blob(payload);
-    msg = std::move(w.data());
-  }
+  if (comm.rank() == root)
+    msg = detail::encode_message(detail::status_message{mine, {payload.begin(), payload.end()}});
   comm.broadcast(msg, root);
-  detail::binary_reader r(msg);
-  std::optional<error> status = detail::get_error(r);
+  result<detail::status_message> got = detail::decode_message<detail::status_message>(msg);
+  if (!got) return {std::move(got).err().with_rank(root), bytes{}};
+  std::optional<error> status = std::move(got->status);
   if (status && status->rank < 0) status->rank = root;
-  return {std::move(status), r.blob()};
+  return {std::move(status), std::move(got->payload)};
 }
 
 }  // namespace cairn

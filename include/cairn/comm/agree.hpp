@@ -13,8 +13,8 @@
 
 #include "cairn/comm/communicator.hpp"
 #include "cairn/core/error.hpp"
-#include "cairn/detail/binary.hpp"
 #include "cairn/detail/config.hpp"
+#include "cairn/detail/message.hpp"
 
 namespace cairn {
 
@@ -26,6 +26,29 @@ struct rank_statuses {
   /// The failure of the lowest failing rank, tagged with that rank; nullopt when all succeeded.
   std::optional<error> first_failure() const;
 };
+
+namespace detail {
+
+/// What a rank sends at an agreement point: its status (nullopt: success) and its payload.
+struct status_message {
+  static constexpr std::string_view message_name = "status";
+  std::optional<error> status;
+  bytes payload;
+};
+
+/// Adds `m`, received from rank `r`, to `out`; a malformed `m` becomes rank `r`'s failure.
+inline void add_status(rank_statuses& out, std::span<const std::byte> m, int r) {
+  result<status_message> got = decode_message<status_message>(m);
+  if (!got) {
+    out.status.emplace_back(std::move(got).err().with_rank(r));
+    out.payloads.emplace_back();
+    return;
+  }
+  out.status.push_back(std::move(got->status));
+  out.payloads.push_back(std::move(got->payload));
+}
+
+}  // namespace detail
 
 /// Collective: every rank sends its status `mine` (nullopt: success) and `payload`; returns what
 /// every rank sent. Every rank gets the same answer, so every rank can take the same branch.
@@ -52,19 +75,14 @@ std::pair<std::optional<error>, bytes> agree_at_root(comm_ref comm,
                                                      const std::optional<error>& mine,
                                                      std::span<const std::byte> payload,
                                                      Decide&& decide) {
-  detail::binary_writer w;
-  detail::put_error(w, mine);
-  w.blob(payload);
-  std::vector<bytes> all = comm.gather(w.data(), root);
+  std::vector<bytes> all = comm.gather(
+      detail::encode_message(detail::status_message{mine, {payload.begin(), payload.end()}}), root);
   std::optional<error> verdict;
   bytes out;
   if (comm.rank() == root) {
     rank_statuses got;
-    for (const auto& b : all) {
-      detail::binary_reader r(b);
-      got.status.push_back(detail::get_error(r));
-      got.payloads.push_back(r.blob());
-    }
+    for (std::size_t r = 0; r < all.size(); ++r)
+      detail::add_status(got, all[r], static_cast<int>(r));
     all.clear();
     if (auto f = got.first_failure()) {
       verdict = std::move(f);

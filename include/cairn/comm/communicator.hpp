@@ -13,7 +13,7 @@
 
 #include "cairn/core/bytes.hpp"
 #include "cairn/core/error.hpp"
-#include "cairn/detail/binary.hpp"
+#include "cairn/detail/message.hpp"
 
 namespace cairn {
 
@@ -64,9 +64,7 @@ std::vector<bytes> gather_by_all_gather(C& c, std::span<const std::byte> in, int
 /// its messages, length-prefixed, and keeps the ones addressed to it.
 template <communicator C>
 std::vector<bytes> all_to_all_by_all_gather(C& c, const std::vector<bytes>& to) {
-  binary_writer packed;
-  for (const bytes& m : to) packed.blob(m);
-  std::vector<bytes> all = c.all_gather(packed.data());
+  std::vector<bytes> all = c.all_gather(encode_message(to));
   // Checked after the collective, which every rank must enter: a rank that throws before it
   // would leave the others waiting.
   if (to.size() != all.size())
@@ -76,9 +74,13 @@ std::vector<bytes> all_to_all_by_all_gather(C& c, const std::vector<bytes>& to) 
                         .with_rank(c.rank()));
   std::vector<bytes> out(all.size());
   for (std::size_t r = 0; r < all.size(); ++r) {
-    binary_reader rd(all[r]);
-    for (int d = 0; d < c.rank(); ++d) (void)rd.blob();
-    out[r] = rd.blob();
+    result<std::vector<bytes>> sent = decode_message<std::vector<bytes>>(all[r], "all_to_all");
+    if (sent && sent->size() != all.size())
+      sent = make_error(errc::comm,
+                        "malformed all_to_all between ranks: " + std::to_string(sent->size()) +
+                            " messages for " + std::to_string(all.size()) + " ranks");
+    if (!sent) throw exception(std::move(sent).err().with_rank(static_cast<int>(r)));
+    out[r] = std::move((*sent)[static_cast<std::size_t>(c.rank())]);
   }
   return out;
 }

@@ -8,6 +8,7 @@
 #include <functional>
 
 #include "cairn/convert/unshard.hpp"
+#include "cairn/detail/message.hpp"
 #include "cairn/format/dcp/writer.hpp"
 #include "cairn/format/native/writer.hpp"
 #include "cairn/format/safetensors/file.hpp"
@@ -269,11 +270,12 @@ CAIRN_INLINE result<void> write_native(source& src,
   checkpoint_metadata m;
   m.world_size = 1;
   m.block_size = B;
-  cairn::detail::binary_writer idw;
-  for (const auto& t : src.tensors()) {
-    idw.str(t.key);
-    idw.u64(static_cast<std::uint64_t>(numel(t.global_shape)));
-  }
+  // The save id: a hash of the keys and sizes, so that converting the same input twice names
+  // the data file the same.
+  cairn::detail::message_writer idw;
+  for (const auto& t : src.tensors())
+    cairn::detail::write_message(
+        idw, std::pair(t.key, static_cast<std::uint64_t>(numel(t.global_shape))));
   m.save_id = checksum_hex(checksum(idw.data())).substr(0, 12);
   const std::string data_name = data_file_name(0, m.save_id);
   std::vector<const tensor_entry*> ts;

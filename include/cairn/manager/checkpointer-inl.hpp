@@ -91,20 +91,6 @@ CAIRN_INLINE std::optional<checkpoint_counters> get_counters(
   return c;
 }
 
-CAIRN_INLINE void put_counters(binary_writer& w, const checkpoint_counters& c) {
-  for (std::int64_t v : {c.step, c.epoch, c.batch, c.sample, c.token})
-    w.u64(static_cast<std::uint64_t>(v));
-  w.str(c.tag);
-}
-
-CAIRN_INLINE checkpoint_counters get_counters(binary_reader& r) {
-  checkpoint_counters c;
-  for (std::int64_t* v : {&c.step, &c.epoch, &c.batch, &c.sample, &c.token})
-    *v = static_cast<std::int64_t>(r.u64());
-  c.tag = r.str();
-  return c;
-}
-
 CAIRN_INLINE bool newer(const checkpoint_entry& a, const checkpoint_entry& b) {
   const auto& x = *a.counters;
   const auto& y = *b.counters;
@@ -311,15 +297,14 @@ CAIRN_INLINE result<loaded_checkpoint> checkpointer::load_flattened(const flatte
                                                                     const load_options& opt) {
   CAIRN_TRY_ASSIGN(bytes got, decided_on_root([&]() -> result<bytes> {
                      CAIRN_TRY_ASSIGN(auto found, resolve_name(std::string(name)));
-                     detail::binary_writer w;
-                     w.str(found.first);
-                     detail::put_counters(w, found.second);
-                     return std::move(w.data());
+                     return detail::encode_message(
+                         detail::resolved_message{std::move(found.first), found.second});
                    }));
-  detail::binary_reader r(got);
+  CAIRN_TRY_ASSIGN(detail::resolved_message resolved,
+                   detail::decode_message<detail::resolved_message>(got));
   loaded_checkpoint out;
-  out.name = r.str();
-  out.counters = detail::get_counters(r);
+  out.name = std::move(resolved.name);
+  out.counters = std::move(resolved.counters);
   load_options lo = opt;
   if (lo.staging == nullptr && !in_flight()) lo.staging = s_->opt_.save.staging;
   CAIRN_TRY_ASSIGN(auto sub, prefixed_storage::make(s_->root_, out.name + "/"));
@@ -364,18 +349,9 @@ CAIRN_INLINE result<std::optional<committed_checkpoint>> checkpointer::finalize(
 CAIRN_INLINE result<std::optional<std::pair<std::string, bool>>> checkpointer::find_latest() {
   CAIRN_TRY_ASSIGN(bytes got, decided_on_root([&]() -> result<bytes> {
                      CAIRN_TRY_ASSIGN(auto found, resolve_latest());
-                     detail::binary_writer w;
-                     if (found) {
-                       w.str(found->first);
-                       w.u8(found->second ? 1 : 0);
-                     }
-                     return std::move(w.data());
+                     return detail::encode_message(detail::latest_message(std::move(found)));
                    }));
-  if (got.empty()) return std::optional<std::pair<std::string, bool>>();
-  detail::binary_reader r(got);
-  std::string name = r.str();
-  const bool scanned = r.u8() != 0;
-  return std::optional(std::pair(std::move(name), scanned));
+  return detail::decode_message<detail::latest_message>(got, "latest checkpoint");
 }
 
 CAIRN_INLINE name_template checkpointer::parse_or_throw(const checkpointer_options& opt) {
@@ -408,23 +384,20 @@ CAIRN_INLINE result<std::string> checkpointer::agree_on_name(const checkpoint_co
   for (const auto& t : tags)
     if (t.empty() || t.find('/') != std::string::npos || !object_name_problem(t).empty())
       mine = make_error(errc::invalid_argument, "tag \"" + t + "\" is not one path component");
-  detail::binary_writer w;
-  w.str(name);
-  w.u64(tags.size());
-  for (const auto& t : tags) w.str(t);
+  const bytes proposed = detail::encode_message(detail::proposed_name_message{name, tags});
   auto [status, agreed] =
-      agree_at_root(s_->comm_, 0, mine, w.data(), [&](const std::vector<bytes>& all) {
+      agree_at_root(s_->comm_, 0, mine, proposed, [&](const std::vector<bytes>& all) {
         std::map<bytes, std::vector<int>> by;
         for (std::size_t r = 0; r < all.size(); ++r) by[all[r]].push_back(static_cast<int>(r));
         if (by.size() == 1) return std::pair(std::optional<error>(), bytes());
         std::string msg = "the ranks name different checkpoints (or tags):";
         for (const auto& [b, ranks] : by) {
-          detail::binary_reader r(b);
+          auto said = detail::decode_message<detail::proposed_name_message>(b);
           msg += " rank" + std::string(ranks.size() > 1 ? "s " : " ");
           for (std::size_t i = 0; i < ranks.size() && i < 8; ++i)
             msg += (i ? "," : "") + std::to_string(ranks[i]);
           if (ranks.size() > 8) msg += ",...";
-          msg += " \"" + r.str() + "\";";
+          msg += " \"" + (said ? said->name : said.err().message) + "\";";
         }
         msg.pop_back();
         return std::pair(std::optional(make_error(errc::invalid_argument, msg)), bytes());
@@ -437,20 +410,16 @@ CAIRN_INLINE result<committed_checkpoint> checkpointer::publish(
     const std::string& name, const std::vector<std::string>& tags, save_stats stats) {
   CAIRN_TRY_ASSIGN(bytes got, decided_on_root([&]() -> result<bytes> {
                      CAIRN_TRY_ASSIGN(committed_checkpoint done, catch_and_publish(name, tags));
-                     detail::binary_writer w;
-                     w.u64(done.deleted.size());
-                     for (const auto& d : done.deleted) w.str(d);
-                     w.u64(done.retention_errors.size());
-                     for (const auto& e : done.retention_errors) detail::put_error(w, e);
-                     return std::move(w.data());
+                     return detail::encode_message(detail::published_message{
+                         std::move(done.deleted), std::move(done.retention_errors)});
                    }));
+  CAIRN_TRY_ASSIGN(detail::published_message published,
+                   detail::decode_message<detail::published_message>(got));
   committed_checkpoint c;
   c.name = name;
   c.stats = std::move(stats);
-  detail::binary_reader r(got);
-  for (std::uint64_t i = 0, n = r.u64(); i < n; ++i) c.deleted.push_back(r.str());
-  for (std::uint64_t i = 0, n = r.u64(); i < n; ++i)
-    if (auto e = detail::get_error(r)) c.retention_errors.push_back(std::move(*e));
+  c.deleted = std::move(published.deleted);
+  c.retention_errors = std::move(published.retention_errors);
   return c;
 }
 

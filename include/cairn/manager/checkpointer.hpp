@@ -22,8 +22,8 @@
 #include "cairn/async/saver.hpp"
 #include "cairn/comm/communicator.hpp"
 #include "cairn/core/error.hpp"
-#include "cairn/detail/binary.hpp"
 #include "cairn/detail/config.hpp"
+#include "cairn/detail/message.hpp"
 #include "cairn/manager/names.hpp"
 #include "cairn/options.hpp"
 #include "cairn/storage/prefixed.hpp"
@@ -132,9 +132,29 @@ CAIRN_INLINE void put_counters(std::map<std::string, std::string>& m, const chec
 CAIRN_INLINE std::optional<checkpoint_counters> get_counters(
     const std::map<std::string, std::string>& m);
 
-CAIRN_INLINE void put_counters(binary_writer& w, const checkpoint_counters& c);
+/// Rank 0's answer to "which checkpoint is that?": its name and counters.
+struct resolved_message {
+  static constexpr std::string_view message_name = "resolved checkpoint";
+  std::string name;
+  checkpoint_counters counters;
+};
 
-CAIRN_INLINE checkpoint_counters get_counters(binary_reader& r);
+/// What each rank proposes to name a save: the checkpoint's name and its tags.
+struct proposed_name_message {
+  static constexpr std::string_view message_name = "proposed checkpoint name";
+  std::string name;
+  std::vector<std::string> tags;
+};
+
+/// Rank 0's report of a publish: the checkpoints retention deleted, and what it could not.
+struct published_message {
+  static constexpr std::string_view message_name = "publish report";
+  std::vector<std::string> deleted;
+  std::vector<error> retention_errors;
+};
+
+/// Rank 0's answer to "which is the latest?": its name and whether it was found by scanning.
+using latest_message = std::optional<std::pair<std::string, bool>>;
 
 /// Newest first: by step, then epoch, batch, sample, token, then name.
 CAIRN_INLINE bool newer(const checkpoint_entry& a, const checkpoint_entry& b);

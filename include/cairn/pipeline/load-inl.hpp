@@ -9,7 +9,7 @@
 
 #include "cairn/comm/agree.hpp"
 #include "cairn/core/sharded_object.hpp"
-#include "cairn/detail/binary.hpp"
+#include "cairn/detail/message.hpp"
 #include "cairn/detail/parallel.hpp"
 #include "cairn/format/native/reader.hpp"
 #include "cairn/pipeline/load.hpp"
@@ -114,18 +114,16 @@ CAIRN_INLINE result<void> run_copies(storage_ref st,
 
 CAIRN_INLINE result<checkpoint_metadata> read_metadata_collective(storage_ref st, comm_ref comm) {
   std::optional<error> failure;
-  binary_writer w;
+  bytes said;
   if (comm.rank() == 0) {
     auto m = catch_all("reading the metadata", [&] { return read_any_metadata_json(st); });
     if (!m) failure = m.err();
-    w.u8(m && m->foreign);
-    w.str(m ? m->json : std::string());
+    said = encode_message(metadata_message{m && m->foreign, m ? m->json : std::string()});
   }
-  auto [root_failure, payload] = announce(comm, 0, failure, w.data());
+  auto [root_failure, payload] = announce(comm, 0, failure, said);
   if (root_failure) return std::move(*root_failure);
-  binary_reader r(payload);
-  bool foreign = r.u8();
-  return metadata_from_json(r.str(), st.describe(metadata_name), /*allow_unverified=*/foreign);
+  CAIRN_TRY_ASSIGN(metadata_message got, decode_message<metadata_message>(payload));
+  return metadata_from_json(got.json, st.describe(metadata_name), /*allow_unverified=*/got.foreign);
 }
 
 CAIRN_INLINE result<void> load_commons(const leaf_list& leaves,
@@ -314,13 +312,14 @@ CAIRN_INLINE result<void> apply_strict(leaf_list& leaves,
   const std::set<std::string> saved = checkpoint_keys(m);
   const std::set<std::string> requested = drop_unexpected(leaves, saved, stats);
   if (wants_missing(opt.strict)) {
-    binary_writer w;
-    w.u64(requested.size());
-    for (const auto& k : requested) w.str(k);
+    const bytes mine = encode_message(std::vector<std::string>(requested.begin(), requested.end()));
     std::set<std::string> everyone;
-    for (const auto& b : comm.all_gather(w.data())) {
-      binary_reader r(b);
-      for (std::uint64_t n = r.u64(); n > 0; --n) everyone.insert(r.str());
+    const std::vector<bytes> all = comm.all_gather(mine);
+    for (std::size_t r = 0; r < all.size(); ++r) {
+      result<std::vector<std::string>> keys =
+          decode_message<std::vector<std::string>>(all[r], "list of requested keys");
+      if (!keys) return std::move(keys).err().with_rank(static_cast<int>(r));
+      everyone.insert(keys->begin(), keys->end());
     }
     for (const auto& k : saved)
       if (!everyone.count(k)) stats.missing.push_back(k);
@@ -347,27 +346,18 @@ CAIRN_INLINE std::vector<shared_piece> plan_shared_pieces(const leaf_list& leave
           shared_piece{piece_ref{ti, pi}, 0, n, t.data + ps[pi].data_offset * es});
     }
   }
-  binary_writer w;
-  w.u64(mine.size());
-  for (const auto& [k, v] : mine) {
-    w.str(k.first);
-    w.u64(k.second.first.size());
-    for (auto x : k.second.first) w.u64(static_cast<std::uint64_t>(x));
-    for (auto x : k.second.second) w.u64(static_cast<std::uint64_t>(x));
-  }
-  auto all = comm.all_gather(w.data());
+  std::vector<wanted_piece> wanted;
+  wanted.reserve(mine.size());
+  for (const auto& [k, v] : mine) wanted.push_back({k.first, box{k.second.first, k.second.second}});
+  const std::vector<bytes> all = comm.all_gather(encode_message(wanted));
+  wanted.clear();
   std::map<std::pair<std::string, std::pair<shape, shape>>, int> count;
-  for (const auto& msg : all) {
-    binary_reader r(msg);
-    std::uint64_t n = r.u64();
-    for (std::uint64_t i = 0; i < n; ++i) {
-      std::string key = r.str();
-      std::uint64_t nd = r.u64();
-      shape off(nd), size(nd);
-      for (auto& x : off) x = static_cast<std::int64_t>(r.u64());
-      for (auto& x : size) x = static_cast<std::int64_t>(r.u64());
-      ++count[{std::move(key), {std::move(off), std::move(size)}}];
-    }
+  for (std::size_t r = 0; r < all.size(); ++r) {
+    result<std::vector<wanted_piece>> got =
+        decode_message<std::vector<wanted_piece>>(all[r], "list of wanted pieces");
+    if (!got) throw exception(std::move(got).err().with_rank(static_cast<int>(r)));
+    for (wanted_piece& p : *got)
+      ++count[{std::move(p.key), {std::move(p.region.offset), std::move(p.region.size)}}];
   }
   std::vector<std::uint64_t> load(static_cast<std::size_t>(comm.size()), 0);
   for (const auto& [k, v] : mine) {  // same order on every rank (std::map)

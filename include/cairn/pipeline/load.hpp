@@ -17,12 +17,27 @@
 #include "cairn/format/registry.hpp"
 #include "cairn/options.hpp"
 #include "cairn/pipeline/buffer_pool.hpp"
+#include "cairn/plan/box.hpp"
 #include "cairn/plan/keys.hpp"
 #include "cairn/plan/load_plan.hpp"
 #include "cairn/storage/storage.hpp"
 #include "cairn/tree/leaves.hpp"
 
 namespace cairn::detail {
+
+/// What rank 0 tells every rank about a checkpoint's metadata: the native JSON (translated from
+/// a foreign format's, when `foreign`).
+struct metadata_message {
+  static constexpr std::string_view message_name = "checkpoint metadata";
+  bool foreign = false;
+  std::string json;
+};
+
+/// One piece a rank would read that another rank may want too: its key and its box.
+struct wanted_piece {
+  std::string key;
+  box region;
+};
 
 /// The bytes one planned read reads: its whole blocks, the last one cut at the chunk's end.
 CAIRN_INLINE std::uint64_t read_length(const read_op& op, std::uint64_t block_size);

@@ -10,7 +10,7 @@
 #include <random>
 
 #include "cairn/comm/agree.hpp"
-#include "cairn/detail/binary.hpp"
+#include "cairn/detail/message.hpp"
 #include "cairn/format/native/strategy.hpp"
 #include "cairn/format/registry.hpp"
 #include "cairn/pipeline/save.hpp"
@@ -166,31 +166,28 @@ CAIRN_INLINE result<void> vote_on_cached_plan(const rank_desc& me,
                                               agreed_plan& out) {
   std::uint64_t commons_digest = 0;
   for (const auto& c : me.commons) commons_digest = commons_digest * 1099511628211ull ^ c.hash;
-  binary_writer w;
-  w.u64(structure_hash(me));
-  w.u64(commons_digest);
+  const bytes vote = encode_message(plan_vote_message{structure_hash(me), commons_digest});
   auto decide = [&](const std::vector<bytes>& votes) {
     bool same = true;
     std::uint64_t digest0 = 0;
     for (std::size_t r = 0; r < votes.size(); ++r) {
-      binary_reader rd(votes[r]);
-      std::uint64_t h = rd.u64(), d = rd.u64();
-      if (r == 0) digest0 = d;
-      same = same && h == plan_cache_access::structure(cache).at(r) &&
-             (!opt.validate_access_integrity || d == digest0);
+      result<plan_vote_message> v = decode_message<plan_vote_message>(votes[r]);
+      if (!v)
+        return std::pair{std::optional<error>(std::move(v).err().with_rank(static_cast<int>(r))),
+                         bytes{}};
+      if (r == 0) digest0 = v->commons_digest;
+      same = same && v->structure == plan_cache_access::structure(cache).at(r) &&
+             (!opt.validate_access_integrity || v->commons_digest == digest0);
     }
-    binary_writer v;
-    v.u8(same);
-    v.u8(me.checkpoint_exists);
-    v.str(me.save_id);
-    return std::pair{std::optional<error>{}, std::move(v.data())};
+    return std::pair{std::optional<error>{},
+                     encode_message(plan_verdict_message{same, me.checkpoint_exists, me.save_id})};
   };
-  auto [verdict, payload] = agree_at_root(comm, 0, failure, w.data(), decide);
+  auto [verdict, payload] = agree_at_root(comm, 0, failure, vote, decide);
   if (verdict) return std::move(*verdict);
-  binary_reader rd(payload);
-  bool same = rd.u8();
-  out.exists_at_root = rd.u8();
-  out.save_id = rd.str();
+  CAIRN_TRY_ASSIGN(plan_verdict_message said, decode_message<plan_verdict_message>(payload));
+  const bool same = said.same;
+  out.exists_at_root = said.checkpoint_exists;
+  out.save_id = std::move(said.save_id);
   if (same) out.cached = plan_cache_access::hit(cache);
   return ok();
 }
@@ -223,7 +220,11 @@ CAIRN_INLINE result<save_index> plan_everywhere(const rank_desc& me,
   rank_statuses descs = agree(comm, failure, encode(me));
   if (auto f = descs.first_failure()) return std::move(*f);
   std::vector<rank_desc> all;
-  for (const auto& b : descs.payloads) all.push_back(decode_rank_desc(b));
+  for (std::size_t r = 0; r < descs.payloads.size(); ++r) {
+    result<rank_desc> d = decode_rank_desc(descs.payloads[r]);
+    if (!d) return std::move(d).err().with_rank(static_cast<int>(r));
+    all.push_back(std::move(*d));
+  }
   CAIRN_TRY(check_overwrite(all[0].checkpoint_exists, st, opt));
   stats.save_id = all[0].save_id;
   if (opt.validate_access_integrity)

@@ -118,6 +118,21 @@ struct agreed_plan {
   std::string save_id;               ///< rank 0's save id
 };
 
+/// What each rank sends rank 0 with a warm plan cache: hashes of its structure and its commons.
+struct plan_vote_message {
+  static constexpr std::string_view message_name = "plan cache vote";
+  std::uint64_t structure = 0;
+  std::uint64_t commons_digest = 0;
+};
+
+/// Rank 0's answer to the votes: whether every rank matched, and what rank 0 knows.
+struct plan_verdict_message {
+  static constexpr std::string_view message_name = "plan cache verdict";
+  bool same = false;
+  bool checkpoint_exists = false;
+  std::string save_id;
+};
+
 /// Plan step 2 with a warm plan cache (collective, a few dozen bytes per rank): every rank
 /// sends rank 0 a hash of its structure and of its common values; rank 0 compares them with the
 /// cached plan and tells every rank the verdict, its save id and whether a checkpoint exists.

@@ -6,34 +6,16 @@
 #include <utility>
 
 #include "cairn/comm/agree.hpp"
-#include "cairn/detail/binary.hpp"
+#include "cairn/detail/message.hpp"
 #include "cairn/pipeline/scalable_plan.hpp"
 
 namespace cairn::detail {
 
-CAIRN_INLINE bytes encode_commons(const std::vector<common_desc>& commons) {
-  binary_writer w;
-  w.u64(commons.size());
-  for (const auto& c : commons) {
-    w.str(c.path);
-    w.u64(c.hash);
-    w.str(c.shown);
-  }
-  return std::move(w.data());
-}
-
 CAIRN_INLINE result<void> check_commons_against(const std::vector<common_desc>& mine,
-                                                std::span<const std::byte> root_commons,
+                                                const std::vector<common_desc>& root_commons,
                                                 int rank) {
-  binary_reader rd(root_commons);
   std::map<std::string, common_desc> ref;
-  for (std::uint64_t n = rd.u64(); n > 0; --n) {
-    common_desc c;
-    c.path = rd.str();
-    c.hash = rd.u64();
-    c.shown = rd.str();
-    ref[c.path] = std::move(c);
-  }
+  for (const common_desc& c : root_commons) ref[c.path] = c;
   return compare_commons(ref, mine, rank);
 }
 
@@ -53,21 +35,25 @@ CAIRN_INLINE result<scalable_agreement> scalable_plan(const rank_desc& me,
   // 1. Statuses (and structure hashes) meet at rank 0, which sends back its save id, whether a
   //    checkpoint exists and its common values.
   scalable_agreement out;
-  detail::binary_writer mine_hash;
-  mine_hash.u64(structure);
-  auto [started, root_said] = agree_at_root(comm, 0, failure, mine_hash.data(), [&](const auto& p) {
-    for (const bytes& b : p) out.structure_of_rank.push_back(detail::binary_reader(b).u64());
-    detail::binary_writer w;
-    w.u8(me.checkpoint_exists);
-    w.str(me.save_id);
-    w.blob(detail::encode_commons(me.commons));
-    return std::pair{std::optional<error>{}, std::move(w.data())};
+  const bytes mine_hash = detail::encode_message(structure);
+  auto [started, root_said] = agree_at_root(comm, 0, failure, mine_hash, [&](const auto& p) {
+    for (std::size_t r = 0; r < p.size(); ++r) {
+      result<std::uint64_t> h = detail::decode_message<std::uint64_t>(p[r], "structure hash");
+      if (!h)
+        return std::pair{std::optional<error>(std::move(h).err().with_rank(static_cast<int>(r))),
+                         bytes{}};
+      out.structure_of_rank.push_back(*h);
+    }
+    return std::pair{std::optional<error>{}, detail::encode_message(detail::root_said_message{
+                                                 me.checkpoint_exists, me.save_id, me.commons})};
   });
   if (started) return std::move(*started);
-  detail::binary_reader rd(root_said);
-  out.exists_at_root = rd.u8();
-  out.save_id = rd.str();
-  bytes root_commons = rd.blob();
+  result<detail::root_said_message> said =
+      detail::decode_message<detail::root_said_message>(root_said);
+  if (!said) return std::move(said).err().with_rank(0);
+  out.exists_at_root = said->checkpoint_exists;
+  out.save_id = std::move(said->save_id);
+  const std::vector<common_desc> root_commons = std::move(said->commons);
   // 2. Claims go to their owners; each owner checks and plans its keys.
   std::optional<error> mine;
   if (validate) {

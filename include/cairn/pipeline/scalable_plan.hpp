@@ -18,12 +18,18 @@ namespace cairn {
 
 namespace detail {
 
-/// Rank 0's common values (path and hash), broadcast so that each rank compares its own.
-CAIRN_INLINE bytes encode_commons(const std::vector<common_desc>& commons);
+/// What rank 0 tells every rank before scalable planning: whether a checkpoint is there, its
+/// save id, and its common values (so that each rank compares its own).
+struct root_said_message {
+  static constexpr std::string_view message_name = "planning start";
+  bool checkpoint_exists = false;
+  std::string save_id;
+  std::vector<common_desc> commons;
+};
 
-/// Compares this rank's common values with rank 0's (encode_commons), as check_commons does.
+/// Compares this rank's common values with rank 0's, as check_commons does.
 CAIRN_INLINE result<void> check_commons_against(const std::vector<common_desc>& mine,
-                                                std::span<const std::byte> root_commons,
+                                                const std::vector<common_desc>& root_commons,
                                                 int rank);
 
 }  // namespace detail

@@ -6,77 +6,16 @@
 #include <optional>
 
 #include "cairn/core/sharded_object.hpp"
-#include "cairn/detail/binary.hpp"
+#include "cairn/detail/message.hpp"
 #include "cairn/plan/cover.hpp"
 #include "cairn/plan/save_plan.hpp"
 
 namespace cairn {
 
-CAIRN_INLINE bytes encode(const rank_desc& d) {
-  detail::binary_writer w;
-  w.u8(d.checkpoint_exists);
-  w.str(d.save_id);
-  w.u64(d.tensors.size());
-  for (const auto& t : d.tensors) {
-    w.str(t.key);
-    w.u8(static_cast<std::uint8_t>(t.type));
-    w.ints(t.global_shape);
-    w.i64(t.replica_id);
-    w.u64(t.pieces.size());
-    for (const auto& p : t.pieces) {
-      w.ints(p.offset);
-      w.ints(p.size);
-    }
-  }
-  w.u64(d.objects.size());
-  for (const auto& o : d.objects) {
-    w.str(o.key);
-    w.ints(o.global_shape);
-    w.ints(o.global_offset);
-    w.i64(o.replica_id);
-    w.u64(o.nbytes);
-  }
-  w.u64(d.commons.size());
-  for (const auto& c : d.commons) {
-    w.str(c.path);
-    w.u64(c.hash);
-    w.str(c.shown);
-  }
-  return std::move(w.data());
-}
+CAIRN_INLINE bytes encode(const rank_desc& d) { return detail::encode_message(d); }
 
-CAIRN_INLINE rank_desc decode_rank_desc(std::span<const std::byte> b) {
-  detail::binary_reader r(b);
-  rank_desc d;
-  d.checkpoint_exists = r.u8();
-  d.save_id = r.str();
-  d.tensors.resize(r.u64());
-  for (auto& t : d.tensors) {
-    t.key = r.str();
-    t.type = static_cast<dtype>(r.u8());
-    t.global_shape = r.ints();
-    t.replica_id = static_cast<int>(r.i64());
-    t.pieces.resize(r.u64());
-    for (auto& p : t.pieces) {
-      p.offset = r.ints();
-      p.size = r.ints();
-    }
-  }
-  d.objects.resize(r.u64());
-  for (auto& o : d.objects) {
-    o.key = r.str();
-    o.global_shape = r.ints();
-    o.global_offset = r.ints();
-    o.replica_id = static_cast<int>(r.i64());
-    o.nbytes = r.u64();
-  }
-  d.commons.resize(r.u64());
-  for (auto& c : d.commons) {
-    c.path = r.str();
-    c.hash = r.u64();
-    c.shown = r.str();
-  }
-  return d;
+CAIRN_INLINE result<rank_desc> decode_rank_desc(std::span<const std::byte> b) {
+  return detail::decode_message<rank_desc>(b, "rank description");
 }
 
 CAIRN_INLINE std::uint64_t common_hash(const common_value& v) {

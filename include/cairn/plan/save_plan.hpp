@@ -57,8 +57,8 @@ struct rank_desc {
 /// Serializes a rank's description for the all-gather.
 CAIRN_INLINE bytes encode(const rank_desc& d);
 
-/// Inverse of encode(rank_desc).
-CAIRN_INLINE rank_desc decode_rank_desc(std::span<const std::byte> b);
+/// Inverse of encode(rank_desc); a malformed description is an errc::comm error.
+CAIRN_INLINE result<rank_desc> decode_rank_desc(std::span<const std::byte> b);
 
 /// A hash of a checkpoint key (XXH3-64 of its bytes): which rank owns it in scalable planning,
 /// and where ties start when planning rotates.

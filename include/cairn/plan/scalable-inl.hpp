@@ -39,11 +39,8 @@ namespace cairn {
 CAIRN_INLINE bytes encode_claims(const rank_desc& part,
                                  const std::vector<std::uint64_t>& tensor_leaf,
                                  const std::vector<std::uint64_t>& object_leaf) {
-  detail::binary_writer w;
-  w.blob(encode(part));
-  w.u64s(tensor_leaf);
-  w.u64s(object_leaf);
-  return detail::pack_message(w.data());
+  return detail::pack_message(
+      detail::encode_message(detail::claims_message{part, tensor_leaf, object_leaf}));
 }
 
 CAIRN_INLINE std::vector<bytes> claims_by_owner(const rank_desc& me, int world) {
@@ -77,11 +74,11 @@ CAIRN_INLINE received_claims decode_claims(const std::vector<bytes>& received) {
   c.object_leaf.resize(received.size());
   for (std::size_t r = 0; r < received.size(); ++r) {
     if (received[r].empty()) continue;
-    bytes raw = unpack_message(received[r]);
-    binary_reader rd(raw);
-    c.ranks[r] = decode_rank_desc(rd.blob());
-    c.tensor_leaf[r] = rd.u64s();
-    c.object_leaf[r] = rd.u64s();
+    result<claims_message> m = decode_message<claims_message>(unpack_message(received[r]));
+    if (!m) throw exception(std::move(m).err().with_rank(static_cast<int>(r)));
+    c.ranks[r] = std::move(m->part);
+    c.tensor_leaf[r] = std::move(m->tensor_leaf);
+    c.object_leaf[r] = std::move(m->object_leaf);
     if (c.tensor_leaf[r].size() != c.ranks[r].tensors.size() ||
         c.object_leaf[r].size() != c.ranks[r].objects.size())
       throw std::length_error("planning message: leaf lists disagree");
@@ -93,13 +90,14 @@ CAIRN_INLINE bytes encode_slots(const save_index& L,
                                 const std::vector<write_slot>& slots,
                                 const received_claims& c,
                                 int writer) {
-  binary_writer w;
-  w.u64(slots.size());
+  slots_message m;
+  m.slots.reserve(slots.size());
   auto r = static_cast<std::size_t>(writer);
   for (const write_slot& s : slots) {
-    w.u8(s.is_object);
-    w.u64(s.is_object ? c.object_leaf[r].at(s.leaf) : c.tensor_leaf[r].at(s.leaf));
-    if (s.is_object) continue;
+    if (s.is_object) {
+      m.slots.emplace_back(object_slot_message{c.object_leaf[r].at(s.leaf)});
+      continue;
+    }
     const chunk_record& ch = L.tensors.at(s.key).chunks.at(s.chunk);
     // The writer rebuilds the region from the range: check here that it will get this one.
     const box& held = c.ranks[r].tensors.at(s.leaf).pieces.at(s.piece);
@@ -108,28 +106,27 @@ CAIRN_INLINE bytes encode_slots(const save_index& L,
         again[0].region.size != ch.region.size)
       throw std::logic_error("scalable planning: a chunk of " + s.key +
                              " is not the box of its element range");
-    w.u64(s.piece);
-    w.i64(s.element);
-    w.i64(ch.region.volume());
+    m.slots.emplace_back(
+        tensor_slot_message{c.tensor_leaf[r].at(s.leaf), s.piece, s.element, ch.region.volume()});
   }
-  return pack_message(w.data());
+  return pack_message(encode_message(m));
 }
 
 CAIRN_INLINE void check_slot(bool ok) {
   if (!ok) throw std::length_error("planning message: a slot names no leaf of this rank");
 }
 
-CAIRN_INLINE void add_slot(binary_reader& rd,
+CAIRN_INLINE void add_slot(const slot_message& slot,
                            const rank_desc& me,
                            int rank,
                            tiling tile,
                            std::uint64_t& offset,
                            save_index& L) {
   write_slot s;
-  s.is_object = rd.u8();
-  s.leaf = rd.u64();
+  s.is_object = std::holds_alternative<object_slot_message>(slot);
   auto file = static_cast<std::uint32_t>(rank);
-  if (s.is_object) {
+  if (const auto* object = std::get_if<object_slot_message>(&slot)) {
+    s.leaf = object->leaf;
     check_slot(s.leaf < me.objects.size());
     const object_desc& o = me.objects[s.leaf];
     s.key = object_unique_key(o.key, o.global_offset, o.global_shape);
@@ -137,12 +134,14 @@ CAIRN_INLINE void add_slot(binary_reader& rd,
         object_record{o.key, o.global_shape, o.global_offset, extent{file, offset, o.nbytes, {}}};
     offset += o.nbytes;
   } else {
+    const auto& chunk = std::get<tensor_slot_message>(slot);
+    s.leaf = chunk.leaf;
     check_slot(s.leaf < me.tensors.size());
     const tensor_desc& t = me.tensors[s.leaf];
     s.key = t.key;
-    s.piece = rd.u64();
-    s.element = rd.i64();
-    std::int64_t count = rd.i64();
+    s.piece = chunk.piece;
+    s.element = chunk.element;
+    const std::int64_t count = chunk.count;
     check_slot(s.piece < t.pieces.size() && s.element >= 0 && count > 0 &&
                count <= t.pieces[s.piece].volume() - s.element);
     auto region = flat_range_boxes(t.pieces[s.piece], s.element, s.element + count);
@@ -201,9 +200,10 @@ CAIRN_INLINE save_index writer_index(const std::vector<bytes>& from_owners,
   std::uint64_t offset = 0;
   for (const bytes& msg : from_owners) {
     if (msg.empty()) continue;
-    bytes raw = detail::unpack_message(msg);
-    detail::binary_reader rd(raw);
-    for (std::uint64_t n = rd.u64(); n > 0; --n) detail::add_slot(rd, me, rank, tile, offset, L);
+    result<detail::slots_message> m =
+        detail::decode_message<detail::slots_message>(detail::unpack_message(msg));
+    if (!m) throw exception(std::move(m).err().with_rank(rank));
+    for (const auto& slot : m->slots) detail::add_slot(slot, me, rank, tile, offset, L);
   }
   L.bytes_of_rank[static_cast<std::size_t>(rank)] = offset;
   return L;

@@ -17,11 +17,12 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <variant>
 #include <vector>
 
 #include "cairn/core/error.hpp"
-#include "cairn/detail/binary.hpp"
 #include "cairn/detail/config.hpp"
+#include "cairn/detail/message.hpp"
 #include "cairn/plan/save_plan.hpp"
 
 namespace cairn {
@@ -61,6 +62,37 @@ struct owner_plan {
 
 namespace detail {
 
+/// What a rank sends the owner of some of its keys: its leaves with those keys, and the
+/// position of each in its own leaf lists (zstd-compressed on the wire).
+struct claims_message {
+  static constexpr std::string_view message_name = "planning claims";
+  rank_desc part;
+  std::vector<std::uint64_t> tensor_leaf, object_leaf;
+};
+
+/// An owner's assignment of one of the writer's objects (by its position in the writer's list).
+struct object_slot_message {
+  std::uint64_t leaf = 0;
+};
+
+/// An owner's assignment of a chunk of one of the writer's tensors: the leaf, the piece, and the
+/// element range of the piece the chunk covers.
+struct tensor_slot_message {
+  std::uint64_t leaf = 0;
+  std::uint64_t piece = 0;
+  std::int64_t element = 0;
+  std::int64_t count = 0;
+};
+
+/// One slot an owner assigns a writer: a chunk of a tensor, or an object.
+using slot_message = std::variant<tensor_slot_message, object_slot_message>;
+
+/// What an owner sends a writer: what it writes, in order (zstd-compressed on the wire).
+struct slots_message {
+  static constexpr std::string_view message_name = "planning slots";
+  std::vector<slot_message> slots;
+};
+
 /// Every rank's claims as one description per sending rank, with leaf indices mapping each
 /// position back to the sender's own leaf list.
 struct received_claims {
@@ -83,7 +115,7 @@ CAIRN_INLINE void check_slot(bool ok);
 
 /// Adds one slot received from an owner to the writer's index `L` at `offset`, deriving its
 /// record from the writer's own leaf.
-CAIRN_INLINE void add_slot(binary_reader& rd,
+CAIRN_INLINE void add_slot(const slot_message& slot,
                            const rank_desc& me,
                            int rank,
                            tiling tile,

@@ -12,6 +12,7 @@
 #include "cairn/storage/decorator.hpp"
 #include "cairn/storage/fault_injection.hpp"
 #include "cairn/strategies.hpp"
+#include "tests/support/message_check.hpp"
 #include "tests/support/property.hpp"
 #include "tests/support/train_state.hpp"
 
@@ -138,4 +139,8 @@ TEST_CASE("torch_dist never writes over a committed checkpoint, a failed save le
     CHECK(w[0] ==
           1.0f + static_cast<float>((comm.rank() * 4 / 6) * 100 + (comm.rank() * 4 % 6) * 5));
   });
+}
+
+TEST_CASE("the DCP strategy's write report round-trips and refuses truncation") {
+  cairn_test::check_message(cairn::detail::dcp_write_report{{{0, 1024}, {1024, 64}}});
 }

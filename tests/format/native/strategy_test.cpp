@@ -12,6 +12,7 @@
 #include "cairn/storage/decorator.hpp"
 #include "cairn/storage/fault_injection.hpp"
 #include "cairn/strategies.hpp"
+#include "tests/support/message_check.hpp"
 #include "tests/support/property.hpp"
 #include "tests/support/train_state.hpp"
 
@@ -127,4 +128,49 @@ TEST_CASE("zstd_level out of range is refused before anything is written") {
   REQUIRE(!r);
   CHECK(r.err().code == cairn::errc::invalid_argument);
   CHECK(mem.list("").value().empty());
+}
+
+TEST_CASE("the native strategy's reports round-trip and refuse truncation") {
+  cairn::detail::index_part_message part;
+  part.bytes_of_rank = 4096;
+  part.slots.emplace_back(cairn::detail::part_object{"rng@0", "rng", {2}, {1}, 0, 16});
+  part.slots.emplace_back(cairn::detail::part_chunk{
+      "w", cairn::dtype::bf16, {8, 8}, cairn::box{{0, 0}, {4, 8}}, {1, 2}, 16, 64});
+  cairn_test::check_message(part);
+  cairn::detail::native_write_report write;
+  write.part = part;
+  write.compressed = true;
+  write.file_size = 80;
+  write.items.push_back({{1, 2}, cairn::detail::compressed_placement{16, {16, 40}, {24, 40}}});
+  write.items.push_back({{3}, std::nullopt});
+  cairn_test::check_message(write);
+  cairn::detail::native_index_report index;
+  index.writes = true;
+  index.data_size = 80;
+  index.objects.push_back({"rng@0", "rng", {2}, {1}, cairn::extent{0, 0, 16, {9}}});
+  index.index =
+      cairn::detail::reported_index_file{512, 77, {{"w", cairn::dtype::f32, {8, 8}, 0, 256, 5, 2}}};
+  cairn_test::check_message(index);
+  cairn_test::check_message(cairn::detail::routed_sections{{cairn::bytes(5), cairn::bytes(1)}});
+}
+
+TEST_CASE("a write report with the wrong number of items is refused naming the rank") {
+  cairn::save_index index;
+  index.world_size = 1;
+  index.block_size = 64;
+  index.slots.resize(1);
+  index.bytes_of_rank = {0};
+  index.slots[0].push_back(cairn::write_slot{});
+  index.slots[0][0].is_object = true;
+  index.slots[0][0].key = "rng";
+  index.objects["rng"] = cairn::object_record{"rng", {1}, {0}, cairn::extent{0, 0, 8, {}}};
+  const cairn::bytes empty = cairn::detail::encode_message(cairn::detail::native_write_report{});
+  try {
+    (void)cairn::native_strategy::metadata_of(index, "id", {empty});
+    FAIL_CHECK("no exception");
+  } catch (const cairn::exception& e) {
+    CHECK(e.err().code == cairn::errc::comm);
+    CHECK(e.err().message.find("0 items for 1 planned") != std::string::npos);
+    CHECK(e.err().rank == 0);
+  }
 }

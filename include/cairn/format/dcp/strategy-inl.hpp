@@ -5,7 +5,6 @@
 #include <any>
 #include <set>
 
-#include "cairn/detail/binary.hpp"
 #include "cairn/format/dcp/strategy.hpp"
 #include "cairn/format/torch/zip.hpp"
 
@@ -23,7 +22,7 @@ CAIRN_INLINE result<void> torch_dist_strategy::write(planned_save& plan,
                                                      buffer_pool*,
                                                      written_save& out) const {
   const auto& slots = plan.index.slots[plan.rank];
-  detail::binary_writer report;
+  detail::dcp_write_report report;
   if (!plan.items.empty()) {
     std::string name = data_name(plan.rank, plan.save_id);
     std::string where = st.describe(name);
@@ -48,8 +47,7 @@ CAIRN_INLINE result<void> torch_dist_strategy::write(planned_save& plan,
       }
       auto len = torch_zip::write_tensor_item(*w, off, v, where);
       if (!len) return std::move(len).err().with_key(it.key).with_file(where);
-      report.u64(off);
-      report.u64(*len);
+      report.items.push_back({off, *len});
       off += *len;
       progress.add(it.nbytes);
     }
@@ -57,7 +55,7 @@ CAIRN_INLINE result<void> torch_dist_strategy::write(planned_save& plan,
     plan.stats.bytes_written += total;
     plan.stats.chunks_written = plan.items.size();
   }
-  out.report = std::move(report.data());
+  out.report = detail::encode_message(report);
   return ok();
 }
 
@@ -70,10 +68,17 @@ CAIRN_INLINE result<void> torch_dist_strategy::commit(planned_save& plan,
   const save_index& index = plan.index;
   dcp::metadata m;
   for (std::size_t r = 0; r < reports.size(); ++r) {
-    detail::binary_reader rd(reports[r]);
+    CAIRN_TRY_ASSIGN(detail::dcp_write_report rep,
+                     detail::decode_message<detail::dcp_write_report>(reports[r]));
+    if (rep.items.size() != index.slots[r].size())
+      return make_error(errc::comm, "malformed DCP write report between ranks: " +
+                                        std::to_string(rep.items.size()) + " items for " +
+                                        std::to_string(index.slots[r].size()) + " planned")
+          .with_rank(static_cast<int>(r));
     std::string file = data_name(static_cast<int>(r), plan.save_id);
-    for (const write_slot& slot : index.slots[r]) {
-      std::uint64_t off = rd.u64(), len = rd.u64();
+    for (std::size_t i = 0; i < rep.items.size(); ++i) {
+      const write_slot& slot = index.slots[r][i];
+      const auto [off, len] = rep.items[i];
       if (slot.is_object) {
         dcp::add_bytes_item(m, slot.key, {file, off, len});
         continue;

@@ -10,12 +10,28 @@
 
 #include "cairn/core/progress.hpp"
 #include "cairn/detail/config.hpp"
+#include "cairn/detail/message.hpp"
 #include "cairn/format/dcp/metadata.hpp"
 #include "cairn/format/dcp/writer.hpp"
 #include "cairn/format/save_strategy.hpp"
 #include "cairn/format/writers.hpp"
 
 namespace cairn {
+
+namespace detail {
+
+/// Where one item went in a rank's `.distcp` file.
+struct stored_item {
+  std::uint64_t offset = 0, length = 0;
+};
+
+/// A rank's report of its DCP write: each item's place, in slot order.
+struct dcp_write_report {
+  static constexpr std::string_view message_name = "DCP write report";
+  std::vector<stored_item> items;
+};
+
+}  // namespace detail
 
 /// Saves in the PyTorch Distributed Checkpoint format that Megatron-core's `torch_dist` backend
 /// also uses, so `torch.distributed.checkpoint.load` and Megatron load it:

@@ -37,19 +37,19 @@ CAIRN_INLINE result<void> native_strategy::write(planned_save& plan,
   }
   out.local = std::move(state);
   if (opt.index_files) return ok();  // the report is made by receive_routed
-  detail::binary_writer sums;
-  sums.blob(index.partial ? encode_part(index, rank) : bytes{});
-  sums.u8(opt.zstd_level > 0);
-  sums.u64(file_size);
+  detail::native_write_report report;
+  if (index.partial) report.part = part_of(index, rank);
+  report.compressed = opt.zstd_level > 0;
+  report.file_size = file_size;
+  report.items.reserve(plan.items.size());
   for (const auto& it : plan.items) {
-    sums.u64s(it.checksums);
-    if (opt.zstd_level > 0) {
-      sums.u64(it.file_offset);
-      sums.u64s(it.block_offsets);
-      sums.u64s(it.block_stored);
-    }
+    detail::written_item& w = report.items.emplace_back();
+    w.checksums = it.checksums;
+    if (report.compressed)
+      w.compressed =
+          detail::compressed_placement{it.file_offset, it.block_offsets, it.block_stored};
   }
-  out.report = std::move(sums.data());
+  out.report = detail::encode_message(report);
   return ok();
 }
 
@@ -68,14 +68,14 @@ CAIRN_INLINE std::vector<bytes> native_strategy::route(const planned_save& plan,
     c.where = written_extent(c.where, plan.items.at(i));
     at->second.chunks.push_back(std::move(c));
   }
-  std::vector<detail::binary_writer> to(static_cast<std::size_t>(world));
+  std::vector<detail::routed_sections> to(static_cast<std::size_t>(world));
   for (const auto& [key, t] : mine) {
     bytes section;
     append_index_section(section, key, t);
-    to[static_cast<std::size_t>(owner_of(key, world))].blob(section);
+    to[static_cast<std::size_t>(owner_of(key, world))].sections.push_back(std::move(section));
   }
   std::vector<bytes> out;
-  for (auto& w : to) out.push_back(std::move(w.data()));
+  for (const auto& m : to) out.push_back(m.sections.empty() ? bytes{} : detail::encode_message(m));
   return out;
 }
 
@@ -88,9 +88,11 @@ CAIRN_INLINE result<void> native_strategy::receive_routed(planned_save& plan,
   std::map<std::string, tensor_record> owned;
   for (std::size_t r = 0; r < routed.size(); ++r) {
     const std::string from = "the index records of rank " + std::to_string(r);
-    detail::binary_reader rd(routed[r]);
-    while (!rd.done()) {
-      bytes section = rd.blob();
+    if (routed[r].empty()) continue;
+    result<detail::routed_sections> got =
+        detail::decode_message<detail::routed_sections>(routed[r]);
+    if (!got) return std::move(got).err().with_rank(static_cast<int>(r));
+    for (const bytes& section : got->sections) {
       CAIRN_TRY_ASSIGN(auto kt, detail::index_section_reader(section, from, 0,
                                                              plan.index.block_size, routed.size())
                                     .read());
@@ -104,24 +106,18 @@ CAIRN_INLINE result<void> native_strategy::receive_routed(planned_save& plan,
     }
   }
   auto& state = std::any_cast<written_state&>(out.local);
-  detail::binary_writer rep;
-  rep.u8(plan.index.writes(rank));
-  rep.u64(opt.zstd_level > 0 ? state.file_size : plan.index.bytes_of_rank.at(rank));
+  detail::native_index_report rep;
+  rep.writes = plan.index.writes(rank);
+  rep.data_size = opt.zstd_level > 0 ? state.file_size : plan.index.bytes_of_rank.at(rank);
   // This rank's objects, with their checksums.
   const auto& slots = plan.index.slots.at(static_cast<std::size_t>(rank));
-  std::uint64_t nobjects = 0;
-  for (const auto& s : slots) nobjects += s.is_object;
-  rep.u64(nobjects);
   for (std::size_t i = 0; i < slots.size(); ++i) {
     if (!slots[i].is_object) continue;
     const object_record& o = plan.index.objects.at(slots[i].key);
-    rep.str(slots[i].key);
-    rep.str(o.key);
-    rep.ints(o.global_shape);
-    rep.ints(o.global_offset);
-    put_extent(rep, written_extent(o.where, plan.items.at(i)));
+    rep.objects.push_back(detail::reported_object{slots[i].key, o.key, o.global_shape,
+                                                  o.global_offset,
+                                                  written_extent(o.where, plan.items.at(i))});
   }
-  rep.u8(!owned.empty());
   if (!owned.empty()) {
     index_file_builder b;
     for (auto& [key, t] : owned) {
@@ -133,21 +129,16 @@ CAIRN_INLINE result<void> native_strategy::receive_routed(planned_save& plan,
     built_index_file built = b.finish();
     CAIRN_TRY(put_checked(st, index_file_name(rank, plan.save_id), built.file));
     state.index_written = true;
-    rep.u64(built.file.size());
-    rep.u64(built.checksum);
-    rep.u64(built.directories.size());
+    detail::reported_index_file& f = rep.index.emplace();
+    f.size = built.file.size();
+    f.checksum = built.checksum;
     for (const auto& d : built.directories) {
       const tensor_record& t = owned.at(d.key);
-      rep.str(d.key);
-      rep.u8(static_cast<std::uint8_t>(t.type));
-      rep.ints(t.global_shape);
-      rep.u64(d.offset);
-      rep.u64(d.length);
-      rep.u64(d.checksum);
-      rep.u64(t.chunks.size());
+      f.sections.push_back(detail::reported_section{d.key, t.type, t.global_shape, d.offset,
+                                                    d.length, d.checksum, t.chunks.size()});
     }
   }
-  out.report = std::move(rep.data());
+  out.report = detail::encode_message(rep);
   return ok();
 }
 
@@ -178,8 +169,10 @@ CAIRN_INLINE checkpoint_metadata native_strategy::metadata_of(const save_index& 
   whole.slots.resize(static_cast<std::size_t>(index.world_size));
   whole.bytes_of_rank.assign(static_cast<std::size_t>(index.world_size), 0);
   for (std::size_t r = 0; r < reports.size(); ++r) {
-    detail::binary_reader rd(reports[r]);
-    merge_part(rd.blob(), static_cast<int>(r), whole);
+    result<detail::native_write_report> rep =
+        detail::decode_message<detail::native_write_report>(reports[r]);
+    if (!rep) throw exception(std::move(rep).err().with_rank(static_cast<int>(r)));
+    if (rep->part) merge_part(*rep->part, static_cast<int>(r), whole);
   }
   return metadata_of_whole(whole, save_id, reports);
 }
@@ -189,109 +182,80 @@ CAIRN_INLINE checkpoint_metadata native_strategy::manifest_of(const save_index& 
                                                               const std::vector<bytes>& reports) {
   checkpoint_metadata m = empty_metadata(index, save_id);
   for (std::size_t r = 0; r < reports.size(); ++r) {
-    detail::binary_reader rd(reports[r]);
     const int rank = static_cast<int>(r);
-    const bool writes = rd.u8();
-    const std::uint64_t size = rd.u64();
+    result<detail::native_index_report> got =
+        detail::decode_message<detail::native_index_report>(reports[r]);
+    if (!got) throw exception(std::move(got).err().with_rank(rank));
+    detail::native_index_report& rep = *got;
     const auto data_file = static_cast<std::uint32_t>(m.files.size());
-    if (writes) m.files.push_back(file_record{data_file_name(rank, save_id), rank, size});
-    for (std::uint64_t n = rd.u64(); n > 0; --n) {
-      std::string unique = rd.str();
-      object_record o;
-      o.key = rd.str();
-      o.global_shape = rd.ints();
-      o.global_offset = rd.ints();
-      o.where = get_extent(rd);
+    if (rep.writes)
+      m.files.push_back(file_record{data_file_name(rank, save_id), rank, rep.data_size});
+    for (detail::reported_object& ro : rep.objects) {
+      object_record o{std::move(ro.key), std::move(ro.global_shape), std::move(ro.global_offset),
+                      std::move(ro.where)};
       o.where.file = data_file;
-      m.objects.emplace(std::move(unique), std::move(o));
+      m.objects.emplace(std::move(ro.unique_key), std::move(o));
     }
-    if (!rd.u8()) continue;  // owns no tensor
+    if (!rep.index) continue;  // owns no tensor
     const auto index_file = static_cast<std::uint32_t>(m.files.size());
-    file_record f{index_file_name(rank, save_id), rank, rd.u64(), file_role::index};
-    f.checksum = rd.u64();
+    file_record f{index_file_name(rank, save_id), rank, rep.index->size, file_role::index};
+    f.checksum = rep.index->checksum;
     m.files.push_back(std::move(f));
-    for (std::uint64_t n = rd.u64(); n > 0; --n) {
-      std::string key = rd.str();
+    for (detail::reported_section& sec : rep.index->sections) {
       tensor_record t;
-      t.type = static_cast<dtype>(rd.u8());
-      t.global_shape = rd.ints();
-      index_ref ref;
-      ref.file = index_file;
-      ref.offset = rd.u64();
-      ref.length = rd.u64();
-      ref.checksum = rd.u64();
-      ref.chunks = rd.u64();
-      m.tensors.emplace(key, std::move(t));
-      m.index_refs.emplace(std::move(key), ref);
+      t.type = sec.type;
+      t.global_shape = std::move(sec.global_shape);
+      m.tensors.emplace(sec.key, std::move(t));
+      m.index_refs.emplace(std::move(sec.key),
+                           index_ref{index_file, sec.offset, sec.length, sec.checksum, sec.chunks});
     }
   }
   m.version = required_version(m);
   return m;
 }
 
-CAIRN_INLINE bytes native_strategy::encode_part(const save_index& index, int rank) {
-  detail::binary_writer w;
+CAIRN_INLINE detail::index_part_message native_strategy::part_of(const save_index& index,
+                                                                 int rank) {
+  detail::index_part_message part;
   const auto& slots = index.slots.at(static_cast<std::size_t>(rank));
-  w.u64(index.bytes_of_rank.at(static_cast<std::size_t>(rank)));
-  w.u64(slots.size());
+  part.bytes_of_rank = index.bytes_of_rank.at(static_cast<std::size_t>(rank));
+  part.slots.reserve(slots.size());
   for (const write_slot& s : slots) {
-    w.u8(s.is_object);
-    w.str(s.key);
     if (s.is_object) {
       const object_record& o = index.objects.at(s.key);
-      w.str(o.key);
-      w.ints(o.global_shape);
-      w.ints(o.global_offset);
-      w.u64(o.where.byte_offset);
-      w.u64(o.where.nbytes);
+      part.slots.emplace_back(detail::part_object{s.key, o.key, o.global_shape, o.global_offset,
+                                                  o.where.byte_offset, o.where.nbytes});
       continue;
     }
     const tensor_record& t = index.tensors.at(s.key);
     const chunk_record& c = t.chunks.at(s.chunk);
-    w.u8(static_cast<std::uint8_t>(t.type));
-    w.ints(t.global_shape);
-    w.ints(c.region.offset);
-    w.ints(c.region.size);
-    w.ints(c.tiles);
-    w.u64(c.where.byte_offset);
-    w.u64(c.where.nbytes);
+    part.slots.emplace_back(detail::part_chunk{s.key, t.type, t.global_shape, c.region, c.tiles,
+                                               c.where.byte_offset, c.where.nbytes});
   }
-  return std::move(w.data());
+  return part;
 }
 
-CAIRN_INLINE void native_strategy::merge_part(std::span<const std::byte> part,
+CAIRN_INLINE void native_strategy::merge_part(const detail::index_part_message& part,
                                               int rank,
                                               save_index& whole) {
-  if (part.empty()) return;
-  detail::binary_reader rd(part);
   auto r = static_cast<std::size_t>(rank);
-  whole.bytes_of_rank.at(r) = rd.u64();
+  whole.bytes_of_rank.at(r) = part.bytes_of_rank;
   auto file = static_cast<std::uint32_t>(rank);
-  for (std::uint64_t n = rd.u64(); n > 0; --n) {
+  for (const auto& slot : part.slots) {
     write_slot s;
-    s.is_object = rd.u8();
-    s.key = rd.str();
-    if (s.is_object) {
-      object_record o;
-      o.key = rd.str();
-      o.global_shape = rd.ints();
-      o.global_offset = rd.ints();
-      o.where.file = file;
-      o.where.byte_offset = rd.u64();
-      o.where.nbytes = rd.u64();
-      whole.objects[s.key] = std::move(o);
+    if (const auto* po = std::get_if<detail::part_object>(&slot)) {
+      s.is_object = true;
+      s.key = po->unique_key;
+      whole.objects[s.key] = object_record{po->key, po->global_shape, po->global_offset,
+                                           extent{file, po->byte_offset, po->nbytes, {}}};
     } else {
+      const auto& pc = std::get<detail::part_chunk>(slot);
+      s.key = pc.key;
       tensor_record& t = whole.tensors[s.key];
-      t.type = static_cast<dtype>(rd.u8());
-      t.global_shape = rd.ints();
-      chunk_record c;
-      c.region.offset = rd.ints();
-      c.region.size = rd.ints();
-      c.tiles = rd.ints();
-      c.where.file = file;
-      c.where.byte_offset = rd.u64();
-      c.where.nbytes = rd.u64();
-      t.chunks.push_back(std::move(c));
+      t.type = pc.type;
+      t.global_shape = pc.global_shape;
+      t.chunks.push_back(
+          chunk_record{pc.region, extent{file, pc.byte_offset, pc.nbytes, {}}, pc.tiles});
       s.chunk = t.chunks.size() - 1;
     }
     whole.slots[r].push_back(std::move(s));
@@ -313,24 +277,6 @@ CAIRN_INLINE extent native_strategy::written_extent(const extent& planned, const
   e.checksums = it.checksums;
   e.block_offsets = it.block_offsets;
   e.block_stored = it.block_stored;
-  return e;
-}
-
-CAIRN_INLINE void native_strategy::put_extent(detail::binary_writer& w, const extent& e) {
-  w.u64(e.byte_offset);
-  w.u64(e.nbytes);
-  w.u64s(e.checksums);
-  w.u64s(e.block_offsets);
-  w.u64s(e.block_stored);
-}
-
-CAIRN_INLINE extent native_strategy::get_extent(detail::binary_reader& rd) {
-  extent e;
-  e.byte_offset = rd.u64();
-  e.nbytes = rd.u64();
-  e.checksums = rd.u64s();
-  e.block_offsets = rd.u64s();
-  e.block_stored = rd.u64s();
   return e;
 }
 
@@ -356,22 +302,28 @@ CAIRN_INLINE checkpoint_metadata native_strategy::metadata_of_whole(
       if (slot.is_object)
         m.objects.at(slot.key).where.file = file_of(static_cast<std::uint32_t>(r));
   for (std::size_t r = 0; r < reports.size(); ++r) {
-    detail::binary_reader rd(reports[r]);
-    (void)rd.blob();  // the rank's part of a partial index (merged by metadata_of)
-    bool compressed = rd.u8();
-    std::uint64_t file_size = rd.u64();
-    for (const auto& s : index.slots[r]) {
+    result<detail::native_write_report> got =
+        detail::decode_message<detail::native_write_report>(reports[r]);
+    if (!got) throw exception(std::move(got).err().with_rank(static_cast<int>(r)));
+    detail::native_write_report& rep = *got;
+    if (rep.items.size() != index.slots[r].size())
+      throw exception(make_error(errc::comm, "malformed write report between ranks: " +
+                                                 std::to_string(rep.items.size()) + " items for " +
+                                                 std::to_string(index.slots[r].size()) + " planned")
+                          .with_rank(static_cast<int>(r)));
+    for (std::size_t i = 0; i < rep.items.size(); ++i) {
+      const write_slot& s = index.slots[r][i];
       extent& e =
           s.is_object ? m.objects.at(s.key).where : m.tensors.at(s.key).chunks.at(s.chunk).where;
-      e.checksums = rd.u64s();
-      if (compressed) {
-        e.byte_offset = rd.u64();
-        e.block_offsets = rd.u64s();
-        e.block_stored = rd.u64s();
+      e.checksums = std::move(rep.items[i].checksums);
+      if (auto& c = rep.items[i].compressed) {
+        e.byte_offset = c->file_offset;
+        e.block_offsets = std::move(c->block_offsets);
+        e.block_stored = std::move(c->block_stored);
       }
     }
-    if (compressed && file_of_rank[r] >= 0)
-      m.files[static_cast<std::size_t>(file_of_rank[r])].nbytes = file_size;
+    if (rep.compressed && file_of_rank[r] >= 0)
+      m.files[static_cast<std::size_t>(file_of_rank[r])].nbytes = rep.file_size;
   }
   m.version = required_version(m);
   return m;

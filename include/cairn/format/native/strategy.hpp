@@ -6,10 +6,11 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <variant>
 #include <vector>
 
-#include "cairn/detail/binary.hpp"
 #include "cairn/detail/config.hpp"
+#include "cairn/detail/message.hpp"
 #include "cairn/format/native/metadata.hpp"
 #include "cairn/format/native/writer.hpp"
 #include "cairn/format/save_strategy.hpp"
@@ -17,6 +18,95 @@
 #include "cairn/plan/scalable.hpp"
 
 namespace cairn {
+
+namespace detail {
+
+/// An object this rank writes, in its part of a partial index (scalable planning).
+struct part_object {
+  std::string unique_key;  ///< its key in the index (`object_unique_key`)
+  std::string key;
+  shape global_shape, global_offset;
+  std::uint64_t byte_offset = 0, nbytes = 0;
+};
+
+/// A chunk this rank writes, in its part of a partial index (scalable planning).
+struct part_chunk {
+  std::string key;
+  dtype type = dtype::f32;
+  shape global_shape;
+  box region;
+  tile_counts tiles;
+  std::uint64_t byte_offset = 0, nbytes = 0;
+};
+
+/// A rank's part of a partial index, in the order it writes: what rank 0 merges into the whole.
+struct index_part_message {
+  static constexpr std::string_view message_name = "index part";
+  std::uint64_t bytes_of_rank = 0;
+  std::vector<std::variant<part_object, part_chunk>> slots;
+};
+
+/// Where a compressed item's blocks went in its file.
+struct compressed_placement {
+  std::uint64_t file_offset = 0;
+  std::vector<std::uint64_t> block_offsets, block_stored;
+};
+
+/// What `write` learned about one item: its checksums, and its blocks when compressed.
+struct written_item {
+  std::vector<std::uint64_t> checksums;
+  std::optional<compressed_placement> compressed;
+};
+
+/// A rank's report of its write, for metadata.json (versions 1 to 3): its part of a partial
+/// index, its data file's size and each item in slot order.
+struct native_write_report {
+  static constexpr std::string_view message_name = "write report";
+  std::optional<index_part_message> part;
+  bool compressed = false;
+  std::uint64_t file_size = 0;
+  std::vector<written_item> items;
+};
+
+/// An object as a version-4 report carries it: its index key, record and stored extent.
+struct reported_object {
+  std::string unique_key;
+  std::string key;
+  shape global_shape, global_offset;
+  extent where;
+};
+
+/// One tensor's section in a rank's index file, as the manifest points to it.
+struct reported_section {
+  std::string key;
+  dtype type = dtype::f32;
+  shape global_shape;
+  std::uint64_t offset = 0, length = 0, checksum = 0, chunks = 0;
+};
+
+/// The index file a rank wrote for the tensors it owns.
+struct reported_index_file {
+  std::uint64_t size = 0, checksum = 0;
+  std::vector<reported_section> sections;
+};
+
+/// A rank's report of its write, for the version-4 manifest: whether it wrote a data file and
+/// how large, its objects, and its index file when it owns tensors.
+struct native_index_report {
+  static constexpr std::string_view message_name = "index report";
+  bool writes = false;
+  std::uint64_t data_size = 0;
+  std::vector<reported_object> objects;
+  std::optional<reported_index_file> index;
+};
+
+/// The index sections a rank sends the owner of their keys (version 4's routing step).
+struct routed_sections {
+  static constexpr std::string_view message_name = "routed index sections";
+  std::vector<bytes> sections;
+};
+
+}  // namespace detail
 
 /// cairn's own format (docs/format.md): one data file per writing rank, chunks tiled into
 /// checksum blocks, `metadata.json` written last by rank 0. The default strategy.
@@ -69,9 +159,9 @@ class native_strategy final : public save_strategy {
                                          const std::string& save_id,
                                          const std::vector<bytes>& reports);
   /// Rank `rank`'s part of a partial index, as its report carries it to rank 0.
-  static bytes encode_part(const save_index& index, int rank);
-  /// Adds rank `rank`'s part (`encode_part`) to `whole`: its chunks after those of lower ranks.
-  static void merge_part(std::span<const std::byte> part, int rank, save_index& whole);
+  static detail::index_part_message part_of(const save_index& index, int rank);
+  /// Adds rank `rank`'s part (`part_of`) to `whole`: its chunks after those of lower ranks.
+  static void merge_part(const detail::index_part_message& part, int rank, save_index& whole);
 
  private:
   /// The metadata of a save before anything is in it: world size, save id, block size.
@@ -79,9 +169,6 @@ class native_strategy final : public save_strategy {
   /// A planned extent as `write` left it: the item's checksums, and for a compressed item where
   /// its blocks went (`write_item::file_offset` is the extent's offset either way).
   static extent written_extent(const extent& planned, const write_item& it);
-  /// An extent's place, size, checksums and blocks, for a report (not its file).
-  static void put_extent(detail::binary_writer& w, const extent& e);
-  static extent get_extent(detail::binary_reader& rd);
   /// metadata_of for an index that holds every rank's chunks.
   static checkpoint_metadata metadata_of_whole(const save_index& index,
                                                const std::string& save_id,
