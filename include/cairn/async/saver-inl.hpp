@@ -13,8 +13,8 @@
 
 #include "cairn/async/saver.hpp"
 #include "cairn/comm/agree.hpp"
-#include "cairn/pipeline/buffer_pool.hpp"
 #include "cairn/pipeline/save.hpp"
+#include "cairn/storage/buffer_pool.hpp"
 #include "cairn/storage/writer_slots.hpp"
 
 namespace cairn {

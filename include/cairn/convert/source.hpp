@@ -25,7 +25,7 @@
 #include "cairn/format/foreign.hpp"
 #include "cairn/format/native/reader.hpp"
 #include "cairn/load.hpp"
-#include "cairn/pipeline/buffer_pool.hpp"
+#include "cairn/storage/buffer_pool.hpp"
 #include "cairn/storage/storage.hpp"
 
 namespace cairn::convert {

@@ -15,9 +15,9 @@
 #include "cairn/core/error.hpp"
 #include "cairn/detail/config.hpp"
 #include "cairn/options.hpp"
-#include "cairn/pipeline/buffer_pool.hpp"
 #include "cairn/plan/box.hpp"
 #include "cairn/plan/save_plan.hpp"
+#include "cairn/storage/buffer_pool.hpp"
 #include "cairn/storage/storage.hpp"
 #include "cairn/tree/leaves.hpp"
 

@@ -16,10 +16,10 @@
 #include "cairn/format/native/metadata.hpp"
 #include "cairn/format/registry.hpp"
 #include "cairn/options.hpp"
-#include "cairn/pipeline/buffer_pool.hpp"
+#include "cairn/pipeline/keys.hpp"
 #include "cairn/plan/box.hpp"
-#include "cairn/plan/keys.hpp"
 #include "cairn/plan/load_plan.hpp"
+#include "cairn/storage/buffer_pool.hpp"
 #include "cairn/storage/storage.hpp"
 #include "cairn/tree/leaves.hpp"
 

@@ -158,6 +158,18 @@ CAIRN_INLINE result<std::vector<std::vector<piece>>> describe_rank(const leaf_li
   return pieces;
 }
 
+CAIRN_INLINE plan_settings settings_of(const save_options& o) {
+  plan_settings s;
+  s.block_size = o.block_size;
+  s.balance_min_bytes = o.balance_min_bytes;
+  s.tile = o.tile;
+  s.scalable = o.scalable_planning;
+  s.index_files = o.index_files;
+  s.strategy = o.strategy;
+  s.validated = o.validate_access_integrity;
+  return s;
+}
+
 CAIRN_INLINE result<void> vote_on_cached_plan(const rank_desc& me,
                                               const std::optional<error>& failure,
                                               save_plan_cache& cache,
@@ -236,7 +248,8 @@ CAIRN_INLINE result<save_index> plan_everywhere(const rank_desc& me,
   if (opt.plan_cache) {
     std::vector<std::uint64_t> per_rank;
     for (const auto& d : all) per_rank.push_back(structure_hash(d));
-    plan_cache_access::store(*opt.plan_cache, comm.size(), opt, std::move(per_rank), index);
+    plan_cache_access::store(*opt.plan_cache, comm.size(), settings_of(opt), std::move(per_rank),
+                             index);
   }
   return index;
 }
@@ -254,8 +267,8 @@ CAIRN_INLINE result<save_index> plan_at_scale(const rank_desc& me,
   CAIRN_TRY(check_overwrite(a.exists_at_root, st, opt));
   stats.save_id = a.save_id;
   if (opt.plan_cache)
-    plan_cache_access::store(*opt.plan_cache, comm.size(), opt, std::move(a.structure_of_rank),
-                             a.index);
+    plan_cache_access::store(*opt.plan_cache, comm.size(), settings_of(opt),
+                             std::move(a.structure_of_rank), a.index);
   return std::move(a.index);
 }
 
@@ -270,7 +283,7 @@ CAIRN_INLINE result<save_index> agree_on_index(const rank_desc& me,
                       "save_options::scalable_planning needs a strategy that plans at scale; " +
                           std::string(strategy_of(opt).name()) + " does not");
   save_plan_cache* cache = opt.plan_cache;
-  if (cache && plan_cache_access::usable(*cache, comm.size(), opt)) {
+  if (cache && plan_cache_access::usable(*cache, comm.size(), settings_of(opt))) {
     agreed_plan agreed;
     CAIRN_TRY(vote_on_cached_plan(me, failure, *cache, comm, opt, agreed));
     if (agreed.cached) {

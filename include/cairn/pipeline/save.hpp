@@ -118,6 +118,9 @@ struct agreed_plan {
   std::string save_id;               ///< rank 0's save id
 };
 
+/// The settings of `o` a cached plan depends on.
+CAIRN_INLINE plan_settings settings_of(const save_options& o);
+
 /// What each rank sends rank 0 with a warm plan cache: hashes of its structure and its commons.
 struct plan_vote_message {
   static constexpr std::string_view message_name = "plan cache vote";

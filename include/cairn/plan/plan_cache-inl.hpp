@@ -17,12 +17,8 @@ CAIRN_INLINE std::uint64_t structure_hash(const rank_desc& d) {
 
 CAIRN_INLINE bool plan_cache_access::usable(const save_plan_cache& c,
                                             int world,
-                                            const save_options& o) {
-  return c.valid_ && c.world_ == world && c.block_size_ == o.block_size &&
-         c.balance_min_bytes_ == o.balance_min_bytes && c.tile_ == o.tile &&
-         c.strategy_ == static_cast<const void*>(o.strategy) &&
-         c.scalable_ == o.scalable_planning && c.index_files_ == o.index_files &&
-         (c.validated_ || !o.validate_access_integrity);
+                                            const plan_settings& want) {
+  return c.valid_ && c.world_ == world && c.settings_.serves(want);
 }
 
 CAIRN_INLINE save_index plan_cache_access::hit(save_plan_cache& c) {
@@ -32,19 +28,13 @@ CAIRN_INLINE save_index plan_cache_access::hit(save_plan_cache& c) {
 
 CAIRN_INLINE void plan_cache_access::store(save_plan_cache& c,
                                            int world,
-                                           const save_options& o,
+                                           const plan_settings& made_with,
                                            std::vector<std::uint64_t> structure,
                                            const save_index& index) {
   ++c.misses_;
   c.valid_ = true;
   c.world_ = world;
-  c.block_size_ = o.block_size;
-  c.balance_min_bytes_ = o.balance_min_bytes;
-  c.tile_ = o.tile;
-  c.scalable_ = o.scalable_planning;
-  c.index_files_ = o.index_files;
-  c.strategy_ = o.strategy;
-  c.validated_ = o.validate_access_integrity;
+  c.settings_ = made_with;
   c.structure_ = std::move(structure);
   c.index_ = index;
 }

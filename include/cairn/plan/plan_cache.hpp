@@ -7,7 +7,6 @@
 #include <vector>
 
 #include "cairn/detail/config.hpp"
-#include "cairn/options.hpp"
 #include "cairn/plan/save_plan.hpp"
 
 namespace cairn {
@@ -15,6 +14,26 @@ namespace cairn {
 namespace detail {
 struct plan_cache_access;
 }  // namespace detail
+
+/// What a plan depends on besides the ranks' structure: the settings it was made with. A cached
+/// plan is reused only under the same settings.
+struct plan_settings {
+  std::uint64_t block_size = 0;
+  std::uint64_t balance_min_bytes = 0;
+  bool tile = true;
+  bool scalable = false;
+  bool index_files = false;
+  const void* strategy = nullptr;  ///< the save strategy (its identity)
+  bool validated = false;          ///< the plan's access integrity was checked
+
+  /// Whether a plan made under these settings serves a save under `want`: the same settings,
+  /// and validated if `want` asks for validation.
+  bool serves(const plan_settings& want) const noexcept {
+    return block_size == want.block_size && balance_min_bytes == want.balance_min_bytes &&
+           tile == want.tile && scalable == want.scalable && index_files == want.index_files &&
+           strategy == want.strategy && (validated || !want.validated);
+  }
+};
 
 /// Remembers the plan of the last save made with it. A later save whose tree structure and
 /// sharding are unchanged on every rank reuses the plan: the ranks exchange a few bytes (a
@@ -34,12 +53,7 @@ class save_plan_cache {
   friend struct detail::plan_cache_access;
   bool valid_ = false;
   int world_ = 0;
-  std::uint64_t block_size_ = 0, balance_min_bytes_ = 0;
-  bool tile_ = true;
-  bool scalable_ = false;
-  bool index_files_ = false;
-  const void* strategy_ = nullptr;
-  bool validated_ = false;
+  plan_settings settings_;
   std::vector<std::uint64_t> structure_;  // per rank (on rank 0; the vote is decided there)
   save_index index_;
   std::size_t hits_ = 0, misses_ = 0;
@@ -53,14 +67,14 @@ CAIRN_INLINE std::uint64_t structure_hash(const rank_desc& d);
 
 /// save_leaves' access to save_plan_cache.
 struct plan_cache_access {
-  static bool usable(const save_plan_cache& c, int world, const save_options& o);
+  static bool usable(const save_plan_cache& c, int world, const plan_settings& want);
   static const std::vector<std::uint64_t>& structure(const save_plan_cache& c) {
     return c.structure_;
   }
   static save_index hit(save_plan_cache& c);
   static void store(save_plan_cache& c,
                     int world,
-                    const save_options& o,
+                    const plan_settings& made_with,
                     std::vector<std::uint64_t> structure,
                     const save_index& index);
 };

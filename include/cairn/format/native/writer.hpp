@@ -18,7 +18,7 @@
 #include "cairn/format/native/metadata.hpp"
 #include "cairn/format/native/reader.hpp"
 #include "cairn/format/save_strategy.hpp"
-#include "cairn/pipeline/buffer_pool.hpp"
+#include "cairn/storage/buffer_pool.hpp"
 #include "cairn/storage/storage.hpp"
 
 namespace cairn::detail {

@@ -1,8 +1,8 @@
-// cairn/pipeline/buffer_pool-inl.hpp: the bodies of cairn/pipeline/buffer_pool.hpp (included by it
+// cairn/storage/buffer_pool-inl.hpp: the bodies of cairn/storage/buffer_pool.hpp (included by it
 // when header-only; compiled once into cairn::compiled with CAIRN_SEPARATE_COMPILATION).
 #pragma once
 
-#include "cairn/pipeline/buffer_pool.hpp"
+#include "cairn/storage/buffer_pool.hpp"
 
 namespace cairn {
 

@@ -1,4 +1,4 @@
-// cairn/plan/keys.hpp: which leaves a load asks for: ignore globs, the edit callback, key
+// cairn/pipeline/keys.hpp: which leaves a load asks for: ignore globs, the edit callback, key
 // mapping, and the strict modes' view of keys the checkpoint lacks or that nobody asks for.
 #pragma once
 
@@ -41,5 +41,5 @@ CAIRN_INLINE result<void> report_strict(const load_options& opt, int rank, const
 }  // namespace cairn::detail
 
 #if CAIRN_HEADER_ONLY
-#  include "cairn/plan/keys-inl.hpp"
+#  include "cairn/pipeline/keys-inl.hpp"
 #endif

@@ -1,7 +1,7 @@
-// Which leaves a load asks for (plan/keys.hpp): ignore globs, edit_keys and key_mapping over
+// Which leaves a load asks for (pipeline/keys.hpp): ignore globs, edit_keys and key_mapping over
 // tensors, objects and commons; dropping keys the checkpoint lacks; and what each strict mode
 // logs or raises.
-#include "cairn/plan/keys.hpp"
+#include "cairn/pipeline/keys.hpp"
 
 #include <doctest/doctest.h>
 

@@ -1,10 +1,10 @@
-// cairn/plan/keys-inl.hpp: the bodies of cairn/plan/keys.hpp (included by it when header-only;
-// compiled once into cairn::compiled with CAIRN_SEPARATE_COMPILATION).
+// cairn/pipeline/keys-inl.hpp: the bodies of cairn/pipeline/keys.hpp (included by it when
+// header-only; compiled once into cairn::compiled with CAIRN_SEPARATE_COMPILATION).
 #pragma once
 
 #include <cstdio>
 
-#include "cairn/plan/keys.hpp"
+#include "cairn/pipeline/keys.hpp"
 
 namespace cairn::detail {
 

@@ -1,4 +1,4 @@
-// cairn/pipeline/buffer_pool.hpp: reusable host buffers for the copies that cannot go straight
+// cairn/storage/buffer_pool.hpp: reusable host buffers for the copies that cannot go straight
 // between user memory and storage (gathering tiles on save, partial blocks on load).
 #pragma once
 
@@ -34,5 +34,5 @@ class buffer_pool {
 }  // namespace cairn
 
 #if CAIRN_HEADER_ONLY
-#  include "cairn/pipeline/buffer_pool-inl.hpp"
+#  include "cairn/storage/buffer_pool-inl.hpp"
 #endif

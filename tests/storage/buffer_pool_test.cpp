@@ -1,6 +1,6 @@
-// buffer_pool (pipeline/buffer_pool.hpp): buffers of the pool's size, reused once given back,
+// buffer_pool (storage/buffer_pool.hpp): buffers of the pool's size, reused once given back,
 // never handed to two holders at once, from many threads.
-#include "cairn/pipeline/buffer_pool.hpp"
+#include "cairn/storage/buffer_pool.hpp"
 
 #include <doctest/doctest.h>
 
