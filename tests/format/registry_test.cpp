@@ -17,7 +17,12 @@ namespace {
 class wrapped_native final : public cairn::save_strategy {
  public:
   std::string_view name() const noexcept override { return "wrapped_native"; }
-  bool tiles(const cairn::save_options& o) const noexcept override { return native_.tiles(o); }
+  /// The native tiles, and none of its optional steps (this wrapper does not route).
+  cairn::writer_features features(const cairn::save_options& o) const noexcept override {
+    cairn::writer_features f;
+    f.tile = native_.features(o).tile;
+    return f;
+  }
   cairn::result<void> write(cairn::planned_save& plan,
                             cairn::storage_ref st,
                             const cairn::save_options& opt,

@@ -24,7 +24,11 @@ namespace {
 class manifest_strategy final : public cairn::save_strategy {
  public:
   std::string_view name() const noexcept override { return "native+manifest"; }
-  bool tiles(const cairn::save_options& opt) const noexcept override { return native_.tiles(opt); }
+  cairn::writer_features features(const cairn::save_options& opt) const noexcept override {
+    cairn::writer_features f;
+    f.tile = native_.features(opt).tile;
+    return f;
+  }
   cairn::result<void> write(cairn::planned_save& plan,
                             cairn::storage_ref st,
                             const cairn::save_options& opt,

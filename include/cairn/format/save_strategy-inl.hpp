@@ -6,11 +6,6 @@
 
 namespace cairn {
 
-CAIRN_INLINE bool save_strategy::tiles(const save_options& opt) const noexcept {
-  (void)opt;
-  return false;
-}
-
 CAIRN_INLINE result<void> save_strategy::check(const leaf_list& leaves) const {
   (void)leaves;
   return ok();
@@ -23,11 +18,6 @@ CAIRN_INLINE result<void> save_strategy::assemble(planned_save& plan,
                                                   written_save& out) const {
   (void)plan, (void)reports, (void)st, (void)opt, (void)out;
   return ok();
-}
-
-CAIRN_INLINE bool save_strategy::routes(const save_options& opt) const noexcept {
-  (void)opt;
-  return false;
 }
 
 CAIRN_INLINE std::vector<bytes> save_strategy::route(const planned_save& plan,

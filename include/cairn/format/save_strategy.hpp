@@ -66,6 +66,23 @@ struct written_save {
   std::any local;
 };
 
+/// What a writer can do and which optional steps of a save it runs: one value, asked once per
+/// save, instead of a yes/no question per feature. The defaults describe the simplest writer:
+/// no tiles, a whole index, overwrite allowed, no second pass.
+struct writer_features {
+  /// How planning cuts chunks into tiles (only formats that record tiles can hold them).
+  tiling tile = no_tiles;
+  /// Works with a partial index (`save_options::scalable_planning`): each rank's
+  /// `planned_save::index` then holds only its own chunks and objects.
+  bool plans_at_scale = false;
+  /// `save_options::overwrite` may replace a committed checkpoint in place.
+  bool can_overwrite = true;
+  /// Runs step 2, `assemble`.
+  bool assembles = false;
+  /// Runs step 2', `route` and `receive_routed` (only when it does not assemble).
+  bool routes = false;
+};
+
 /// A save strategy: how the chunks a save planned become files, and what metadata says where
 /// they are. Storage stays separate (any backend works). Planning is shared by every strategy:
 /// replicas are deduplicated, writes balanced across ranks, access integrity checked. A
@@ -87,18 +104,11 @@ class save_strategy {
   virtual ~save_strategy() = default;
   /// The strategy's name ("native", "torch_dist", "one_file", ...).
   virtual std::string_view name() const noexcept = 0;
-  /// Whether planning cuts chunks larger than `block_size` into tiles (only formats that
-  /// record tiles can hold them).
-  virtual bool tiles(const save_options& opt) const noexcept;
-  /// How planning cuts chunks into tiles (`tiling`): by default block tiles when `tiles`.
-  virtual tiling tiling_for(const save_options& opt) const noexcept {
-    return tiles(opt) ? block_tiles : no_tiles;
+  /// What this writer does under `opt` (`writer_features`); the default is the simplest writer.
+  virtual writer_features features(const save_options& opt) const noexcept {
+    (void)opt;
+    return {};
   }
-  /// Whether the strategy works with a partial index (`save_options::scalable_planning`):
-  /// each rank's `planned_save::index` then holds only its own chunks and objects.
-  virtual bool plans_at_scale() const noexcept { return false; }
-  /// Whether `save_options::overwrite` may replace a committed checkpoint in place.
-  virtual bool can_overwrite() const noexcept { return true; }
   /// Checks this rank's leaves before planning (a format that holds tensors only rejects
   /// objects here). Called on every rank; a failure reaches every rank.
   virtual result<void> check(const leaf_list& leaves) const;
@@ -109,19 +119,17 @@ class save_strategy {
                              const save_options& opt,
                              buffer_pool* buffers,
                              written_save& out) const = 0;
-  /// Whether step 2 runs.
-  virtual bool assembles() const noexcept { return false; }
-  /// Step 2, with every rank's write report (indexed by rank); sets `out.assemble_report`.
+  /// Step 2 (when `features().assembles`), with every rank's write report (indexed by rank); sets
+  /// `out.assemble_report`.
   virtual result<void> assemble(planned_save& plan,
                                 const std::vector<bytes>& reports,
                                 storage_ref st,
                                 const save_options& opt,
                                 written_save& out) const;
-  /// Whether step 2' runs (strategies that do not assemble): reports go to the ranks that own
-  /// keys rather than to every rank (format version 4 writes its index files that way).
-  virtual bool routes(const save_options& opt) const noexcept;
-  /// Step 2' (every rank, after every write succeeded): what this rank sends each rank, by rank
-  /// (`plan.index.world_size` buffers).
+  /// Step 2' (when `features().routes` and the strategy does not assemble; every rank, after
+  /// every write succeeded): reports go to the ranks that own keys rather than to every rank
+  /// (format version 4 writes its index files that way). What this rank sends each rank, by
+  /// rank (`plan.index.world_size` buffers).
   virtual std::vector<bytes> route(const planned_save& plan,
                                    const written_save& w,
                                    const save_options& opt) const;

@@ -81,7 +81,7 @@ CAIRN_INLINE void recording_storage::record(std::string_view name) {
 
 CAIRN_INLINE save_options effective_options(const save_options& opt) {
   save_options eff = opt;
-  eff.index_files = opt.index_files && strategy_of(opt).routes(opt);
+  eff.index_files = opt.index_files && strategy_of(opt).features(opt).routes;
   return eff;
 }
 
@@ -213,7 +213,7 @@ CAIRN_INLINE result<void> check_overwrite(bool exists_at_root,
                       "a committed checkpoint already exists here; pass "
                       "save_options{.overwrite = true} to replace it")
         .with_file(st.describe(metadata_name));
-  if (!strategy_of(opt).can_overwrite())
+  if (!strategy_of(opt).features(opt).can_overwrite)
     return make_error(errc::already_exists,
                       "a committed checkpoint already exists here and the " +
                           std::string(strategy_of(opt).name()) +
@@ -244,7 +244,7 @@ CAIRN_INLINE result<save_index> plan_everywhere(const rank_desc& me,
   else
     CAIRN_TRY(check_unique_objects(all));
   save_index index =
-      plan_save(all, opt.block_size, opt.balance_min_bytes, strategy_of(opt).tiling_for(opt));
+      plan_save(all, opt.block_size, opt.balance_min_bytes, strategy_of(opt).features(opt).tile);
   if (opt.plan_cache) {
     std::vector<std::uint64_t> per_rank;
     for (const auto& d : all) per_rank.push_back(structure_hash(d));
@@ -260,10 +260,10 @@ CAIRN_INLINE result<save_index> plan_at_scale(const rank_desc& me,
                                               comm_ref comm,
                                               const save_options& opt,
                                               save_stats& stats) {
-  CAIRN_TRY_ASSIGN(
-      scalable_agreement a,
-      scalable_plan(me, failure, comm, opt.validate_access_integrity, opt.block_size,
-                    opt.balance_min_bytes, strategy_of(opt).tiling_for(opt), structure_hash(me)));
+  CAIRN_TRY_ASSIGN(scalable_agreement a,
+                   scalable_plan(me, failure, comm, opt.validate_access_integrity, opt.block_size,
+                                 opt.balance_min_bytes, strategy_of(opt).features(opt).tile,
+                                 structure_hash(me)));
   CAIRN_TRY(check_overwrite(a.exists_at_root, st, opt));
   stats.save_id = a.save_id;
   if (opt.plan_cache)
@@ -278,7 +278,7 @@ CAIRN_INLINE result<save_index> agree_on_index(const rank_desc& me,
                                                comm_ref comm,
                                                const save_options& opt,
                                                save_stats& stats) {
-  if (opt.scalable_planning && !strategy_of(opt).plans_at_scale())
+  if (opt.scalable_planning && !strategy_of(opt).features(opt).plans_at_scale)
     return make_error(errc::invalid_argument,
                       "save_options::scalable_planning needs a strategy that plans at scale; " +
                           std::string(strategy_of(opt).name()) + " does not");
@@ -464,8 +464,9 @@ CAIRN_INLINE result<void> commit_at_root(
 CAIRN_INLINE result<save_stats> commit_phase(
     planned_save& plan, written_save& w, storage_ref st, comm_ref comm, const save_options& opt) {
   const save_strategy& strategy = strategy_of(opt);
-  if (!strategy.assembles()) {
-    if (strategy.routes(opt)) route_step(plan, w, st, comm, opt);
+  const writer_features features = strategy.features(opt);
+  if (!features.assembles) {
+    if (features.routes) route_step(plan, w, st, comm, opt);
     CAIRN_TRY(commit_at_root(plan, w, st, comm, opt));
   } else {
     rank_statuses written = agree(comm, w.failure, w.report);

@@ -52,7 +52,12 @@ class torch_dist_strategy final : public save_strategy {
   /// `f`: which torch module paths `.metadata` names (torch 2.x, or 1.13's prototype).
   explicit torch_dist_strategy(dcp::flavor f = dcp::flavor::torch2) : flavor_(f) {}
   std::string_view name() const noexcept override { return "torch_dist"; }
-  bool can_overwrite() const noexcept override { return false; }
+  /// No tiles, a whole index, never in place (see above).
+  writer_features features(const save_options&) const noexcept override {
+    writer_features f;
+    f.can_overwrite = false;
+    return f;
+  }
 
   /// Refuses, before anything is written, tensors whose dtype the flavor's torch lacks.
   result<void> check(const leaf_list& leaves) const override;

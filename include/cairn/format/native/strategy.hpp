@@ -113,18 +113,21 @@ struct routed_sections {
 class native_strategy final : public save_strategy {
  public:
   std::string_view name() const noexcept override { return "native"; }
-  bool tiles(const save_options& opt) const noexcept override { return opt.tile; }
-  /// Chunks larger than a block are tiled; version 4 also cuts slabs along sharded axes.
-  tiling tiling_for(const save_options& opt) const noexcept override {
-    return !opt.tile ? no_tiles : opt.index_files ? index_slabs : block_tiles;
+  /// Chunks larger than a block are tiled (unless `save_options::tile` is off); version 4
+  /// (`index_files`) also cuts slabs along sharded axes and routes chunk records to the owners
+  /// of their keys. Plans at scale.
+  writer_features features(const save_options& opt) const noexcept override {
+    writer_features f;
+    f.tile = !opt.tile ? no_tiles : opt.index_files ? index_slabs : block_tiles;
+    f.plans_at_scale = true;
+    f.routes = opt.index_files;
+    return f;
   }
-  bool plans_at_scale() const noexcept override { return true; }
   result<void> write(planned_save& plan,
                      storage_ref st,
                      const save_options& opt,
                      buffer_pool* buffers,
                      written_save& out) const override;
-  bool routes(const save_options& opt) const noexcept override { return opt.index_files; }
   /// Format version 4: this rank's chunk records (box, tiles, place, checksums) of each key
   /// go to the key's owner, as an index section (the index file's own encoding).
   std::vector<bytes> route(const planned_save& plan,

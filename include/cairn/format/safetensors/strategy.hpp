@@ -43,7 +43,13 @@ class safetensors_strategy final : public save_strategy {
                                 std::uint64_t chunk_size = 5'000'000'000,
                                 std::uint64_t slab_bytes = std::uint64_t{64} << 20);
   std::string_view name() const noexcept override { return convert::format_name(format_); }
-  bool can_overwrite() const noexcept override { return false; }
+  /// Builds its files in a second pass (`assemble`); never in place (fixed file names).
+  writer_features features(const save_options&) const noexcept override {
+    writer_features f;
+    f.can_overwrite = false;
+    f.assembles = true;
+    return f;
+  }
 
   result<void> check(const leaf_list& leaves) const override;
 
@@ -52,8 +58,6 @@ class safetensors_strategy final : public save_strategy {
                      const save_options& opt,
                      buffer_pool* buffers,
                      written_save& out) const override;
-
-  bool assembles() const noexcept override { return true; }
 
   result<void> assemble(planned_save& plan,
                         const std::vector<bytes>& reports,
