@@ -168,6 +168,22 @@ TEST_CASE("flags and variant indexes out of range are refused") {
   CHECK(e.err().message.find("index is 2 of 2") != std::string::npos);
 }
 
+TEST_CASE("a map whose keys are out of order or repeated is refused") {
+  using counts = std::map<std::string, std::uint64_t>;
+  cairn::detail::message_writer w;
+  w.count(2);
+  cairn::detail::write_message(w, std::pair<std::string, std::uint64_t>("b", 1));
+  cairn::detail::write_message(w, std::pair<std::string, std::uint64_t>("a", 2));
+  auto r = decode_message<counts>(w.data());
+  REQUIRE_FALSE(r.has_value());
+  CHECK(r.err().message.find("out of order or repeated at byte 25") != std::string::npos);
+  cairn::detail::message_writer twice;
+  twice.count(2);
+  cairn::detail::write_message(twice, std::pair<std::string, std::uint64_t>("a", 1));
+  cairn::detail::write_message(twice, std::pair<std::string, std::uint64_t>("a", 2));
+  CHECK_FALSE(decode_message<counts>(twice.data()).has_value());
+}
+
 TEST_CASE("empty input is a truncated message, never a default value") {
   CHECK_FALSE(decode_message<std::uint64_t>({}).has_value());
   CHECK_FALSE(decode_message<inner>({}).has_value());

@@ -13,8 +13,9 @@
 // (variant: one byte). A type that is not an aggregate specializes `message_traits`.
 //
 // Decoding checks every count against the bytes left before allocating, every flag and index
-// against its range, and that the whole input was used: a truncated, padded or lying message is
-// an `errc::comm` error naming the message and the byte offset, never a crash or a huge
+// against its range, that a map's keys come in order and once, and that the whole input was
+// used (so an accepted input is the one encoding of its value): a truncated, padded or lying
+// message is an `errc::comm` error naming the message and the byte offset, never a crash or a huge
 // allocation. Messages travel between ranks of one job (one build of cairn): the encoding is not
 // a file format and is not versioned.
 #pragma once
@@ -24,6 +25,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <iterator>
 #include <map>
 #include <optional>
 #include <span>
@@ -176,11 +178,15 @@ void write(message_writer& w, const T& v);
 template <class T>
 bool read(message_reader& r, T& v);
 
-template <class Variant, std::size_t... I>
-bool read_alternative(message_reader& r, Variant& v, std::size_t index, std::index_sequence<I...>) {
-  bool ok = false;
-  ((index == I ? (ok = read(r, v.template emplace<I>()), true) : false) || ...);
-  return ok;
+/// Reads alternative `index` of a variant (checked against its size by the caller).
+template <class Variant, std::size_t I = 0>
+bool read_alternative(message_reader& r, Variant& v, std::size_t index) {
+  if constexpr (I < std::variant_size_v<Variant>) {
+    if (index == I) return read(r, v.template emplace<I>());
+    return read_alternative<Variant, I + 1>(r, v, index);
+  } else {
+    return false;
+  }
 }
 
 template <class T>
@@ -276,8 +282,13 @@ bool read(message_reader& r, T& v) {
     for (std::size_t i = 0; i < n; ++i) {
       typename T::key_type k{};
       typename T::mapped_type e{};
-      if (!read(r, k) || !read(r, e)) return false;
-      v.insert_or_assign(v.end(), std::move(k), std::move(e));
+      const std::size_t at = r.position();
+      if (!read(r, k)) return false;
+      // One encoding per map: keys in order, each once (as the writer sends them).
+      if (!v.empty() && !v.key_comp()(std::prev(v.end())->first, k))
+        return r.fail("a map's keys are out of order or repeated", at);
+      if (!read(r, e)) return false;
+      v.emplace_hint(v.end(), std::move(k), std::move(e));
     }
     return true;
   } else if constexpr (is_a<T, std::optional>) {
@@ -296,7 +307,7 @@ bool read(message_reader& r, T& v) {
       return r.fail("a variant's index is " + std::to_string(index) + " of " +
                         std::to_string(std::variant_size_v<T>),
                     at);
-    return read_alternative(r, v, index, std::make_index_sequence<std::variant_size_v<T>>{});
+    return read_alternative(r, v, index);
   } else if constexpr (is_a<T, std::pair>) {
     return read(r, v.first) && read(r, v.second);
   } else if constexpr (is_std_array<T>) {

@@ -25,7 +25,8 @@ import subprocess
 import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+FUZZ_DIR = os.path.dirname(os.path.abspath(__file__))  # tests/system/fuzz
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(FUZZ_DIR)))  # the repository
 MAX_FINDINGS = 20
 # libFuzzer's options; -timeout and -rss_limit_mb make slow and greedy inputs findings.
 OPTIONS = ["-rss_limit_mb=2048", "-print_final_stats=1", "-reload=0"]
@@ -79,11 +80,11 @@ def fuzz_target(name, args):
     binary = os.path.join(args.bin, f"fuzz_{name}")
     corpus = os.path.join(args.work, "fuzz-corpus", name)
     artifacts = os.path.join(args.work, "fuzz-artifacts", name)
-    regressions = os.path.join(ROOT, "tests", "fuzz", "regressions", name)
+    regressions = os.path.join(FUZZ_DIR, "regressions", name)
     os.makedirs(corpus, exist_ok=True)
     os.makedirs(artifacts, exist_ok=True)
     seeds = [d for d in (os.path.join(args.work, "fuzz-seeds", name),
-                         os.path.join(ROOT, "tests", "fuzz", "seeds", name), regressions)
+                         os.path.join(FUZZ_DIR, "seeds", name), regressions)
              if os.path.isdir(d)]
     logs = os.path.join(args.work, "fuzz-logs")
     os.makedirs(logs, exist_ok=True)
