@@ -137,3 +137,30 @@ TEST_CASE("a cached plan still catches common values that differ across ranks") 
   CHECK(errors[0].find("common value differs") != std::string::npos);
   CHECK(errors[1] == errors[0]);
 }
+
+TEST_CASE("a cached plan serves only the settings it was made with") {
+  cairn::plan_settings made;
+  made.block_size = 64;
+  made.balance_min_bytes = 32;
+  made.tile = true;
+  made.scalable = false;
+  made.index_files = true;
+  made.strategy = &made;
+  made.validated = true;
+  CHECK(made.serves(made));
+  cairn::plan_settings unvalidated_save = made;
+  unvalidated_save.validated = false;
+  CHECK(made.serves(unvalidated_save));        // a checked plan serves a save that skips checks
+  CHECK_FALSE(unvalidated_save.serves(made));  // but an unchecked plan never a checked save
+  auto differs = [&](auto change) {
+    cairn::plan_settings want = made;
+    change(want);
+    return !made.serves(want);
+  };
+  CHECK(differs([](cairn::plan_settings& s) { s.block_size = 128; }));
+  CHECK(differs([](cairn::plan_settings& s) { s.balance_min_bytes = 0; }));
+  CHECK(differs([](cairn::plan_settings& s) { s.tile = false; }));
+  CHECK(differs([](cairn::plan_settings& s) { s.scalable = true; }));
+  CHECK(differs([](cairn::plan_settings& s) { s.index_files = false; }));
+  CHECK(differs([](cairn::plan_settings& s) { s.strategy = nullptr; }));
+}
