@@ -1,9 +1,14 @@
-// The format registry (format/registry.hpp, format/writers.hpp): writers made by format id, and
-// a user's own writer registered beside them.
+// The format registry (format/registry.hpp, format/writers.hpp): writers made by format id, a
+// user's own writer registered beside them, and a user's own format registered as a driver
+// (detection, commit marker, reader).
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <numeric>
+#include <span>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "cairn/cairn.hpp"
@@ -95,4 +100,75 @@ TEST_CASE("a user's writer registered by id saves a checkpoint that load reads")
   ld.add("w", cairn::from_rank_offsets("w", std::span(back), {3, 4}, {}));
   cairn::load(ld, mem, one);
   CHECK(back == w);
+}
+
+namespace {
+
+/// A test-only format: a checkpoint is committed by its `TESTFMT` object.
+cairn::result<bool> holds_testfmt(cairn::storage_ref st) { return st.exists("TESTFMT"); }
+
+cairn::result<cairn::checkpoint_metadata> read_testfmt(cairn::storage_ref) {
+  cairn::checkpoint_metadata m;
+  m.format = "test_registry_fmt";
+  m.save_id = "from the test reader";
+  return m;
+}
+
+cairn::result<bool> holds_noreader(cairn::storage_ref st) { return st.exists("NOREADER"); }
+
+void put_text(cairn::storage_ref st, std::string_view name, std::string_view text) {
+  cairn::put_checked(st, name, std::as_bytes(std::span(text.data(), text.size()))).value();
+}
+
+}  // namespace
+
+TEST_CASE("a format registered as a driver is detected, read and committed by its marker") {
+  cairn::format_driver d;
+  d.id = "test_registry_fmt";
+  d.detect_order = 50;
+  d.commit_markers = {"TESTFMT"};
+  d.detect = &holds_testfmt;
+  d.read = &read_testfmt;
+  CHECK(cairn::register_format(d));
+  cairn::memory_storage st;
+  put_text(st, "TESTFMT", "anything");
+  CHECK(cairn::detect_format(st).value() == "test_registry_fmt");
+  auto m = cairn::read_any_metadata(st);
+  REQUIRE(m.has_value());
+  CHECK(m->save_id == "from the test reader");
+  // Registered again without a reader (say, to change its detection order): the reader stays.
+  d.read = nullptr;
+  CHECK(cairn::register_format(d));
+  CHECK(cairn::read_any_metadata(st).has_value());
+  // Commit markers: the native one, the built-in foreign ones, and this one.
+  for (const char* marker : {"metadata.json", ".metadata", "model.safetensors", "TESTFMT"})
+    CHECK(cairn::is_commit_marker(marker));
+  CHECK_FALSE(cairn::is_commit_marker("__0_0.distcp"));
+  // Detection order: the built-in foreign formats first, then this one.
+  std::vector<std::string> ids;
+  for (const auto& f : cairn::registered_formats()) ids.push_back(f.id);
+  const auto at = [&](const std::string& id) {
+    return std::find(ids.begin(), ids.end(), id) - ids.begin();
+  };
+  CHECK(at("torch_dist") < at("safetensors"));
+  CHECK(at("safetensors") < at("test_registry_fmt"));
+  // A checkpoint of it, with its marker, is complete in a checkpointer's listing.
+  cairn::memory_storage root;
+  put_text(root, "run1/TESTFMT", "x");
+  put_text(root, "run2/data", "x");  // no marker: an unfinished save
+  auto listed = cairn::list_checkpoints(root, nullptr, "", false).value();
+  REQUIRE(listed.size() == 2);
+  for (const auto& e : listed) CHECK(e.complete == (e.name == "run1"));
+}
+
+TEST_CASE("a detected format without a reader is named in the error") {
+  CHECK(cairn::register_format(
+      cairn::format_driver{"test_no_reader", 60, {"NOREADER"}, &holds_noreader, nullptr}));
+  cairn::memory_storage st;
+  put_text(st, "NOREADER", "x");
+  CHECK(cairn::detect_format(st).value() == "test_no_reader");
+  auto m = cairn::read_any_metadata(st);
+  REQUIRE_FALSE(m.has_value());
+  CHECK(m.err().code == cairn::errc::unsupported_version);
+  CHECK(m.err().message.find("test_no_reader") != std::string::npos);
 }

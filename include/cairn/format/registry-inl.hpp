@@ -2,6 +2,7 @@
 // header-only; compiled once into cairn::compiled with CAIRN_SEPARATE_COMPILATION).
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -11,18 +12,75 @@
 
 namespace cairn::detail {
 
-CAIRN_INLINE std::map<std::string, format_reader, std::less<>>& format_readers() {
-  static std::map<std::string, format_reader, std::less<>> readers;
-  return readers;
+/// torch_dist (PyTorch DCP): its `.metadata`, written last, commits it.
+CAIRN_INLINE result<bool> holds_dcp(storage_ref st) {
+  return st.exists(format_files::dcp_metadata);
+}
+
+/// safetensors: an index, `model.safetensors`, or else `*.safetensors` files at the top (DCP's
+/// sharded safetensors, which have no index).
+CAIRN_INLINE result<bool> holds_safetensors(storage_ref st) {
+  CAIRN_TRY_ASSIGN(bool has_index, st.exists(format_files::safetensors_index));
+  if (has_index) return true;
+  CAIRN_TRY_ASSIGN(bool has_one, st.exists(format_files::safetensors_one));
+  if (has_one) return true;
+  CAIRN_TRY_ASSIGN(std::vector<std::string> names, st.list(""));
+  for (const auto& n : names)
+    if (format_files::is_top_level_safetensors(n)) return true;
+  return false;
+}
+
+CAIRN_INLINE std::map<std::string, format_driver, std::less<>>& format_drivers() {
+  // The foreign formats cairn knows: detected always, read once format/foreign.hpp registers
+  // their readers.
+  static std::map<std::string, format_driver, std::less<>> drivers{
+      {"torch_dist",
+       format_driver{"torch_dist", 10, {std::string(format_files::dcp_metadata)}, &holds_dcp}},
+      {"safetensors", format_driver{"safetensors",
+                                    20,
+                                    {std::string(format_files::safetensors_index),
+                                     std::string(format_files::safetensors_one)},
+                                    &holds_safetensors}},
+  };
+  return drivers;
 }
 
 }  // namespace cairn::detail
 
 namespace cairn {
 
-CAIRN_INLINE bool register_format_reader(std::string name, format_reader reader) {
-  detail::format_readers()[std::move(name)] = reader;
+CAIRN_INLINE bool register_format(format_driver driver) {
+  auto& drivers = detail::format_drivers();
+  if (auto it = drivers.find(driver.id); it != drivers.end() && !driver.read)
+    driver.read = it->second.read;
+  std::string id = driver.id;
+  drivers.insert_or_assign(std::move(id), std::move(driver));
   return true;
+}
+
+CAIRN_INLINE bool register_format_reader(std::string id, format_reader reader) {
+  auto& drivers = detail::format_drivers();
+  auto it = drivers.find(id);
+  if (it == drivers.end()) it = drivers.emplace(id, format_driver{id}).first;
+  it->second.read = reader;
+  return true;
+}
+
+CAIRN_INLINE std::vector<format_driver> registered_formats() {
+  std::vector<format_driver> out;
+  for (const auto& [id, d] : detail::format_drivers()) out.push_back(d);
+  std::stable_sort(out.begin(), out.end(), [](const format_driver& a, const format_driver& b) {
+    return a.detect_order < b.detect_order;
+  });
+  return out;
+}
+
+CAIRN_INLINE bool is_commit_marker(std::string_view name) {
+  if (name == metadata_name) return true;
+  for (const auto& [id, d] : detail::format_drivers())
+    for (const auto& m : d.commit_markers)
+      if (name == m) return true;
+  return false;
 }
 
 }  // namespace cairn
@@ -43,17 +101,11 @@ CAIRN_INLINE result<sniffed_format> sniff_format(storage_ref st, bool whole_nati
     if (std::string_view(head).substr(0, 4096).find("\"format\":\"cairn\"") != std::string::npos)
       return sniffed_format{"cairn", whole_native ? std::optional(std::move(head)) : std::nullopt};
   }
-  CAIRN_TRY_ASSIGN(bool has_dcp, st.exists(format_files::dcp_metadata));
-  if (has_dcp) return sniffed_format{"torch_dist", std::nullopt};
-  CAIRN_TRY_ASSIGN(bool has_index, st.exists(format_files::safetensors_index));
-  if (has_index) return sniffed_format{"safetensors", std::nullopt};
-  CAIRN_TRY_ASSIGN(bool has_one, st.exists(format_files::safetensors_one));
-  if (has_one) return sniffed_format{"safetensors", std::nullopt};
-  // DCP's HuggingFaceStorageWriter with save_distributed=True: *.safetensors files, no index.
-  CAIRN_TRY_ASSIGN(std::vector<std::string> names, st.list(""));
-  for (const auto& n : names)
-    if (format_files::is_top_level_safetensors(n))
-      return sniffed_format{"safetensors", std::nullopt};
+  for (const format_driver& d : registered_formats()) {
+    if (!d.detect) continue;
+    CAIRN_TRY_ASSIGN(bool found, d.detect(st));
+    if (found) return sniffed_format{d.id, std::nullopt};
+  }
   return sniffed_format{};
 }
 
@@ -71,14 +123,14 @@ CAIRN_INLINE result<std::string> detect_format(storage_ref st) {
 namespace cairn::detail {
 
 CAIRN_INLINE result<format_reader> reader_of(storage_ref st, const std::string& format) {
-  auto it = format_readers().find(format);
-  if (it == format_readers().end())
+  auto it = format_drivers().find(format);
+  if (it == format_drivers().end() || !it->second.read)
     return make_error(errc::unsupported_version,
                       "this is a " + format +
                           " checkpoint; include <cairn/format/foreign.hpp> (or "
                           "<cairn/strategies.hpp>) in the program to read it")
         .with_file(st.describe(""));
-  return it->second;
+  return it->second.read;
 }
 
 }  // namespace cairn::detail

@@ -44,13 +44,43 @@ constexpr bool is_top_level_safetensors(std::string_view name) noexcept {
 /// Reads a format other than the native one and describes it as cairn metadata.
 using format_reader = result<checkpoint_metadata> (*)(storage_ref);
 
+/// A format other than the native one, as the readers know it: its id, how to recognize it in a
+/// storage, the objects whose presence commits a checkpoint of it, and its reader. torch_dist
+/// (PyTorch DCP) and safetensors are registered by cairn itself (their readers when
+/// cairn/format/foreign.hpp is included); register your own with `register_format`.
+struct format_driver {
+  std::string id;  ///< "torch_dist", "safetensors", ...
+  /// Detection asks the formats in this order (then by id); the native format always first.
+  int detect_order = 100;
+  /// Names (relative to the checkpoint) whose presence commits a checkpoint of this format:
+  /// listings count a checkpoint as complete by them, deletions remove them first.
+  std::vector<std::string> commit_markers;
+  /// Whether `st` holds this format: cheap checks (existence, listing), no parsing.
+  result<bool> (*detect)(storage_ref st) = nullptr;
+  /// Its metadata in cairn's terms; null until a reader is registered (detection still names
+  /// the format, and reading it says which header to include).
+  format_reader read = nullptr;
+};
+
 namespace detail {
-CAIRN_INLINE std::map<std::string, format_reader, std::less<>>& format_readers();
+CAIRN_INLINE std::map<std::string, format_driver, std::less<>>& format_drivers();
 }  // namespace detail
 
-/// Registers the reader of format `name` ("torch_dist", "safetensors"). Called during static
-/// initialization by cairn/format/foreign.hpp; returns true.
-CAIRN_INLINE bool register_format_reader(std::string name, format_reader reader);
+/// Registers `driver` (replacing a driver of the same id; a null `read` keeps the reader the
+/// old one had). Call it during static initialization or before any load; returns true.
+CAIRN_INLINE bool register_format(format_driver driver);
+
+/// Sets the reader of format `id` ("torch_dist", "safetensors"), registering the format
+/// without detection if it is not known. Called during static initialization by
+/// cairn/format/foreign.hpp; returns true.
+CAIRN_INLINE bool register_format_reader(std::string id, format_reader reader);
+
+/// The registered formats other than the native one, in detection order.
+CAIRN_INLINE std::vector<format_driver> registered_formats();
+
+/// Whether `name` (relative to a checkpoint) commits a checkpoint of some format:
+/// `metadata.json` (native) or a registered format's commit marker.
+CAIRN_INLINE bool is_commit_marker(std::string_view name);
 
 namespace detail {
 /// What `detect_format` found, and for a native checkpoint read whole (`whole_native`), its
@@ -65,9 +95,10 @@ struct sniffed_format {
 CAIRN_INLINE result<sniffed_format> sniff_format(storage_ref st, bool whole_native);
 }  // namespace detail
 
-/// Which format is on `st`: "cairn" (`metadata.json` of the native format), "torch_dist"
-/// (`.metadata`), "safetensors" (an index, `model.safetensors`, or else `*.safetensors` files:
-/// DCP's sharded safetensors), or "" when none.
+/// Which format is on `st`: "cairn" (`metadata.json` of the native format), else the first
+/// registered format whose `detect` finds it: "torch_dist" (`.metadata`), "safetensors" (an
+/// index, `model.safetensors`, or else `*.safetensors` files: DCP's sharded safetensors), a
+/// format of your own; or "" when none.
 CAIRN_INLINE result<std::string> detect_format(storage_ref st);
 
 namespace detail {

@@ -37,8 +37,7 @@ CAIRN_INLINE std::map<std::string, std::vector<std::string>> group_by_checkpoint
 
 CAIRN_INLINE bool has_commit_marker(const std::vector<std::string>& files) {
   for (const auto& f : files)
-    for (auto m : commit_markers)
-      if (f == m) return true;
+    if (is_commit_marker(f)) return true;
   return false;
 }
 
@@ -149,9 +148,7 @@ CAIRN_INLINE result<void> remove_checkpoint(storage_ref root, const std::string&
   std::vector<std::string> last;
   for (const auto& f : files) {
     const std::string_view rel = std::string_view(f).substr(name.size() + 1);
-    bool marker = false;
-    for (auto m : detail::commit_markers) marker = marker || rel == m;
-    if (marker) {
+    if (is_commit_marker(rel)) {
       CAIRN_TRY(root.remove(f));
     } else {
       last.push_back(f);

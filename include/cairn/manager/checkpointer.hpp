@@ -100,11 +100,6 @@ struct checkpoint_entry {
 
 namespace detail {
 
-/// The object whose presence commits a checkpoint of each format (deleted first, so that a
-/// deletion cut short leaves an incomplete checkpoint, never a committed one with holes).
-inline constexpr std::string_view commit_markers[] = {
-    "metadata.json", ".metadata", "model.safetensors.index.json", "model.safetensors"};
-
 /// The directory of tag pointers under a root.
 inline constexpr std::string_view tags_prefix = "tags/";
 
@@ -113,7 +108,8 @@ inline constexpr std::string_view tags_prefix = "tags/";
 CAIRN_INLINE std::map<std::string, std::vector<std::string>> group_by_checkpoint(
     const std::vector<std::string>& names);
 
-/// Whether `files` (of one checkpoint) hold a commit marker.
+/// Whether `files` (of one checkpoint) hold a commit marker (`is_commit_marker`: the native
+/// format's or a registered format's).
 CAIRN_INLINE bool has_commit_marker(const std::vector<std::string>& files);
 
 /// The checkpoint name a pointer object holds (its text, trimmed), or nullopt when it is absent
