@@ -5,6 +5,10 @@ cairn headers, -inl.hpp bodies included) a header the rule forbids.
 
 Usage: layering_check.py SOURCE_DIR
 
+Before checking SOURCE_DIR it checks itself on two altered copies of include/cairn/ (a
+forbidden include added to plan/box.hpp; the pending include removed): both must fail, so the
+check cannot pass by finding nothing.
+
 A known breach that is being worked off is listed in PENDING with the issue that removes it; the
 check fails on any other breach, and on a PENDING entry that no longer breaches (so the list
 only shrinks). Standard library only (Debian's python3).
@@ -42,11 +46,8 @@ PENDING = {
 INCLUDE = re.compile(r'^\s*#\s*include\s+"cairn/([^"]+)"', re.M)
 
 
-def main():
-    if len(sys.argv) != 2:
-        print(__doc__)
-        return 2
-    root = os.path.join(sys.argv[1], "include", "cairn")
+def check(root):
+    """The failures of the rules on the headers under `root` (include/cairn), as lines."""
     headers = {}
     for dirpath, _, files in os.walk(root):
         for f in files:
@@ -91,11 +92,53 @@ def main():
     for p, issue in PENDING.items():
         if p not in used_pending:
             failures.append(f"PENDING entry {p} ({issue}) is no longer an include: remove it")
+    return failures, len(headers)
+
+
+def self_test(root):
+    """Whether the check fails on two broken copies of `root`; prints what it finds."""
+    import shutil
+    import tempfile
+    ok = True
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, alter in (("a forbidden include", "add"), ("a pending include gone", "drop")):
+            copy = os.path.join(tmp, alter)
+            shutil.copytree(root, copy)
+            if alter == "add":
+                with open(os.path.join(copy, "plan", "box.hpp"), "a", encoding="utf-8") as fh:
+                    fh.write('\n#include "cairn/options.hpp"\n')
+            else:
+                for stem, prefix in PENDING:
+                    for suffix in (".hpp", "-inl.hpp"):
+                        path = os.path.join(copy, stem + suffix)
+                        if not os.path.exists(path):
+                            continue
+                        with open(path, encoding="utf-8") as fh:
+                            text = fh.read()
+                        text = re.sub(r'^\s*#\s*include\s+"cairn/' + re.escape(prefix) + r'[^"]*"\s*$',
+                                      "", text, flags=re.M)
+                        with open(path, "w", encoding="utf-8") as fh:
+                            fh.write(text)
+            failures, _ = check(copy)
+            if not failures and (alter == "add" or PENDING):
+                print(f"layering: self-test: {name} was not found")
+                ok = False
+    return ok
+
+
+def main():
+    if len(sys.argv) != 2:
+        print(__doc__)
+        return 2
+    root = os.path.join(sys.argv[1], "include", "cairn")
+    if not self_test(root):
+        return 1
+    failures, count = check(root)
     for f in failures:
         print("layering:", f)
     if failures:
         return 1
-    print(f"layering: {len(headers)} headers, {len(RULES)} rules kept"
+    print(f"layering: {count} headers, {len(RULES)} rules kept (self-test: both breaches found)"
           + (f"; pending: {', '.join(PENDING.values())}" if PENDING else ""))
     return 0
 
