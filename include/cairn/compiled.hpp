@@ -48,6 +48,7 @@
 #include "cairn/format/native/edit-inl.hpp"
 #include "cairn/format/native/index_file-inl.hpp"
 #include "cairn/format/native/metadata-inl.hpp"
+#include "cairn/format/native/box_reader-inl.hpp"
 #include "cairn/format/native/reader-inl.hpp"
 #include "cairn/format/native/strategy-inl.hpp"
 #include "cairn/format/native/writer-inl.hpp"

@@ -54,8 +54,8 @@ CAIRN_INLINE result<std::map<std::string, tensor_data>> load_tensors(
       d.data.resize(rec.nbytes());
       for (std::size_t j = range.first; j < range.second; ++j) jobs[j].dst = d.data.data();
     }
-    load_stats stats;
-    CAIRN_TRY(detail::run_copies(st, m, jobs, threads, stats, nullptr, &progress));
+    read_counts counts;
+    CAIRN_TRY(detail::run_copies(st, m, jobs, threads, counts, nullptr, &progress));
     return out;
   });
 }

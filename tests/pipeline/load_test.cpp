@@ -53,15 +53,6 @@ inline cairn::tensor_leaf leaf(const std::string& key,
 
 }  // namespace pipeline_load_test
 
-TEST_CASE("read_length covers whole blocks, the last cut at the chunk's end") {
-  cairn::chunk_record c{cairn::box{{0}, {10}}, cairn::extent{0, 0, 40, {}}, {}};
-  CHECK(cairn::detail::read_length({&c, 0, 0, nullptr, 0}, 16) == 16);
-  CHECK(cairn::detail::read_length({&c, 0, 2, nullptr, 0}, 16) == 40);
-  CHECK(cairn::detail::read_length({&c, 1, 2, nullptr, 0}, 16) == 24);
-  CHECK(cairn::detail::read_length({&c, 2, 2, nullptr, 0}, 16) == 8);
-  CHECK(cairn::detail::read_length({&c, 0, 0, nullptr, 0}, 64) == 40);
-}
-
 TEST_CASE("read_metadata_collective: every rank gets rank 0's metadata, or its error") {
   cairn::memory_storage mem;
   pipeline_load_test::save_sample(mem);

@@ -8,10 +8,9 @@
 
 #include "cairn/comm/single.hpp"
 #include "cairn/convert/source.hpp"
+#include "cairn/format/native/box_reader.hpp"
 #include "cairn/format/torch/zip.hpp"
-#include "cairn/pipeline/load.hpp"
 #include "cairn/plan/box.hpp"
-#include "cairn/tree/state_dict.hpp"
 
 namespace cairn::convert {
 
@@ -87,32 +86,17 @@ CAIRN_INLINE result<std::map<std::string, object_entry>> dcp_source::objects() {
 }
 
 CAIRN_INLINE result<void> native_source::read(const std::vector<box_read>& reqs) {
-  state_dict sd;
-  std::size_t n = 0;
+  std::vector<box_request> boxes;
   for (const auto& r : reqs) {
     const tensor_entry* t = find(r.key);
     CAIRN_TRY(detail::check_request(t, r));
     if (r.region.volume() == 0) continue;
-    sharded_tensor<> st;
-    st.key = r.key;
-    st.type = t->type;
-    st.local_shape = r.region.size;
-    st.global_shape = t->global_shape;
-    st.global_offset = r.region.offset;
-    st.data = r.out;
-    // The state_dict is keyed by tree path; two boxes of one tensor need two paths.
-    sd.add(std::to_string(n++), st);
+    boxes.push_back(box_request{r.key, r.region, r.out});
   }
-  if (n == 0) return ok();
-  load_options opt;
-  opt.io_threads = io_threads_;
-  load_stats stats;
-  leaf_list leaves = flatten(sd);
-  try {
-    return cairn::detail::load_leaves_local(leaves, st_, m_, opt, stats, {}, &pool_);
-  } catch (const exception& e) {
-    return e.err();
-  }
+  if (boxes.empty()) return ok();
+  CAIRN_TRY_ASSIGN(read_counts counts, read_boxes(st_, m_, boxes, io_threads_, &pool_));
+  (void)counts;
+  return ok();
 }
 
 CAIRN_INLINE result<std::unique_ptr<dcp_source>> dcp_source::open(storage_ref st) {

@@ -35,83 +35,6 @@ class read_counting_storage : public storage_decorator<storage_ref> {
   std::uint64_t* bytes_;
 };
 
-CAIRN_INLINE std::uint64_t read_length(const read_op& op, std::uint64_t block_size) {
-  const std::uint64_t lo = op.first_block * block_size;
-  return std::min(op.chunk->where.nbytes, (op.last_block + 1) * block_size) - lo;
-}
-
-CAIRN_INLINE result<void> run_read(storage_ref st,
-                                   const checkpoint_metadata& m,
-                                   const std::vector<copy_job>& jobs,
-                                   const read_op& op,
-                                   const std::vector<std::size_t>& group,
-                                   buffer_pool& pool,
-                                   std::atomic<std::uint64_t>& bytes_read,
-                                   progress_meter& progress) {
-  const extent& e = op.chunk->where;
-  const std::uint64_t lo = op.first_block * m.block_size;
-  const std::uint64_t len = read_length(op, m.block_size);
-  std::unique_ptr<std::byte[]> temp;  // from the pool, not zeroed: every byte is read into
-  std::span<std::byte> buf;
-  if (op.direct) {
-    buf = {op.direct, static_cast<std::size_t>(len)};
-  } else {
-    temp = pool.take();
-    buf = {temp.get(), static_cast<std::size_t>(len)};
-  }
-  struct give_back {
-    buffer_pool& pool;
-    std::unique_ptr<std::byte[]>& b;
-    ~give_back() {
-      if (b) pool.give(std::move(b));
-    }
-  } returned{pool, temp};
-  std::string what = "chunk " + op.chunk->region.str() + " of tensor";
-  CAIRN_TRY(read_verified_blocks(st, m, e, op.first_block, op.last_block, buf,
-                                 jobs[group.front()].key, what));
-  bytes_read += len;
-  progress.add(len);
-  if (op.direct) return ok();
-  for (std::size_t j : group) {
-    const copy_job& job = jobs[j];
-    std::uint64_t es = job.elem_size;
-    for_each_run(op.chunk->region, job.dst_box, job.region,
-                 [&](std::int64_t s, std::int64_t t, std::int64_t n) {
-                   std::uint64_t a = static_cast<std::uint64_t>(s) * es;
-                   std::uint64_t b = a + static_cast<std::uint64_t>(n) * es;
-                   std::uint64_t x = std::max(a, lo), y = std::min(b, lo + len);
-                   if (x >= y) return;
-                   std::memcpy(job.dst + static_cast<std::uint64_t>(t) * es + (x - a),
-                               buf.data() + (x - lo), y - x);
-                 });
-  }
-  return ok();
-}
-
-CAIRN_INLINE result<void> run_copies(storage_ref st,
-                                     const checkpoint_metadata& m,
-                                     const std::vector<copy_job>& jobs,
-                                     int threads,
-                                     load_stats& stats,
-                                     buffer_pool* pool,
-                                     const progress_callback* progress) {
-  std::optional<buffer_pool> own;
-  if (!pool || pool->size() < m.block_size)
-    pool = &own.emplace(std::max<std::size_t>(std::size_t{8} << 20, m.block_size));
-  const read_plan plan = plan_reads(jobs, m.block_size, pool->size(), max_io_bytes);
-  stats.bytes_needed += plan.bytes_needed;
-  std::uint64_t total = 0;
-  for (const read_op& op : plan.ops) total += read_length(op, m.block_size);
-  progress_meter meter(progress, "read", total);
-  std::atomic<std::uint64_t> bytes_read{0};
-  auto r = run_parallel(plan.ops.size(), threads, [&](std::size_t k) -> result<void> {
-    const read_op& op = plan.ops[k];
-    return run_read(st, m, jobs, op, plan.job_groups[op.group], *pool, bytes_read, meter);
-  });
-  stats.bytes_read += bytes_read;
-  return r;
-}
-
 CAIRN_INLINE result<checkpoint_metadata> read_metadata_collective(storage_ref st, comm_ref comm) {
   std::optional<error> failure;
   bytes said;
@@ -291,7 +214,11 @@ CAIRN_INLINE result<void> load_leaves_local(const leaf_list& leaves,
   if (opt.common_only) return ok();
   auto jobs = plan_tensor_copies(leaves, m, skip);
   if (!jobs) return std::move(jobs).err().with_file(st.describe(""));  // which checkpoint
-  CAIRN_TRY(run_copies(st, m, *jobs, opt.io_threads, stats, pool, &opt.progress));
+  read_counts counts;
+  auto copied = run_copies(st, m, *jobs, opt.io_threads, counts, pool, &opt.progress);
+  stats.bytes_needed += counts.bytes_needed;
+  stats.bytes_read += counts.bytes_read;
+  CAIRN_TRY(std::move(copied));
   return load_objects(leaves, st, m, opt, stats);
 }
 

@@ -13,6 +13,7 @@
 #include "cairn/comm/communicator.hpp"
 #include "cairn/core/error.hpp"
 #include "cairn/detail/config.hpp"
+#include "cairn/format/native/box_reader.hpp"
 #include "cairn/format/native/metadata.hpp"
 #include "cairn/format/registry.hpp"
 #include "cairn/options.hpp"
@@ -38,32 +39,6 @@ struct wanted_piece {
   std::string key;
   box region;
 };
-
-/// The bytes one planned read reads: its whole blocks, the last one cut at the chunk's end.
-CAIRN_INLINE std::uint64_t read_length(const read_op& op, std::uint64_t block_size);
-
-/// Runs one planned read: whole blocks, verified, straight into the target or through a pooled
-/// buffer that the read's jobs then copy out of.
-CAIRN_INLINE result<void> run_read(storage_ref st,
-                                   const checkpoint_metadata& m,
-                                   const std::vector<copy_job>& jobs,
-                                   const read_op& op,
-                                   const std::vector<std::size_t>& group,
-                                   buffer_pool& pool,
-                                   std::atomic<std::uint64_t>& bytes_read,
-                                   progress_meter& progress);
-
-/// Reads what the jobs need, whole checksum blocks only, verifies them, and copies into
-/// place. A chunk that maps one-to-one onto its target is read straight into target memory.
-/// Reads that cannot go straight to the target go through `pool`'s buffers (a private pool
-/// when null), at most one per thread. `progress` (when given) is told the bytes read ("read").
-CAIRN_INLINE result<void> run_copies(storage_ref st,
-                                     const checkpoint_metadata& m,
-                                     const std::vector<copy_job>& jobs,
-                                     int threads,
-                                     load_stats& stats,
-                                     buffer_pool* pool = nullptr,
-                                     const progress_callback* progress = nullptr);
 
 /// Rank 0 reads the metadata of whatever format is on `st` (native, torch_dist, safetensors)
 /// and broadcasts it as JSON; every rank decodes the same bytes. Only a foreign format's
