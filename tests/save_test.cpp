@@ -545,7 +545,7 @@ TEST_CASE("adapter views: by value for tensors, by reference for objects") {
 
 TEST_CASE("every rank reports the files it wrote, together they are the checkpoint") {
   const cairn::torch_dist_strategy torch_dist;
-  const cairn::safetensors_strategy one_file(cairn::convert::output_format::one_file);
+  const cairn::safetensors_strategy one_file(cairn::safetensors::file_split::one_file);
   const std::pair<const char*, const cairn::save_strategy*> strategies[] = {
       {"native", nullptr}, {"torch_dist", &torch_dist}, {"one_file", &one_file}};
   for (auto [name, strategy] : strategies) {

@@ -22,7 +22,7 @@ using namespace cairn_test;
 
 TEST_CASE("async_saver writes every strategy in the background, the result loads on M ranks") {
   const cairn::torch_dist_strategy torch_dist;
-  const cairn::safetensors_strategy chunks(cairn::convert::output_format::chunks, 700);
+  const cairn::safetensors_strategy chunks(cairn::safetensors::file_split::chunks, 700);
   for (const cairn::save_strategy* strategy :
        {static_cast<const cairn::save_strategy*>(&torch_dist),
         static_cast<const cairn::save_strategy*>(&chunks)}) {

@@ -132,28 +132,6 @@ std::map<std::string, std::string> all_in(const std::string& file) {
 
 }  // namespace
 
-TEST_CASE("slabs cut tensors into contiguous row-major boxes within the byte bound") {
-  auto check = [](const shape& dims, std::size_t es, std::uint64_t max) {
-    auto bs = cv::slabs(dims, es, max);
-    std::int64_t next = 0;
-    for (const auto& b : bs) {
-      CHECK(static_cast<std::uint64_t>(b.volume()) * es <= std::max<std::uint64_t>(max, es));
-      std::int64_t flat = 0;
-      for (std::size_t a = 0; a < dims.size(); ++a) flat = flat * dims[a] + b.offset[a];
-      CHECK(flat == next);
-      next += b.volume();
-    }
-    CHECK(next == cairn::numel(dims));
-  };
-  check({16, 6}, 4, 100);
-  check({3, 4, 5}, 2, 7);
-  check({1000}, 8, 64);
-  check({2, 3, 1000}, 1, 333);
-  check({7}, 4, 1 << 20);
-  CHECK(cv::slabs({}, 4, 8).size() == 1);
-  CHECK(cv::slabs({0, 3}, 4, 8).size() == 1);
-}
-
 TEST_CASE("unshard one_file: a 4-rank checkpoint with flattened optimizer shards, exact") {
   cairn_test::temp_dir d;
   cairn::file_storage ck(d.path / "ckpt"), out(d.path / "out");

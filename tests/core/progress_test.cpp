@@ -160,7 +160,7 @@ TEST_CASE(
 
 TEST_CASE("save and load report progress in every layout, sync and async") {
   const cairn::torch_dist_strategy torch_dist;
-  const cairn::safetensors_strategy one_file(cairn::convert::output_format::one_file);
+  const cairn::safetensors_strategy one_file(cairn::safetensors::file_split::one_file);
   struct layout {
     const char* name;
     const cairn::save_strategy* strategy;

@@ -153,10 +153,10 @@ inline std::function<bool(cairn::memory_storage&, const property_case&)> exercis
 struct strategies {
   cairn::torch_dist_strategy torch_dist;
   cairn::torch_dist_strategy torch_dist_1_13{cairn::dcp::flavor::torch1_13};
-  cairn::safetensors_strategy one_file{cv::output_format::one_file};
-  cairn::safetensors_strategy per_tensor{cv::output_format::per_tensor};
+  cairn::safetensors_strategy one_file{cairn::safetensors::file_split::one_file};
+  cairn::safetensors_strategy per_tensor{cairn::safetensors::file_split::per_tensor};
   // Small chunks and slabs: several files, several slabs per tensor.
-  cairn::safetensors_strategy chunks{cv::output_format::chunks, 600, 256};
+  cairn::safetensors_strategy chunks{cairn::safetensors::file_split::chunks, 600, 256};
 };
 
 /// A writer that saves with `so` (strategy included).

@@ -19,7 +19,7 @@ using namespace cairn_test;
 
 TEST_CASE("verify_any: checksums for native, layout and every byte for DCP and safetensors") {
   const cairn::torch_dist_strategy torch_dist;
-  const cairn::safetensors_strategy one_file(cairn::convert::output_format::one_file);
+  const cairn::safetensors_strategy one_file(cairn::safetensors::file_split::one_file);
   const std::pair<const char*, const cairn::save_strategy*> cases[] = {
       {"cairn", nullptr}, {"torch_dist", &torch_dist}, {"safetensors", &one_file}};
   for (auto [format, strategy] : cases) {

@@ -2,130 +2,18 @@
 // header-only; compiled once into cairn::compiled with CAIRN_SEPARATE_COMPILATION).
 #pragma once
 
-#include <algorithm>
-#include <cstring>
-#include <variant>
+#include <string>
 
-#include "cairn/comm/single.hpp"
 #include "cairn/convert/source.hpp"
-#include "cairn/format/native/box_reader.hpp"
-#include "cairn/format/torch/zip.hpp"
-#include "cairn/plan/box.hpp"
+#include "cairn/format/native/reader.hpp"
+#include "cairn/format/registry.hpp"
 
 namespace cairn::convert {
-
-CAIRN_INLINE const tensor_entry* source::find(std::string_view key) const noexcept {
-  const auto& ts = tensors();
-  auto it = std::lower_bound(ts.begin(), ts.end(), key,
-                             [](const tensor_entry& e, std::string_view k) { return e.key < k; });
-  return it != ts.end() && it->key == key ? &*it : nullptr;
-}
-
-CAIRN_INLINE result<void> source::read_rows(const std::string& key,
-                                            std::int64_t begin,
-                                            std::int64_t end,
-                                            std::span<std::byte> out) {
-  const tensor_entry* t = find(key);
-  if (!t) return make_error(errc::not_found, "no such tensor").with_key(key);
-  if (t->global_shape.empty())
-    return make_error(errc::invalid_argument, "a rank-0 tensor has no rows").with_key(key);
-  box b{shape(t->global_shape.size(), 0), t->global_shape};
-  b.offset[0] = begin;
-  b.size[0] = end - begin;
-  return read_box(key, b, out);
-}
-
-}  // namespace cairn::convert
-
-namespace cairn::convert::detail {
-
-CAIRN_INLINE result<void> check_request(const tensor_entry* t, const box_read& r) {
-  if (!t) return make_error(errc::not_found, "no such tensor").with_key(r.key);
-  return check_box_read(t->global_shape, r.region, dtype_size(t->type), r.out.size(), r.key);
-}
-
-}  // namespace cairn::convert::detail
-
-namespace cairn::convert {
-
-CAIRN_INLINE result<std::unique_ptr<native_source>> native_source::open(storage_ref st,
-                                                                        int io_threads) {
-  CAIRN_TRY_ASSIGN(checkpoint_metadata m, read_any_metadata(st));
-  return over(st, std::move(m), io_threads);
-}
-
-CAIRN_INLINE result<std::unique_ptr<native_source>> native_source::over(storage_ref st,
-                                                                        checkpoint_metadata m,
-                                                                        int io_threads) {
-  std::unique_ptr<native_source> s(new native_source(st, io_threads));
-  for (const auto& [k, t] : m.tensors) s->tensors_.push_back({k, t.type, t.global_shape});
-  for (const auto& [u, o] : m.objects) s->objects_.push_back(u);
-  s->m_ = std::move(m);
-  return s;
-}
-
-namespace detail {
-/// The bytes of each object of `m` on `st`, by unique key.
-CAIRN_INLINE result<std::map<std::string, object_entry>> read_objects(
-    storage_ref st, const checkpoint_metadata& m) {
-  std::map<std::string, object_entry> out;
-  for (const auto& [u, rec] : m.objects) {
-    CAIRN_TRY_ASSIGN(auto b, read_extent(st, m, rec.where, rec.key, "object " + u));
-    out.emplace(u, object_entry{rec.key, rec.global_shape, rec.global_offset, std::move(b)});
-  }
-  return out;
-}
-}  // namespace detail
-
-CAIRN_INLINE result<std::map<std::string, object_entry>> native_source::objects() {
-  return detail::read_objects(st_, m_);
-}
-
-CAIRN_INLINE result<std::map<std::string, object_entry>> dcp_source::objects() {
-  return detail::read_objects(st_, meta_);
-}
-
-CAIRN_INLINE result<void> native_source::read(const std::vector<box_read>& reqs) {
-  std::vector<box_request> boxes;
-  for (const auto& r : reqs) {
-    const tensor_entry* t = find(r.key);
-    CAIRN_TRY(detail::check_request(t, r));
-    if (r.region.volume() == 0) continue;
-    boxes.push_back(box_request{r.key, r.region, r.out});
-  }
-  if (boxes.empty()) return ok();
-  CAIRN_TRY_ASSIGN(read_counts counts, read_boxes(st_, m_, boxes, io_threads_, &pool_));
-  (void)counts;
-  return ok();
-}
-
-CAIRN_INLINE result<std::unique_ptr<dcp_source>> dcp_source::open(storage_ref st) {
-  CAIRN_TRY_ASSIGN(dcp::reader rd, dcp::reader::open(st));
-  std::unique_ptr<dcp_source> s(new dcp_source(std::move(rd), st));
-  // Objects and common.pt as `load` reads them (not the tensors: strided items are read here,
-  // which `dcp_as_metadata` refuses).
-  s->meta_.format = "torch_dist";
-  s->meta_.block_size = foreign_read_block;
-  std::map<std::string, std::uint32_t> files;
-  CAIRN_TRY(cairn::detail::add_dcp_objects_and_commons(st, s->reader_, s->meta_, files));
-  for (const auto& [fqn, item] : s->reader_.meta().state_dict_metadata) {
-    if (const auto* t = std::get_if<dcp::tensor_meta>(&item))
-      s->tensors_.push_back({fqn, t->type, t->size});
-    else
-      s->others_.push_back(fqn);
-  }
-  return s;
-}
-
-CAIRN_INLINE result<void> dcp_source::read(const std::vector<box_read>& reqs) {
-  for (const auto& r : reqs) CAIRN_TRY(reader_.read_box(r.key, r.region, r.out));
-  return ok();
-}
 
 CAIRN_INLINE result<std::unique_ptr<source>> open_source(storage_ref st) {
   CAIRN_TRY_ASSIGN(std::string format, detect_format(st));
   if (format == "torch_dist") {
-    CAIRN_TRY_ASSIGN(auto s, dcp_source::open(st));
+    CAIRN_TRY_ASSIGN(auto s, dcp::source::open(st));
     return std::unique_ptr<source>(std::move(s));
   }
   if (format.empty()) {
@@ -136,7 +24,7 @@ CAIRN_INLINE result<std::unique_ptr<source>> open_source(storage_ref st) {
           "committed?), no DCP .metadata and no safetensors";
     return e;
   }
-  CAIRN_TRY_ASSIGN(auto s, native_source::open(st));
+  CAIRN_TRY_ASSIGN(auto s, stream::catalog_source::open(st));
   return std::unique_ptr<source>(std::move(s));
 }
 

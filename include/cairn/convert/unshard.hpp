@@ -20,6 +20,7 @@
 #include "cairn/detail/config.hpp"
 #include "cairn/format/dcp/metadata.hpp"
 #include "cairn/format/safetensors/files.hpp"
+#include "cairn/format/stream/slab.hpp"
 #include "cairn/load.hpp"
 #include "cairn/storage/storage.hpp"
 
@@ -80,50 +81,13 @@ struct convert_options {
 };
 
 /// What a conversion wrote.
-struct convert_stats {
-  std::vector<std::string> files;    ///< objects written, in order
-  std::size_t tensors = 0;           ///< tensors written
-  std::size_t objects = 0;           ///< sharded (per-rank) objects written
-  std::uint64_t bytes_read = 0;      ///< tensor bytes read from the source
-  std::uint64_t bytes_written = 0;   ///< tensor bytes written (after dtype conversion)
-  std::vector<std::string> skipped;  ///< non-tensor items not carried over
-};
+using convert_stats = stream::stream_stats;
 
-/// True for the floating dtypes `to_dtype` converts between.
-constexpr bool convertible_float(dtype t) noexcept {
-  return t == dtype::f16 || t == dtype::bf16 || t == dtype::f32 || t == dtype::f64;
-}
-
-/// The dtype tensor `t` is written as under `to`.
-constexpr dtype output_dtype(dtype t, std::optional<dtype> to) noexcept {
-  return to && convertible_float(t) ? *to : t;
-}
-
-/// Converts `in` (elements of `from`) into `out` (the same count of `to`). Widening
-/// (F16/BF16 -> F32/F64, F32 -> F64) is exact; narrowing rounds to nearest even.
-CAIRN_INLINE void convert_elements(dtype from,
-                                   dtype to,
-                                   std::span<const std::byte> in,
-                                   std::span<std::byte> out);
-
-/// Cuts a tensor into boxes of at most `max_bytes` (elements of `elem_size` bytes), each
-/// contiguous in the tensor's row-major order and listed in that order: whole rows of the
-/// outermost axis whose inner block fits, single-index prefixes above it. A rank-0 or empty
-/// tensor is one box.
-CAIRN_INLINE std::vector<box> slabs(const shape& dims,
-                                    std::size_t elem_size,
-                                    std::uint64_t max_bytes);
-
-/// Slab memory reused across pumps (a conversion of many files allocates it once; it is never
-/// zeroed: every byte is read into before use). Fresh memory costs a page fault per 4 KiB.
-struct slab_buffers {
-  /// At least `n` bytes of the buffer `which` (0: read, 1: converted).
-  std::span<std::byte> get(int which, std::size_t n);
-
- private:
-  std::unique_ptr<std::byte[]> buf_[2];
-  std::size_t size_[2] = {0, 0};
-};
+using stream::convert_elements;
+using stream::convertible_float;
+using stream::output_dtype;
+using stream::slab_buffers;
+using stream::slabs;
 
 /// The safetensors split of a safetensors output format (`one_file` for any other).
 constexpr safetensors::file_split split_of(output_format f) noexcept {
@@ -132,119 +96,10 @@ constexpr safetensors::file_split split_of(output_format f) noexcept {
                                         : safetensors::file_split::one_file;
 }
 
-/// The safetensors files of `ts` in `opt.format` (one_file, per_tensor or chunks of at most
-/// `opt.chunk_size` bytes), with the dtypes `opt.to_dtype` converts to. Deterministic.
-CAIRN_INLINE result<std::vector<safetensors::planned_file>> plan_safetensors(
-    const std::vector<tensor_entry>& ts, const convert_options& opt);
-
-namespace detail {
-
-/// One slab to move: a box of a tensor and where its output bytes go inside the tensor.
-struct slab_job {
-  const tensor_entry* t;
-  box region;
-  std::uint64_t out_offset;  ///< byte offset of the slab in the output tensor
-  dtype out_type;
-};
-
-/// Reads `jobs` in batches of at most `slab_bytes` into one reused buffer, converts dtypes,
-/// and hands each slab's output bytes to `sink(job, bytes)`.
-template <class Sink>
-result<void> pump(source& src,
-                  const std::vector<slab_job>& jobs,
-                  const convert_options& opt,
-                  convert_stats& stats,
-                  cairn::detail::progress_meter* progress,
-                  Sink&& sink,
-                  slab_buffers* buffers = nullptr) {
-  std::optional<slab_buffers> own;
-  if (!buffers) buffers = &own.emplace();
-  std::size_t i = 0;
-  while (i < jobs.size()) {
-    std::size_t j = i;
-    std::uint64_t bytes = 0;
-    std::vector<box_read> reqs;
-    std::vector<std::uint64_t> at;
-    while (j < jobs.size()) {
-      std::uint64_t b =
-          static_cast<std::uint64_t>(jobs[j].region.volume()) * dtype_size(jobs[j].t->type);
-      if (j > i && bytes + b > opt.slab_bytes) break;
-      at.push_back(bytes);
-      bytes += b;
-      ++j;
-    }
-    std::span<std::byte> buf = buffers->get(0, static_cast<std::size_t>(bytes));
-    for (std::size_t q = i; q < j; ++q) {
-      std::uint64_t b =
-          static_cast<std::uint64_t>(jobs[q].region.volume()) * dtype_size(jobs[q].t->type);
-      reqs.push_back(
-          {jobs[q].t->key, jobs[q].region, buf.subspan(static_cast<std::size_t>(at[q - i]), b)});
-    }
-    CAIRN_TRY(src.read(reqs));
-    for (std::size_t q = i; q < j; ++q) {
-      const slab_job& job = jobs[q];
-      std::span<const std::byte> in = reqs[q - i].out;
-      if (job.out_type != job.t->type) {
-        std::size_t m = in.size() / dtype_size(job.t->type) * dtype_size(job.out_type);
-        std::span<std::byte> conv = buffers->get(1, m);
-        convert_elements(job.t->type, job.out_type, in, conv);
-        in = conv;
-      }
-      CAIRN_TRY(sink(job, in));
-      stats.bytes_read += reqs[q - i].out.size();
-      stats.bytes_written += in.size();
-    }
-    if (progress) progress->add(bytes);
-    i = j;
-  }
-  return ok();
+/// The settings every streaming writer reads, from `opt`.
+constexpr stream::stream_settings settings_of(const convert_options& opt) noexcept {
+  return {opt.to_dtype, opt.slab_bytes, opt.io_threads};
 }
-
-CAIRN_INLINE std::vector<slab_job> plan_jobs(const std::vector<const tensor_entry*>& ts,
-                                             const convert_options& opt);
-
-}  // namespace detail
-
-/// Writes the planned safetensors file `f`, reading its tensors from `src` one slab at a time in
-/// file order (the disk sees one sequential stream; memory bounded by `opt.slab_bytes`).
-/// `progress`: told the source bytes done (none when null); `buffers`: slab memory to reuse.
-CAIRN_INLINE result<void> write_safetensors_file(source& src,
-                                                 storage_ref dst,
-                                                 const safetensors::planned_file& f,
-                                                 const convert_options& opt,
-                                                 convert_stats& stats,
-                                                 cairn::detail::progress_meter* progress = nullptr,
-                                                 slab_buffers* buffers = nullptr);
-
-namespace detail {
-
-CAIRN_INLINE result<void> write_safetensors(source& src,
-                                            storage_ref dst,
-                                            const convert_options& opt,
-                                            convert_stats& stats,
-                                            cairn::detail::progress_meter* progress);
-
-/// Writes `src` as a DCP checkpoint in Megatron's torch_dist layout, with `objects` (the
-/// source's sharded objects) as u8 items.
-CAIRN_INLINE result<void> write_torch_dist(source& src,
-                                           storage_ref dst,
-                                           const convert_options& opt,
-                                           const std::map<std::string, object_entry>& objects,
-                                           convert_stats& stats,
-                                           cairn::detail::progress_meter* progress);
-
-/// Writes `src` as a native cairn checkpoint: every slab becomes a chunk of one data file,
-/// checksummed per block as it streams past, then `objects` (the source's sharded objects);
-/// common values go to the common-state file; `metadata.json` is written last. The save id is
-/// derived from the tensor list, so the same source gives byte-identical output.
-CAIRN_INLINE result<void> write_native(source& src,
-                                       storage_ref dst,
-                                       const convert_options& opt,
-                                       const std::map<std::string, object_entry>& objects,
-                                       convert_stats& stats,
-                                       cairn::detail::progress_meter* progress);
-
-}  // namespace detail
 
 /// Rewrites the checkpoint `src` into `dst` (which should be empty) in `opt.format`, streaming:
 /// tensors are read and written one slab (`opt.slab_bytes`) at a time, never whole. The same

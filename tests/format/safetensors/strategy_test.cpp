@@ -19,7 +19,7 @@ using namespace cairn_test;
 
 TEST_CASE("safetensors strategies hold tensors only and never replace a checkpoint in place") {
   cairn::memory_storage mem;
-  cairn::safetensors_strategy one(cairn::convert::output_format::one_file);
+  cairn::safetensors_strategy one(cairn::safetensors::file_split::one_file);
   cairn::save_options so;
   so.strategy = &one;
   cairn::single_communicator comm;
@@ -55,7 +55,7 @@ TEST_CASE("safetensors output is byte-identical for the same state on any number
   // (its shards are written by the native writer).
   for (auto [n, index_files] : {std::pair{1, false}, std::pair{3, false}, std::pair{3, true}}) {
     cairn::memory_storage mem;
-    cairn::safetensors_strategy chunks(cairn::convert::output_format::chunks, 2000);
+    cairn::safetensors_strategy chunks(cairn::safetensors::file_split::chunks, 2000);
     cairn::save_options so;
     so.strategy = &chunks;
     so.index_files = index_files;

@@ -92,9 +92,9 @@ struct golden_format {
 };
 
 const cairn::torch_dist_strategy torch_dist;
-const cairn::safetensors_strategy one_file(cairn::convert::output_format::one_file);
-const cairn::safetensors_strategy per_tensor(cairn::convert::output_format::per_tensor);
-const cairn::safetensors_strategy chunks(cairn::convert::output_format::chunks, 600);
+const cairn::safetensors_strategy one_file(cairn::safetensors::file_split::one_file);
+const cairn::safetensors_strategy per_tensor(cairn::safetensors::file_split::per_tensor);
+const cairn::safetensors_strategy chunks(cairn::safetensors::file_split::chunks, 600);
 
 std::vector<golden_format> formats() {
   std::vector<golden_format> out;

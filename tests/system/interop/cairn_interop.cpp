@@ -324,7 +324,7 @@ int save_strategy(const std::string& name, const std::string& dir) {
     return write_multirank(dir, &s);
   }
   auto format = cv::parse_output_format(name).value();
-  cairn::safetensors_strategy s(format, 200);  // chunks: at most 200 bytes per file
+  cairn::safetensors_strategy s(cv::split_of(format), 200);  // chunks: at most 200 bytes per file
   return write_multirank(dir, &s);
 }
 

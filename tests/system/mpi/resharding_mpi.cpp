@@ -160,8 +160,8 @@ TEST_CASE("every save strategy on N processes loads on M processes") {
   cairn::mpi_communicator all(MPI_COMM_WORLD);
   const std::string root = shared_temp_dir(all);
   const cairn::torch_dist_strategy torch_dist;
-  const cairn::safetensors_strategy one_file(cairn::convert::output_format::one_file);
-  const cairn::safetensors_strategy chunks(cairn::convert::output_format::chunks, 500, 128);
+  const cairn::safetensors_strategy one_file(cairn::safetensors::file_split::one_file);
+  const cairn::safetensors_strategy chunks(cairn::safetensors::file_split::chunks, 500, 128);
   const std::pair<const char*, const cairn::save_strategy*> strategies[] = {
       {"native+zstd", nullptr},
       {"torch_dist", &torch_dist},

@@ -22,6 +22,19 @@ enum class file_split {
   chunks,      ///< `model-NNNNN-of-MMMMM.safetensors` of at most `chunk_size` bytes, plus the index
 };
 
+/// The split's name, which is also its save strategy's and `cairn convert --format`'s.
+constexpr std::string_view split_name(file_split s) noexcept {
+  switch (s) {
+    case file_split::one_file:
+      return "one_file";
+    case file_split::per_tensor:
+      return "per_tensor";
+    case file_split::chunks:
+      return "chunks";
+  }
+  return "?";
+}
+
 /// The file of tensor `key` under `file_split::per_tensor`.
 CAIRN_INLINE std::string per_tensor_name(std::string_view key);
 

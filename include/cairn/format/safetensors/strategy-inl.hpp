@@ -6,21 +6,15 @@
 #include <algorithm>
 #include <any>
 
-#include "cairn/convert/source.hpp"
 #include "cairn/format/safetensors/strategy.hpp"
+#include "cairn/format/stream/source.hpp"
 
 namespace cairn {
 
-CAIRN_INLINE safetensors_strategy::safetensors_strategy(convert::output_format format,
+CAIRN_INLINE safetensors_strategy::safetensors_strategy(safetensors::file_split split,
                                                         std::uint64_t chunk_size,
                                                         std::uint64_t slab_bytes)
-    : format_(format), chunk_size_(chunk_size), slab_bytes_(slab_bytes) {
-  if (format != convert::output_format::one_file && format != convert::output_format::per_tensor &&
-      format != convert::output_format::chunks)
-    throw exception(make_error(errc::invalid_argument,
-                               "safetensors_strategy: the format must be one_file, per_tensor or "
-                               "chunks"));
-}
+    : split_(split), chunk_size_(chunk_size), slab_bytes_(slab_bytes) {}
 
 CAIRN_INLINE result<void> safetensors_strategy::check(const leaf_list& leaves) const {
   if (!leaves.objects.empty())
@@ -54,14 +48,15 @@ CAIRN_INLINE result<void> safetensors_strategy::assemble(planned_save& plan,
                                                          storage_ref st,
                                                          const save_options& opt,
                                                          written_save& out) const {
-  convert::convert_options copt = options(opt);
+  const safetensors::write_settings ws = layout(opt);
+  const stream::stream_settings settings{std::nullopt, slab_bytes_, opt.io_threads};
   CAIRN_TRY_ASSIGN(auto src,
-                   convert::native_source::over(st, shards(plan, reports), opt.io_threads));
-  CAIRN_TRY_ASSIGN(auto files, convert::plan_safetensors(src->tensors(), copt));
+                   stream::catalog_source::over(st, shards(plan, reports), opt.io_threads));
+  CAIRN_TRY_ASSIGN(auto files, safetensors::plan_streamed_files(src->tensors(), ws, std::nullopt));
   std::vector<int> owner = owners(files, reports.size());
   auto& written = out.local.emplace<std::vector<std::string>>();  // for abandon
-  convert::convert_stats stats;
-  convert::slab_buffers buffers;
+  stream::stream_stats stats;
+  stream::slab_buffers buffers;
   std::uint64_t total = 0;
   for (std::size_t f = 0; f < files.size(); ++f)
     if (owner[f] == plan.rank) total += tensor_bytes(files[f]);
@@ -69,8 +64,8 @@ CAIRN_INLINE result<void> safetensors_strategy::assemble(planned_save& plan,
   for (std::size_t f = 0; f < files.size(); ++f) {
     if (owner[f] != plan.rank) continue;
     written.push_back(files[f].name);
-    CAIRN_TRY(
-        convert::write_safetensors_file(*src, st, files[f], copt, stats, &progress, &buffers));
+    CAIRN_TRY(safetensors::write_streamed_file(*src, st, files[f], ws.metadata, settings, stats,
+                                               &progress, &buffers));
   }
   return ok();
 }
@@ -81,11 +76,10 @@ CAIRN_INLINE result<void> safetensors_strategy::commit(planned_save& plan,
                                                        const std::vector<bytes>&,
                                                        storage_ref st,
                                                        const save_options& opt) const {
-  if (format_ != convert::output_format::one_file) {
-    convert::convert_options copt = options(opt);
-    std::vector<convert::tensor_entry> ts;
+  if (split_ != safetensors::file_split::one_file) {
+    std::vector<stream::tensor_entry> ts;
     for (const auto& [k, t] : plan.index.tensors) ts.push_back({k, t.type, t.global_shape});
-    CAIRN_TRY_ASSIGN(auto files, convert::plan_safetensors(ts, copt));
+    CAIRN_TRY_ASSIGN(auto files, safetensors::plan_streamed_files(ts, layout(opt), std::nullopt));
     CAIRN_TRY_ASSIGN(safetensors::index ix, safetensors::index_of(files));
     CAIRN_TRY(safetensors::write_index(st, safetensors::index_name, ix));
   }
@@ -105,18 +99,17 @@ CAIRN_INLINE void safetensors_strategy::abandon(const planned_save& plan,
 CAIRN_INLINE result<bool> safetensors_strategy::committed(const planned_save&,
                                                           const written_save&,
                                                           storage_ref st) const {
-  if (format_ == convert::output_format::one_file) return true;
+  if (split_ == safetensors::file_split::one_file) return true;
   return st.exists(safetensors::index_name);
 }
 
-CAIRN_INLINE convert::convert_options safetensors_strategy::options(const save_options& opt) const {
-  convert::convert_options c;
-  c.format = format_;
-  c.chunk_size = chunk_size_;
-  c.slab_bytes = slab_bytes_;
-  c.io_threads = opt.io_threads;
-  for (const auto& [k, v] : opt.content_metadata) c.metadata[k] = v;
-  return c;
+CAIRN_INLINE safetensors::write_settings safetensors_strategy::layout(
+    const save_options& opt) const {
+  safetensors::write_settings ws;
+  ws.split = split_;
+  ws.chunk_size = chunk_size_;
+  for (const auto& [k, v] : opt.content_metadata) ws.metadata[k] = v;
+  return ws;
 }
 
 CAIRN_INLINE std::uint64_t safetensors_strategy::tensor_bytes(const safetensors::planned_file& f) {

@@ -1,7 +1,7 @@
 // cairn/format/safetensors/strategy.hpp: the safetensors save strategies (`one_file`,
 // `per_tensor`, `chunks`): a native save of each rank's shard, then the ranks assemble the
-// whole-tensor files in place, streaming through `convert` (format/safetensors/files.hpp plans
-// the files).
+// whole-tensor files in place, streaming from the shards (format/safetensors/stream_writer.hpp;
+// format/safetensors/files.hpp plans the files).
 #pragma once
 
 #include <cstdint>
@@ -10,11 +10,11 @@
 #include <string_view>
 #include <vector>
 
-#include "cairn/convert/unshard.hpp"
 #include "cairn/detail/config.hpp"
 #include "cairn/format/native/strategy.hpp"
 #include "cairn/format/safetensors/file.hpp"
 #include "cairn/format/safetensors/files.hpp"
+#include "cairn/format/safetensors/stream_writer.hpp"
 #include "cairn/format/save_strategy.hpp"
 #include "cairn/format/writers.hpp"
 
@@ -37,12 +37,12 @@ namespace cairn {
 /// file's `__metadata__`.
 class safetensors_strategy final : public save_strategy {
  public:
-  /// `format`: one_file, per_tensor or chunks; `chunk_size`: the most tensor bytes per file of
-  /// `chunks`.
-  explicit safetensors_strategy(convert::output_format format = convert::output_format::one_file,
+  /// `split`: one_file, per_tensor or chunks; `chunk_size`: the most tensor bytes per file of
+  /// `chunks`; `slab_bytes`: the most bytes each rank holds at once while assembling.
+  explicit safetensors_strategy(safetensors::file_split split = safetensors::file_split::one_file,
                                 std::uint64_t chunk_size = 5'000'000'000,
                                 std::uint64_t slab_bytes = std::uint64_t{64} << 20);
-  std::string_view name() const noexcept override { return convert::format_name(format_); }
+  std::string_view name() const noexcept override { return safetensors::split_name(split_); }
   /// Builds its files in a second pass (`assemble`); never in place (fixed file names).
   writer_features features(const save_options&) const noexcept override {
     writer_features f;
@@ -79,7 +79,8 @@ class safetensors_strategy final : public save_strategy {
   result<bool> committed(const planned_save&, const written_save&, storage_ref st) const override;
 
  private:
-  convert::convert_options options(const save_options& opt) const;
+  /// The files' layout and `__metadata__` (the save's content metadata).
+  safetensors::write_settings layout(const save_options& opt) const;
   /// The shard files as a native checkpoint (not committed anywhere: metadata in memory).
   static checkpoint_metadata shards(const planned_save& plan, const std::vector<bytes>& reports) {
     return native_strategy::metadata_of(plan.index, plan.save_id, reports);
@@ -90,7 +91,7 @@ class safetensors_strategy final : public save_strategy {
   static std::vector<int> owners(const std::vector<safetensors::planned_file>& files,
                                  std::size_t ranks);
 
-  convert::output_format format_;
+  safetensors::file_split split_;
   std::uint64_t chunk_size_;
   std::uint64_t slab_bytes_;
   native_strategy native_;
@@ -101,16 +102,16 @@ inline const bool safetensors_strategies_registered =
     register_save_strategy("one_file",
                            [] {
                              return std::unique_ptr<save_strategy>(
-                                 new safetensors_strategy(convert::output_format::one_file));
+                                 new safetensors_strategy(safetensors::file_split::one_file));
                            }) &&
     register_save_strategy("per_tensor",
                            [] {
                              return std::unique_ptr<save_strategy>(
-                                 new safetensors_strategy(convert::output_format::per_tensor));
+                                 new safetensors_strategy(safetensors::file_split::per_tensor));
                            }) &&
     register_save_strategy("chunks", [] {
       return std::unique_ptr<save_strategy>(
-          new safetensors_strategy(convert::output_format::chunks));
+          new safetensors_strategy(safetensors::file_split::chunks));
     });
 }  // namespace detail
 
