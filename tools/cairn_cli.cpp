@@ -432,13 +432,13 @@ int convert_cmd(const std::string& cmd, const std::vector<std::string>& args) {
     }
     if (i + 1 >= args.size()) return usage();
     const std::string& v = args[++i];
-    if (a == "--format" || a == "--strategy") {  // --strategy: the older name
-      auto s = cv::parse_output_format(v);
-      if (!s) {
-        fmt::print(stderr, "cairn {}: {}\n", cmd, s.err().describe());
+    if (a == "--format" || a == "--strategy") {       // --strategy: the older name
+      auto w = cairn::stream::find_stream_writer(v);  // any registered format, by name or alias
+      if (!w) {
+        fmt::print(stderr, "cairn {}: {}\n", cmd, w.err().describe());
         return 2;
       }
-      opt.format = *s;
+      opt.writer = (*w)->name;
       have_format = true;
     } else if (a == "--chunk-size" || a == "--slab") {
       auto n = parse_size(v);
@@ -480,9 +480,9 @@ int convert_cmd(const std::string& cmd, const std::vector<std::string>& args) {
   }
   fmt::print("{}: {} tensor(s), {} bytes, {} object(s) from {} ({}) -> {} file(s) in {} ({})\n",
              cmd, stats->tensors, stats->bytes_read, stats->objects, args[0], (*src)->kind(),
-             stats->files.size(), args[1], cv::format_name(opt.format));
+             stats->files.size(), args[1], opt.writer);
   if (!stats->skipped.empty())
-    fmt::print("not carried over (no place in {}): {}\n", cv::format_name(opt.format),
+    fmt::print("not carried over (no place in {}): {}\n", opt.writer,
                fmt::join(stats->skipped, ", "));
   return 0;
 }

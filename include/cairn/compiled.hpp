@@ -64,6 +64,7 @@
 #include "cairn/format/save_strategy-inl.hpp"
 #include "cairn/format/stream/slab-inl.hpp"
 #include "cairn/format/stream/source-inl.hpp"
+#include "cairn/format/stream/writers-inl.hpp"
 #include "cairn/format/torch/pickle-inl.hpp"
 #include "cairn/format/torch/zip-inl.hpp"
 #include "cairn/format/writers-inl.hpp"

@@ -23,7 +23,7 @@ TEST_CASE("open_source picks the source of whatever format is there") {
   CHECK(cairn::convert::open_source(native).value()->kind() == "cairn");
   cairn::torch_dist_strategy td;
   cairn_test::save_source_sample(dist, &td);
-  CHECK(cairn::convert::open_source(dist).value()->kind() == "dcp");
+  CHECK(cairn::convert::open_source(dist).value()->kind() == "torch_dist");
 
   std::vector<float> v{1.0f, 2.0f, 3.0f};
   cairn::safetensors::write_file(st, "model.safetensors",

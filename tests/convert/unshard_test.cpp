@@ -316,7 +316,7 @@ TEST_CASE("convert torch_dist writes DCP + Megatron files that read back as a DC
   CHECK(common.root.get("step")->i == 12);
 
   auto dcp = cv::open_source(dist).value();
-  CHECK(dcp->kind() == "dcp");
+  CHECK(dcp->kind() == "torch_dist");
   const auto& md = static_cast<cv::dcp_source&>(*dcp).metadata();
   CHECK(std::get<cairn::dcp::tensor_meta>(md.state_dict_metadata.at("model.row")).chunks.size() >
         3);
@@ -397,4 +397,59 @@ TEST_CASE("open_source on a directory without a checkpoint fails clearly") {
   auto p = cv::open_source(st);
   REQUIRE(!p);
   CHECK(p.err().code == cairn::errc::incomplete_checkpoint);
+}
+
+namespace {
+/// What the test writer "test_convert_echo" was last told.
+std::map<std::string, std::string, std::less<>> echo_options;
+cairn::result<void> echo_write(cairn::stream::source& src,
+                               cairn::storage_ref,
+                               const cairn::stream::write_job& job,
+                               cairn::stream::stream_stats& stats,
+                               cairn::detail::progress_meter*) {
+  echo_options = job.options;
+  stats.tensors = src.tensors().size();
+  return cairn::ok();
+}
+}  // namespace
+
+TEST_CASE("convert writes with any registered writer, telling it only the settings it declares") {
+  CHECK(cairn::stream::register_stream_writer({.name = "test_convert_echo",
+                                               .format = "echo",
+                                               .settings = {"level"},
+                                               .write = &echo_write})
+            .value());
+  cairn_test::temp_dir d;
+  cairn::file_storage ck(d.path / "ckpt"), out(d.path / "out");
+  save_multirank(ck);
+  auto src = cv::open_source(ck).value();
+  cv::convert_options opt;
+  opt.writer = "test_convert_echo";
+  opt.writer_options = {{"level", "3"}};
+  auto stats = cv::convert(*src, out, opt).value();
+  CHECK(stats.tensors == kSpecs.size());
+  CHECK(echo_options.at("level") == "3");
+  CHECK(echo_options.size() == 1);  // chunk_size and flavor are other writers' settings
+  CHECK(stats.skipped == std::vector<std::string>{"step"});  // it holds no common values
+
+  opt.writer_options = {{"chunk_size", "1"}};
+  auto undeclared = cv::convert(*src, out, opt);
+  REQUIRE(!undeclared);
+  CHECK(undeclared.err().code == cairn::errc::invalid_argument);
+  CHECK(undeclared.err().message.find("no setting 'chunk_size' (it has level)") !=
+        std::string::npos);
+  opt.writer_options.clear();
+  auto not_whole = cv::unshard(*src, out, opt);
+  REQUIRE(!not_whole);
+  CHECK(not_whole.err().message.find("one_file, per_tensor") != std::string::npos);
+  opt.writer = "hdf5";
+  CHECK(cv::convert(*src, out, opt).err().code == cairn::errc::not_found);
+  // The typed options reach the built-in writers that declare them.
+  cv::convert_options chunks;
+  chunks.writer = "chunks";
+  chunks.writer_options = {{"chunk_size", "not a size"}};
+  auto bad = cv::convert(*src, out, chunks);
+  REQUIRE(!bad);
+  CHECK(bad.err().message.find("chunk_size") != std::string::npos);
+  CHECK(out.list("").value().empty());
 }

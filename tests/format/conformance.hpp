@@ -5,8 +5,9 @@
 // `verify_checkpoint`). conformance_test.cpp runs every writer × every reader × N→M topology ×
 // dtype and compares bytes exactly.
 //
-// A new on-disk format plugs in here: add its writers to `writers()` (with the dtypes its
-// format cannot represent in `writer::cannot_hold`); a new way of reading goes in `readers()`.
+// A new on-disk format plugs in here: one `format_row` in `format_rows()` (its save and convert
+// writers follow from its registered names; the dtypes its format cannot represent go in
+// `cannot_hold`); a new way of reading goes in `readers()`.
 // What fails today because of the library is listed in `known_gaps()`, with the reason; the
 // suite checks that each still fails, so a fix shows up. Nothing else changes.
 #pragma once
@@ -14,6 +15,7 @@
 #include <algorithm>
 #include <functional>
 #include <map>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -23,6 +25,7 @@
 #include "cairn/convert/unshard.hpp"
 #include "cairn/plan/cover.hpp"
 #include "cairn/strategies.hpp"
+#include "tests/format/rawdir/driver.hpp"
 #include "tests/support/property.hpp"
 
 namespace cairn_test::conformance {
@@ -177,15 +180,21 @@ inline writer save_writer(std::string name,
 }
 
 /// A writer that saves the state natively on N ranks (tiled, small blocks) or with `source_so`,
-/// opens it with `open_source` and rewrites it with `convert` (or `unshard`) in `opt.format`.
-inline writer convert_writer(std::string name,
-                             cv::convert_options opt,
-                             bool use_unshard,
-                             cairn::save_options source_so) {
+/// opens it with `open_source` and rewrites it with `convert` (or `unshard`) as `opt` says; its
+/// output is `format` (checksummed or not), made of the files `owns`.
+inline writer convert_writer_to(
+    std::string name,
+    cv::convert_options opt,
+    bool use_unshard,
+    cairn::save_options source_so,
+    std::string format,
+    bool checksummed,
+    std::function<bool(const std::string&)> owns,
+    std::function<bool(cairn::memory_storage&, const property_case&)> ex) {
   return {std::move(name),
-          format_of(opt.format),
-          opt.format == cv::output_format::native,
-          owns_files_of(opt.format),
+          std::move(format),
+          checksummed,
+          std::move(owns),
           [opt, use_unshard, source_so](cairn::memory_storage& out, const property_case& c, int n,
                                         layout_kind kind) {
             cairn::memory_storage src_storage;
@@ -197,7 +206,63 @@ inline writer convert_writer(std::string name,
               cv::convert(*src, out, opt).value();
             return std::string();  // convert's output is deterministic: no random id
           },
-          exercised_by(opt.format)};
+          std::move(ex)};
+}
+
+/// `convert_writer_to` for a built-in output format (`opt.format`).
+inline writer convert_writer(std::string name,
+                             cv::convert_options opt,
+                             bool use_unshard,
+                             cairn::save_options source_so) {
+  return convert_writer_to(std::move(name), opt, use_unshard, std::move(source_so),
+                           format_of(opt.format), opt.format == cv::output_format::native,
+                           owns_files_of(opt.format), exercised_by(opt.format));
+}
+
+/// A format as the suite needs to know it, beyond what the registry says: the save strategy and
+/// the stream writer called `name` write it (both made by name), and the row gives what its
+/// output must look like. `format_writers` turns a row into its save and convert writers.
+struct format_row {
+  std::string name;    ///< its save strategy's and stream writer's name
+  std::string format;  ///< what `detect_format` calls its output
+  bool checksummed = false;
+  std::function<bool(const std::string&)> owns_file;
+  std::function<bool(cairn::memory_storage&, const property_case&)> exercised;
+  std::vector<cairn::dtype> cannot_hold;
+};
+
+/// The writers of a registered format: "NAME", a save on N ranks with the strategy
+/// `make_save_strategy(NAME)` makes, and "convert:NAME", `convert` with `writer = NAME`.
+inline std::vector<writer> format_writers(const format_row& row) {
+  static std::vector<std::unique_ptr<cairn::save_strategy>> made;  // outlive the saves
+  made.push_back(cairn::make_save_strategy(row.name).value());
+  cairn::save_options so;
+  so.strategy = made.back().get();
+  so.block_size = 96;
+  std::vector<writer> out;
+  out.push_back(
+      save_writer(row.name, row.format, row.checksummed, row.owns_file, so, row.exercised));
+  cv::convert_options opt;
+  opt.writer = row.name;
+  opt.slab_bytes = 48;  // several slabs per tensor, several tensors per slab
+  cairn::save_options source_so;
+  source_so.block_size = 128;
+  out.push_back(convert_writer_to("convert:" + row.name, opt, false, source_so, row.format,
+                                  row.checksummed, row.owns_file, row.exercised));
+  for (auto& w : out) w.cannot_hold = row.cannot_hold;
+  return out;
+}
+
+/// The formats registered from the tests folder (a new format's one row goes here).
+inline std::vector<format_row> format_rows() {
+  return {
+      {std::string(rawdir::id),
+       std::string(rawdir::id),
+       false,
+       [](const std::string& f) { return f == rawdir::catalog_name || f.ends_with(".raw"); },
+       [](cairn::memory_storage& st, const property_case&) { return some_tensor_in_pieces(st); },
+       {}},
+  };
 }
 
 /// The dtypes torch 1.13 has no torch.<name> for (uint16/32/64 came in torch 2.3, float8 in
@@ -305,6 +370,8 @@ inline const std::vector<writer>& writers() {
     chunks.slab_bytes = 64;
     chunks.chunk_size = 200;
     w.push_back(convert_writer("unshard:chunks(from torch_dist)", chunks, true, dcp_source));
+    for (const format_row& row : format_rows())
+      for (writer& fw : format_writers(row)) w.push_back(std::move(fw));
     return w;
   }();
   return all;

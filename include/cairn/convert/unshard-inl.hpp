@@ -2,14 +2,12 @@
 // header-only; compiled once into cairn::compiled with CAIRN_SEPARATE_COMPILATION).
 #pragma once
 
+#include <algorithm>
 #include <string>
 
 #include "cairn/convert/unshard.hpp"
-#include "cairn/format/dcp/stream_writer.hpp"
 #include "cairn/format/detail/format_util.hpp"
-#include "cairn/format/native/stream_writer.hpp"
 #include "cairn/format/registry.hpp"
-#include "cairn/format/safetensors/stream_writer.hpp"
 
 namespace cairn::convert {
 
@@ -26,6 +24,10 @@ CAIRN_INLINE result<output_format> parse_output_format(std::string_view s) {
                         "native or cairn)");
 }
 
+CAIRN_INLINE std::string writer_name(const convert_options& opt) {
+  return opt.writer.empty() ? std::string(format_name(opt.format)) : opt.writer;
+}
+
 CAIRN_INLINE result<convert_stats> convert(source& src,
                                            storage_ref dst,
                                            const convert_options& opt) {
@@ -34,6 +36,22 @@ CAIRN_INLINE result<convert_stats> convert(source& src,
                       "convert: --dtype must be F16, BF16, F32 or F64, not " +
                           std::string(dtype_name(*opt.to_dtype)));
   if (opt.slab_bytes < 8) return make_error(errc::invalid_argument, "convert: slab below 8 bytes");
+  CAIRN_TRY_ASSIGN(const stream::stream_writer* w, stream::find_stream_writer(writer_name(opt)));
+  stream::write_job job{settings_of(opt), opt.metadata, {}, {}};
+  for (const auto& name : w->settings) {  // the typed options, for the writers that read them
+    if (name == "chunk_size") job.options[name] = std::to_string(opt.chunk_size);
+    if (name == "flavor") job.options[name] = std::string(dcp::flavor_name(opt.dcp_flavor));
+  }
+  for (const auto& [name, value] : opt.writer_options) {
+    if (std::find(w->settings.begin(), w->settings.end(), name) == w->settings.end()) {
+      std::string known;
+      for (const auto& k : w->settings) known += (known.empty() ? "" : ", ") + k;
+      return make_error(errc::invalid_argument,
+                        "convert: the " + w->name + " writer has no setting '" + name + "' (" +
+                            (known.empty() ? "it has none" : "it has " + known) + ")");
+    }
+    job.options[name] = value;
+  }
   if (!opt.overwrite) {
     CAIRN_TRY_ASSIGN(std::string existing, detect_format(dst));
     if (!existing.empty())
@@ -47,21 +65,15 @@ CAIRN_INLINE result<convert_stats> convert(source& src,
   std::uint64_t total = 0;
   for (const auto& t : src.tensors()) total += t.nbytes();
   cairn::detail::progress_meter progress(&opt.progress, "convert", total);
-  const stream::stream_settings settings = settings_of(opt);
-  if (opt.format == output_format::torch_dist || opt.format == output_format::native) {
-    // The sharded objects go along (read once); other items (pickled Python values) have no
-    // place.
-    CAIRN_TRY_ASSIGN(auto objects, src.objects());
-    if (opt.format == output_format::torch_dist)
-      CAIRN_TRY(dcp::write_streamed(src, dst, opt.dcp_flavor, settings, objects, stats, &progress));
-    else
-      CAIRN_TRY(native::write_streamed(src, dst, settings, objects, stats, &progress));
-    for (auto& k : src.other_items())
-      if (!objects.count(k)) stats.skipped.push_back(k);
-  } else {
-    safetensors::write_settings ws{split_of(opt.format), opt.chunk_size, opt.metadata};
-    CAIRN_TRY(safetensors::write_streamed(src, dst, ws, settings, stats, &progress));
-    stats.skipped = src.other_items();
+  // The sharded objects go along (read once) where the output holds them; other items
+  // (pickled Python values) have no place.
+  if (w->holds_objects) {
+    CAIRN_TRY_ASSIGN(job.objects, src.objects());
+  }
+  CAIRN_TRY(w->write(src, dst, job, stats, &progress));
+  for (auto& k : src.other_items())
+    if (!job.objects.count(k)) stats.skipped.push_back(k);
+  if (!w->holds_commons) {
     CAIRN_TRY_ASSIGN(auto commons, src.commons());
     for (const auto& [k, c] : commons) stats.skipped.push_back(k);
   }
@@ -71,13 +83,17 @@ CAIRN_INLINE result<convert_stats> convert(source& src,
 CAIRN_INLINE result<convert_stats> unshard(source& src,
                                            storage_ref dst,
                                            const convert_options& opt) {
-  if (opt.format != output_format::one_file && opt.format != output_format::per_tensor &&
-      opt.format != output_format::chunks)
-    return make_error(
-        errc::invalid_argument,
-        "unshard writes safetensors: the output format must be one_file, per_tensor or "
-        "chunks, not " +
-            std::string(format_name(opt.format)));
+  CAIRN_TRY_ASSIGN(const stream::stream_writer* w, stream::find_stream_writer(writer_name(opt)));
+  if (!w->whole_tensors) {
+    std::string whole;
+    for (const auto& name : stream::stream_writer_names())
+      if (stream::find_stream_writer(name).value()->whole_tensors)
+        whole += (whole.empty() ? "" : ", ") + name;
+    return make_error(errc::invalid_argument,
+                      "unshard writes whole tensors: the output format must be one that keeps "
+                      "them whole (" +
+                          whole + "), not " + w->name);
+  }
   return convert(src, dst, opt);
 }
 

@@ -19,14 +19,19 @@
 #include "cairn/core/progress.hpp"
 #include "cairn/detail/config.hpp"
 #include "cairn/format/dcp/metadata.hpp"
+#include "cairn/format/dcp/stream_writer.hpp"
+#include "cairn/format/native/stream_writer.hpp"
 #include "cairn/format/safetensors/files.hpp"
+#include "cairn/format/safetensors/stream_writer.hpp"
 #include "cairn/format/stream/slab.hpp"
+#include "cairn/format/stream/writers.hpp"
 #include "cairn/load.hpp"
 #include "cairn/storage/storage.hpp"
 
 namespace cairn::convert {
 
-/// Output formats of `convert` (the safetensors ones are also `unshard`'s).
+/// The built-in outputs of `convert` (the safetensors ones are also `unshard`'s), each the
+/// stream writer of the same name; `convert_options::writer` names any registered writer.
 enum class output_format {
   one_file,    ///< one `model.safetensors`
   per_tensor,  ///< one `<key>.safetensors` per tensor ('/' in keys becomes '-'), plus the index
@@ -78,6 +83,14 @@ struct convert_options {
   /// Write over a checkpoint (of any format) already at the destination; without it the
   /// conversion fails with `errc::already_exists` and leaves it as it is.
   bool overwrite = false;
+  /// The output by name, overriding `format` when set: any registered stream writer
+  /// (format/stream/writers.hpp), the built-in ones ("native", "torch_dist", "one_file", ...,
+  /// and their aliases) or a format of your own.
+  std::string writer;
+  /// That writer's own settings by name, as text (see its `stream_writer::settings`); a name it
+  /// does not declare is refused. `chunk_size` and `dcp_flavor` fill "chunk_size" and "flavor"
+  /// unless given here.
+  std::map<std::string, std::string> writer_options;
 };
 
 /// What a conversion wrote.
@@ -101,10 +114,14 @@ constexpr stream::stream_settings settings_of(const convert_options& opt) noexce
   return {opt.to_dtype, opt.slab_bytes, opt.io_threads};
 }
 
-/// Rewrites the checkpoint `src` into `dst` (which should be empty) in `opt.format`, streaming:
-/// tensors are read and written one slab (`opt.slab_bytes`) at a time, never whole. The same
-/// source and options give byte-identical output. Non-tensor items that have no place in the
-/// target are listed in `convert_stats::skipped`.
+/// The name of the output `opt` asks for: `opt.writer`, else `opt.format`'s name.
+CAIRN_INLINE std::string writer_name(const convert_options& opt);
+
+/// Rewrites the checkpoint `src` into `dst` (which should be empty) with the stream writer
+/// `opt` names (`writer_name`), streaming: tensors are read and written one slab
+/// (`opt.slab_bytes`) at a time, never whole. The same source and options give byte-identical
+/// output. Non-tensor items that have no place in the target are listed in
+/// `convert_stats::skipped`.
 ///
 ///     cairn::file_storage in{"ckpt/step_100"}, out{"hf/step_100"};
 ///     auto src = cairn::convert::open_source(in).value();
@@ -115,8 +132,9 @@ CAIRN_INLINE result<convert_stats> convert(source& src,
                                            const convert_options& opt);
 
 /// Consolidates a sharded checkpoint (any readable format, distributed-optimizer slices
-/// included) into safetensors — what DeepSpeed's `zero_to_fp32.py` does, streaming.
-/// `opt.format` must be one_file, per_tensor or chunks.
+/// included) into whole tensors — what DeepSpeed's `zero_to_fp32.py` does, streaming. The
+/// writer must keep tensors whole (`stream_writer::whole_tensors`: one_file, per_tensor,
+/// chunks).
 CAIRN_INLINE result<convert_stats> unshard(source& src,
                                            storage_ref dst,
                                            const convert_options& opt);

@@ -61,7 +61,7 @@ TEST_CASE("the DCP reader reads strided items for convert, load refuses them nam
 
   // convert reads through the same reader.
   auto src = cairn::convert::open_source(m).value();
-  CHECK(src->kind() == "dcp");
+  CHECK(src->kind() == "torch_dist");
   std::vector<std::byte> again(24);
   src->read_box("t", cairn::box{{0, 0}, {3, 2}}, again).value();
   CHECK(again == whole);

@@ -16,7 +16,7 @@ TEST_CASE("dcp::source reads a torch_dist checkpoint, its objects as other items
   cairn::torch_dist_strategy td;
   cairn_test::save_source_sample(mem, &td);
   auto src = cairn::dcp::source::open(mem).value();
-  CHECK(src->kind() == "dcp");
+  CHECK(src->kind() == "torch_dist");
   cairn_test::check_reads(*src);
   cairn_test::check_request_errors(*src);
   CHECK(src->other_items() == std::vector<std::string>{"rng/shard_0_2", "rng/shard_1_2"});

@@ -27,7 +27,7 @@ class source final : public stream::source {
  public:
   /// Reads and checks `.metadata` on `st` (which must outlive the source).
   static result<std::unique_ptr<source>> open(storage_ref st);
-  std::string_view kind() const noexcept override { return "dcp"; }
+  std::string_view kind() const noexcept override { return "torch_dist"; }
   const std::vector<stream::tensor_entry>& tensors() const noexcept override { return tensors_; }
   std::vector<std::string> other_items() const override { return others_; }
   /// Megatron's `common.pt` values (the `torch_dist` layout), as `read_any_metadata` reads them.

@@ -64,4 +64,21 @@ CAIRN_INLINE result<void> write_streamed(stream::source& src,
   return ok();
 }
 
+CAIRN_INLINE result<void> detail::stream_write(stream::source& src,
+                                               storage_ref dst,
+                                               const stream::write_job& job,
+                                               stream::stream_stats& stats,
+                                               cairn::detail::progress_meter* progress) {
+  flavor fl = flavor::torch2;
+  if (auto it = job.options.find("flavor"); it != job.options.end()) {
+    if (it->second == flavor_name(flavor::torch1_13))
+      fl = flavor::torch1_13;
+    else if (it->second != flavor_name(flavor::torch2))
+      return make_error(
+          errc::invalid_argument,
+          "torch_dist: setting flavor must be torch2 or torch1_13, not '" + it->second + "'");
+  }
+  return write_streamed(src, dst, fl, job.settings, job.objects, stats, progress);
+}
+
 }  // namespace cairn::dcp

@@ -76,4 +76,12 @@ CAIRN_INLINE result<void> write_streamed(stream::source& src,
   return ok();
 }
 
+CAIRN_INLINE result<void> detail::stream_write(stream::source& src,
+                                               storage_ref dst,
+                                               const stream::write_job& job,
+                                               stream::stream_stats& stats,
+                                               cairn::detail::progress_meter* progress) {
+  return write_streamed(src, dst, job.settings, job.objects, stats, progress);
+}
+
 }  // namespace cairn::native

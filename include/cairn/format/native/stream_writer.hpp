@@ -1,5 +1,6 @@
 // cairn/format/native/stream_writer.hpp: a native cairn checkpoint written streaming from any
-// `stream::source`: what `convert --format native` writes.
+// `stream::source`: what `convert --format native` writes (registered as the stream writer
+// "native", alias "cairn").
 #pragma once
 
 #include <map>
@@ -10,6 +11,7 @@
 #include "cairn/detail/config.hpp"
 #include "cairn/format/stream/slab.hpp"
 #include "cairn/format/stream/source.hpp"
+#include "cairn/format/stream/writers.hpp"
 #include "cairn/storage/storage.hpp"
 
 namespace cairn::native {
@@ -25,6 +27,24 @@ CAIRN_INLINE result<void> write_streamed(stream::source& src,
                                          const std::map<std::string, stream::object_entry>& objects,
                                          stream::stream_stats& stats,
                                          cairn::detail::progress_meter* progress = nullptr);
+
+namespace detail {
+/// `write_streamed` as the registered stream writer "native" (alias "cairn").
+CAIRN_INLINE result<void> stream_write(stream::source& src,
+                                       storage_ref dst,
+                                       const stream::write_job& job,
+                                       stream::stream_stats& stats,
+                                       cairn::detail::progress_meter* progress);
+
+inline const bool stream_writer_registered =
+    stream::register_stream_writer({.name = "native",
+                                    .aliases = {"cairn"},
+                                    .format = "cairn",
+                                    .holds_objects = true,
+                                    .holds_commons = true,
+                                    .write = &stream_write})
+        .value();
+}  // namespace detail
 
 }  // namespace cairn::native
 

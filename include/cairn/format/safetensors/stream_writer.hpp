@@ -1,6 +1,8 @@
 // cairn/format/safetensors/stream_writer.hpp: safetensors written streaming from any
 // `stream::source`, one slab at a time in file order: what `convert` and `unshard` write, and
-// how the safetensors save strategy assembles its files from the ranks' shards.
+// how the safetensors save strategy assembles its files from the ranks' shards. Registered as
+// the stream writers "one_file" (alias "safetensors"), "per_tensor" and "chunks" (setting
+// "chunk_size", in bytes).
 #pragma once
 
 #include <cstdint>
@@ -16,6 +18,7 @@
 #include "cairn/format/safetensors/files.hpp"
 #include "cairn/format/stream/slab.hpp"
 #include "cairn/format/stream/source.hpp"
+#include "cairn/format/stream/writers.hpp"
 #include "cairn/storage/storage.hpp"
 
 namespace cairn::safetensors {
@@ -57,6 +60,44 @@ CAIRN_INLINE result<void> write_streamed(stream::source& src,
                                          const stream::stream_settings& settings,
                                          stream::stream_stats& stats,
                                          cairn::detail::progress_meter* progress = nullptr);
+
+namespace detail {
+/// `write_streamed` as the registered stream writer of split `S`; `chunks` reads the setting
+/// "chunk_size" (bytes), and every file's `__metadata__` is the job's metadata.
+template <file_split S>
+result<void> stream_write(stream::source& src,
+                          storage_ref dst,
+                          const stream::write_job& job,
+                          stream::stream_stats& stats,
+                          cairn::detail::progress_meter* progress) {
+  write_settings ws;
+  ws.split = S;
+  ws.metadata = job.metadata;
+  if (auto it = job.options.find("chunk_size"); it != job.options.end()) {
+    CAIRN_TRY_ASSIGN(ws.chunk_size, stream::detail::parse_count(it->first, it->second));
+  }
+  return write_streamed(src, dst, ws, job.settings, stats, progress);
+}
+
+inline const bool stream_writers_registered =
+    stream::register_stream_writer({.name = "one_file",
+                                    .aliases = {"safetensors"},
+                                    .format = "safetensors",
+                                    .whole_tensors = true,
+                                    .write = &stream_write<file_split::one_file>})
+        .value() &&
+    stream::register_stream_writer({.name = "per_tensor",
+                                    .format = "safetensors",
+                                    .whole_tensors = true,
+                                    .write = &stream_write<file_split::per_tensor>})
+        .value() &&
+    stream::register_stream_writer({.name = "chunks",
+                                    .format = "safetensors",
+                                    .whole_tensors = true,
+                                    .settings = {"chunk_size"},
+                                    .write = &stream_write<file_split::chunks>})
+        .value();
+}  // namespace detail
 
 }  // namespace cairn::safetensors
 
