@@ -397,6 +397,7 @@ TEST_CASE("open_source on a directory without a checkpoint fails clearly") {
   auto p = cv::open_source(st);
   REQUIRE(!p);
   CHECK(p.err().code == cairn::errc::incomplete_checkpoint);
+  CHECK(p.err().message.find("torch_dist: .metadata") != std::string::npos);  // every format
 }
 
 namespace {

@@ -172,3 +172,25 @@ TEST_CASE("a detected format without a reader is named in the error") {
   CHECK(m.err().code == cairn::errc::unsupported_version);
   CHECK(m.err().message.find("test_no_reader") != std::string::npos);
 }
+
+TEST_CASE(
+    "a folder of checkpoints of any registered format is named as such, not as a checkpoint") {
+  cairn::memory_storage root;
+  put_text(root, "step_1/.metadata", "x");  // a DCP checkpoint's commit marker
+  put_text(root, "step_2/model.safetensors", "x");
+  auto m = cairn::read_any_metadata(root);
+  REQUIRE(!m);
+  CHECK(m.err().code == cairn::errc::not_found);
+  CHECK(m.err().message.find("folder of checkpoints") != std::string::npos);
+  CHECK(m.err().message.find("step_2 and 1 more") != std::string::npos);
+  // The native reader alone knows its own marker only.
+  auto native = cairn::read_metadata(root);
+  REQUIRE(!native);
+  CHECK(native.err().code == cairn::errc::incomplete_checkpoint);
+  // A metadata.json that is not cairn's (Megatron's, without DCP's .metadata) is its own error.
+  cairn::memory_storage megatron;
+  put_text(megatron, "metadata.json", R"({"sharded_backend": "torch_dist"})");
+  auto mm = cairn::read_any_metadata(megatron);
+  REQUIRE(!mm);
+  CHECK(mm.err().code == cairn::errc::corrupt);
+}

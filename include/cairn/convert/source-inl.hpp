@@ -17,11 +17,19 @@ CAIRN_INLINE result<std::unique_ptr<source>> open_source(storage_ref st) {
     return std::unique_ptr<source>(std::move(s));
   }
   if (format.empty()) {
-    error e = cairn::detail::no_checkpoint_error(st);
-    if (e.code == errc::incomplete_checkpoint)  // other formats were looked for too
+    error e = cairn::detail::no_format_error(st);
+    if (e.code == errc::incomplete_checkpoint) {  // every registered format was looked for
+      std::string looked = "cairn: " + std::string(metadata_name);
+      for (const format_driver& d : registered_formats()) {
+        looked += "; " + d.id + ":";
+        for (std::size_t i = 0; i < d.commit_markers.size(); ++i)
+          looked += (i ? " or " : " ") + d.commit_markers[i];
+      }
       e.message =
-          "not a readable checkpoint: no cairn metadata.json (a save that never "
-          "committed?), no DCP .metadata and no safetensors";
+          "not a readable checkpoint: no committed checkpoint of any format this "
+          "program reads (" +
+          looked + "); a save that never committed?";
+    }
     return e;
   }
   CAIRN_TRY_ASSIGN(auto s, stream::catalog_source::open(st));

@@ -113,6 +113,16 @@ CAIRN_INLINE result<sniffed_format> sniff_format(storage_ref st, bool whole_nati
 
 namespace cairn {
 
+CAIRN_INLINE error detail::no_format_error(storage_ref st) {
+  auto has_json = st.exists(metadata_name);
+  if (!has_json) return std::move(has_json).err();
+  if (*has_json) {  // a metadata.json that is not cairn's (say, Megatron's without .metadata)
+    auto m = read_metadata(st);
+    if (!m) return std::move(m).err();
+  }
+  return no_checkpoint_error(st, &is_commit_marker);
+}
+
 CAIRN_INLINE result<std::string> detect_format(storage_ref st) {
   CAIRN_TRY_ASSIGN(detail::sniffed_format found, detail::sniff_format(st, false));
   return std::move(found.format);
@@ -141,7 +151,7 @@ CAIRN_INLINE result<checkpoint_metadata> read_any_metadata(storage_ref st) {
   return detail::catch_all("reading the metadata", [&]() -> result<checkpoint_metadata> {
     CAIRN_TRY_ASSIGN(detail::sniffed_format found, detail::sniff_format(st, true));
     if (found.native_json) return native_metadata(st, *found.native_json);
-    if (found.format.empty()) return read_metadata(st);  // its error
+    if (found.format.empty()) return detail::no_format_error(st);
     CAIRN_TRY_ASSIGN(format_reader reader, detail::reader_of(st, found.format));
     return reader(st);
   });
@@ -215,7 +225,9 @@ namespace cairn::detail {
 CAIRN_INLINE result<metadata_json> read_any_metadata_json_impl(storage_ref st) {
   CAIRN_TRY_ASSIGN(sniffed_format found, sniff_format(st, true));
   if (found.native_json) return metadata_json{std::move(*found.native_json), false};
-  if (found.format.empty()) {  // its error, or a metadata.json that is not cairn's
+  if (found.format.empty()) {  // a metadata.json that is not cairn's: its error
+    CAIRN_TRY_ASSIGN(bool has_json, st.exists(metadata_name));
+    if (!has_json) return no_format_error(st);
     CAIRN_TRY_ASSIGN(std::string json, read_metadata_json(st));
     return metadata_json{std::move(json), false};
   }

@@ -95,6 +95,12 @@ struct sniffed_format {
 CAIRN_INLINE result<sniffed_format> sniff_format(storage_ref st, bool whole_native);
 }  // namespace detail
 
+namespace detail {
+/// Why no format was detected on `st`: a `metadata.json` that is not cairn's is its read error;
+/// otherwise `no_checkpoint_error` with every registered format's commit markers.
+CAIRN_INLINE error no_format_error(storage_ref st);
+}  // namespace detail
+
 /// Which format is on `st`: "cairn" (`metadata.json` of the native format), else the first
 /// registered format whose `detect` finds it: "torch_dist" (`.metadata`), "safetensors" (an
 /// index, `model.safetensors`, or else `*.safetensors` files: DCP's sharded safetensors), a

@@ -27,7 +27,7 @@ CAIRN_INLINE result<std::string> read_metadata_json(storage_ref st) {
 
 namespace cairn::detail {
 
-CAIRN_INLINE error no_checkpoint_error(storage_ref st) {
+CAIRN_INLINE error no_checkpoint_error(storage_ref st, bool (*commits)(std::string_view)) {
   auto names = st.list("");
   if (names && names->empty())
     return make_error(errc::not_found,
@@ -41,8 +41,7 @@ CAIRN_INLINE error no_checkpoint_error(storage_ref st) {
       std::size_t slash = n.find('/');
       if (slash == std::string::npos || n.find('/', slash + 1) != std::string::npos) continue;
       std::string_view file = std::string_view(n).substr(slash + 1);
-      if (file == metadata_name || file == ".metadata" || file == "model.safetensors.index.json")
-        inside.push_back(n.substr(0, slash));
+      if (commits ? commits(file) : file == metadata_name) inside.push_back(n.substr(0, slash));
     }
     if (!inside.empty()) {
       std::string latest;

@@ -31,8 +31,10 @@ namespace detail {
 /// the location does not exist or is empty (a mistyped path), or when it is a folder of
 /// checkpoints (a checkpointer's root: the message names the checkpoint its `latest` pointer
 /// names, and `checkpointer::load_latest`); else `errc::incomplete_checkpoint` (files, but no
-/// committed metadata: a save that never committed, or not a checkpoint).
-CAIRN_INLINE error no_checkpoint_error(storage_ref st);
+/// committed metadata: a save that never committed, or not a checkpoint). A folder counts as a
+/// checkpoint when it holds a name `commits` accepts (the registry's `is_commit_marker`, every
+/// format's markers); null: the native `metadata.json` only.
+CAIRN_INLINE error no_checkpoint_error(storage_ref st, bool (*commits)(std::string_view) = nullptr);
 
 /// A failed read of object `name` while reading `what` of `key`.
 CAIRN_INLINE error read_failed(error err,
