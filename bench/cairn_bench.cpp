@@ -91,6 +91,8 @@ options:
   --real             with --plan --ranks R --tensors T: run scalable planning for real on R
                      thread ranks and report each rank's time and bytes sent and received
                      (MPI processes: cairn-bench-plan-mpi under mpirun)
+  --everywhere       with --plan --real: plan by an all-gather of every rank's description
+                     instead (what the default picks for small worlds)
   --pp P             pipeline stages for --plan --scalable / --real (default min(8, R / 8))
   --owners N         owners sampled by --plan --scalable (default 4)
   --load             with --plan --ranks R --tensors T: format version 4 (index files): the
@@ -129,12 +131,13 @@ struct options {
   bool async = false;    ///< --async: async_saver's stall and background persist
   bool reshard = false;  ///< --reshard: read amplification and write balance
   bool ranks_given = false;
-  int tensors = 0;        ///< --plan --tensors T
-  bool scalable = false;  ///< --plan --scalable: the roles of scalable planning
-  bool real = false;      ///< --plan --real: scalable planning on thread ranks
-  int pp = 0;             ///< --pp: pipeline stages of --plan --scalable (0: the default)
-  int owners = 4;         ///< --owners: owners sampled by --plan --scalable
-  bool load = false;      ///< --plan --load: format version 4 and load planning at scale
+  int tensors = 0;          ///< --plan --tensors T
+  bool scalable = false;    ///< --plan --scalable: the roles of scalable planning
+  bool real = false;        ///< --plan --real: scalable planning on thread ranks
+  bool everywhere = false;  ///< --plan --real --everywhere: all-gather planning instead
+  int pp = 0;               ///< --pp: pipeline stages of --plan --scalable (0: the default)
+  int owners = 4;           ///< --owners: owners sampled by --plan --scalable
+  bool load = false;        ///< --plan --load: format version 4 and load planning at scale
   std::uint64_t block_size = cairn::default_block_size;  ///< --block-size (--reshard)
   /// --v3 / --index: save in format version 3 or 4 (the default; I/O bench, --reshard)
   bool index_files = cairn::save_options{}.index_files;
@@ -213,6 +216,8 @@ std::optional<options> parse_args(int argc, char** argv) {
       o.async = true;
     } else if (a == "--plan") {
       o.plan = true;
+    } else if (a == "--everywhere") {
+      o.everywhere = true;
     } else if (a == "--scalable") {
       o.scalable = true;
     } else if (a == "--load") {
@@ -1091,9 +1096,12 @@ int run_plan_real(const options& o) {
   cairn_bench::grid g = cairn_bench::make_grid(o.ranks, o.tensors, o.pp);
   std::vector<cairn_bench::real_rank> figures(static_cast<std::size_t>(o.ranks));
   cairn::run_ranks(o.ranks, [&](cairn::thread_communicator& c) {
-    figures[static_cast<std::size_t>(c.rank())] = cairn_bench::plan_for_real(c, g);
+    figures[static_cast<std::size_t>(c.rank())] = cairn_bench::plan_for_real(c, g, o.everywhere);
   });
-  std::printf("%s\n", cairn_bench::real_json(g, figures, "thread ranks").c_str());
+  std::printf("%s\n", cairn_bench::real_json(
+                          g, figures,
+                          o.everywhere ? "thread ranks, all-gather" : "thread ranks, key owners")
+                          .c_str());
   return 0;
 }
 

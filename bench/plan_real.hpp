@@ -1,5 +1,5 @@
-// bench/plan_real.hpp: scalable save planning run for real (`scalable_plan` over a
-// communicator), with every rank's wall time and bytes sent and received counted by a wrapper
+// bench/plan_real.hpp: save planning run for real over a communicator, by key owners or by
+// an all-gather, with every rank's wall time and bytes sent and received counted by a wrapper
 // around the communicator. Used by `cairn-bench --plan --real` (thread ranks) and
 // `cairn-bench-plan-mpi` (MPI processes).
 #pragma once
@@ -14,7 +14,9 @@
 
 #include "cairn/comm/communicator.hpp"
 #include "cairn/detail/message.hpp"
+#include "cairn/pipeline/save.hpp"
 #include "cairn/pipeline/scalable_plan.hpp"
+#include "cairn/storage/memory.hpp"
 #include "plan_roles.hpp"
 
 namespace cairn_bench {
@@ -64,18 +66,24 @@ struct real_rank {
   std::uint64_t sent = 0, received = 0;
 };
 
-/// Plans this rank's leaves of grid `g` with `scalable_plan` over `comm`; returns its figures.
-inline real_rank plan_for_real(cairn::comm_ref comm, const grid& g) {
+/// Plans this rank's leaves of grid `g` over `comm` as a save does (validation on): by key
+/// owners (`plan_at_scale`), or with `everywhere` by an all-gather of every rank's description
+/// (`plan_everywhere`); returns its figures.
+inline real_rank plan_for_real(cairn::comm_ref comm, const grid& g, bool everywhere = false) {
   cairn::rank_desc me = g.leaves_of(comm.rank());
   counted_comm counted{comm};
   cairn::comm_ref c(counted);
+  cairn::memory_storage st;  // named in errors only
+  cairn::save_options so;
+  so.scalable_planning = !everywhere;
+  cairn::save_stats stats;
   c.barrier();
   auto t0 = std::chrono::steady_clock::now();
-  auto plan = cairn::scalable_plan(me, std::nullopt, c, true, cairn::default_block_size,
-                                   std::uint64_t{64} << 10, true, 0);
+  auto plan = everywhere ? cairn::detail::plan_everywhere(me, std::nullopt, st, c, so, stats)
+                         : cairn::detail::plan_at_scale(me, std::nullopt, st, c, so, stats);
   real_rank r;
   r.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  if (!plan) throw std::runtime_error("scalable_plan: " + plan.err().describe());
+  if (!plan) throw std::runtime_error("planning: " + plan.err().describe());
   r.sent = counted.sent;
   r.received = counted.received;
   return r;

@@ -56,11 +56,16 @@ struct save_options {
   std::function<void(std::map<std::string, common_value>&)> preprocess_common;
   /// Reuse the plan of the previous save made with this cache when nothing changed.
   save_plan_cache* plan_cache = nullptr;
-  /// Plan by key owners (plan/scalable.hpp): each rank sends each key's owner only its leaves
-  /// of that key and receives only its own slots, so that no rank receives every rank's
-  /// description. Without `index_files`, rank 0 still receives every rank's index at the commit
-  /// (the format then keeps one metadata file). Needs a strategy that `plans_at_scale` (native).
-  bool scalable_planning = false;
+  /// How a save plans when no cached plan serves it. By key owners (`true`, plan/scalable.hpp):
+  /// each rank sends each key's owner only its leaves of that key and receives only its own
+  /// slots, so that no rank receives every rank's description; needs a strategy that
+  /// `plans_at_scale` (native). Everywhere (`false`): every rank's description goes to every
+  /// rank (one all-gather) and each plans the whole job, which is quicker for a few ranks.
+  /// Unset, the default: by key owners when the strategy plans at scale and the world has at
+  /// least `key_owner_planning_min_ranks` ranks, else everywhere (`plans_by_key_owners`).
+  /// Without `index_files`, rank 0 still receives every rank's index at the commit (the format
+  /// then keeps one metadata file).
+  std::optional<bool> scalable_planning;
   /// Write format version 4 (native strategy): each key's owner (the same hash of the key as
   /// `scalable_planning`) receives the chunk records of its keys from their writers and writes
   /// them to its binary index file (`index.<rank>.<id>.cairn`); `metadata.json` keeps one line
@@ -154,7 +159,9 @@ struct load_options {
   /// one rank and broadcast through the communicator, instead of being read by every rank:
   /// storage serves it once (it matters most for object stores and shared filesystems).
   /// Pieces smaller than `broadcast_min_bytes` are read by every rank (one broadcast each
-  /// would cost more). Costs one all-gather of the pieces each rank asks for.
+  /// would cost more). Costs two all_to_all exchanges through the keys' owners, in which a
+  /// rank receives the requests for the keys it owns and a verdict per shared piece it wants
+  /// (never every rank's requests).
   bool read_once_broadcast = true;
   std::uint64_t broadcast_min_bytes = std::uint64_t{64} << 10;
   /// When set, filled on every rank with the checkpoint's common values that this load does

@@ -319,6 +319,12 @@ inline const std::vector<writer>& writers() {
                               return cairn::read_metadata(st).value().version == 4 &&
                                      !st.list("index.").value().empty();
                             }));
+    cairn::save_options owners = indexed;  // planned by key owners whatever the world's size
+    owners.scalable_planning = true;
+    w.push_back(save_writer("native_key_owners", "cairn", true, native_file, owners,
+                            [](cairn::memory_storage& st, const property_case&) {
+                              return cairn::read_metadata(st).value().version == 4;
+                            }));
     cairn::save_options td;
     td.strategy = &s.torch_dist;
     w.push_back(save_writer("torch_dist", "torch_dist", false, torch_dist_file, td,

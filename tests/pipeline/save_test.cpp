@@ -13,6 +13,7 @@
 #include "cairn/cairn.hpp"
 #include "cairn/storage/fault_injection.hpp"
 #include "cairn/strategies.hpp"
+#include "tests/support/counting_comm.hpp"
 #include "tests/support/message_check.hpp"
 #include "tests/support/test_util.hpp"
 
@@ -236,4 +237,68 @@ TEST_CASE("a failure on one rank reaches every rank, naming it, and nothing is c
 TEST_CASE("the plan cache's vote and verdict round-trip and refuse truncation") {
   cairn_test::check_message(cairn::detail::plan_vote_message{0x1234, 0xfeed});
   cairn_test::check_message(cairn::detail::plan_verdict_message{true, true, "a1b2c3"});
+}
+
+namespace pipeline_save_test {
+
+/// The bytes each of `world` thread ranks receives in one save of 64 weights split by rows
+/// over every rank and 64 replicated biases, under `o`.
+inline std::vector<std::size_t> received_in_save(int world, const cairn::save_options& o) {
+  cairn::memory_storage mem;
+  std::vector<std::size_t> received(static_cast<std::size_t>(world));
+  cairn::run_ranks(world, [&](cairn::thread_communicator& tc) {
+    std::vector<cairn_test::collective_use> log;
+    cairn_test::counting_comm comm{tc, &log};
+    std::vector<float> w(2 * 8, 1.0f), b(8, 2.0f);
+    cairn::state_dict sd;
+    for (int i = 0; i < 64; ++i) {
+      const std::string wk = "layer" + std::to_string(i) + ".weight";
+      const std::string bk = "layer" + std::to_string(i) + ".bias";
+      sd.add(wk, cairn::from_rank_offsets(wk, std::span(w), {2, 8}, {{0, tc.rank(), world}}));
+      sd.add(bk, cairn::replicated(bk, std::span(b), {8}, tc.rank()));
+    }
+    sd.add("step", std::int64_t{7});
+    cairn::save(sd, mem, comm, o);
+    received[static_cast<std::size_t>(tc.rank())] = cairn_test::counting_comm::received(log);
+  });
+  return received;
+}
+
+}  // namespace pipeline_save_test
+
+TEST_CASE("plans_by_key_owners: asked, or by default when the world is large enough") {
+  cairn::save_options o;
+  CHECK(!cairn::detail::plans_by_key_owners(o, 1));
+  CHECK(!cairn::detail::plans_by_key_owners(o, cairn::detail::key_owner_planning_min_ranks - 1));
+  CHECK(cairn::detail::plans_by_key_owners(o, cairn::detail::key_owner_planning_min_ranks));
+  o.scalable_planning = false;
+  CHECK(!cairn::detail::plans_by_key_owners(o, 4096));
+  o.scalable_planning = true;
+  CHECK(cairn::detail::plans_by_key_owners(o, 2));
+  const cairn::torch_dist_strategy dcp;  // plans with a whole index only
+  cairn::save_options d;
+  d.strategy = &dcp;
+  CHECK(!cairn::detail::plans_by_key_owners(d, 4096));
+  CHECK(cairn::detail::settings_of(o, 2).scalable);
+  CHECK(!cairn::detail::settings_of(d, 4096).scalable);
+}
+
+TEST_CASE("a default save on 64 ranks: no rank receives every rank's description") {
+  constexpr int world = 64;
+  cairn::save_options everywhere;
+  everywhere.scalable_planning = false;
+  const auto all = pipeline_save_test::received_in_save(world, everywhere);
+  const auto dflt = pipeline_save_test::received_in_save(world, {});
+  std::size_t most = 0, most_everywhere = 0;
+  for (int r = 0; r < world; ++r) {
+    most = std::max(most, dflt[static_cast<std::size_t>(r)]);
+    most_everywhere = std::max(most_everywhere, all[static_cast<std::size_t>(r)]);
+  }
+  MESSAGE("most bytes a rank received: default " << most << ", all-gather planning "
+                                                 << most_everywhere);
+  // Every rank's description is about 128 leaves: the all-gather brings 63 of them to each.
+  for (int r = 0; r < world; ++r) {
+    INFO("rank " << r);
+    CHECK(dflt[static_cast<std::size_t>(r)] * 8 < all[static_cast<std::size_t>(r)]);
+  }
 }

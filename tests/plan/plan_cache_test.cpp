@@ -5,62 +5,14 @@
 #include <string>
 #include <vector>
 
+#include "tests/support/counting_comm.hpp"
 #include "tests/support/test_util.hpp"
-
-namespace {
-
-/// One collective as one rank saw it: its kind and the bytes this rank sent and received.
-struct collective_use {
-  std::string kind;
-  std::size_t sent = 0, received = 0;
-};
-
-/// Logs every collective this rank calls, with the bytes it sent and received, around thread
-/// ranks.
-struct counting_comm {
-  cairn::thread_communicator inner;
-  std::vector<collective_use>* log;
-  int rank() const { return inner.rank(); }
-  int size() const { return inner.size(); }
-  static std::size_t total(const std::vector<cairn::bytes>& v) {
-    std::size_t n = 0;
-    for (const auto& b : v) n += b.size();
-    return n;
-  }
-  std::vector<cairn::bytes> all_gather(std::span<const std::byte> in) {
-    auto out = inner.all_gather(in);
-    log->push_back({"all_gather", in.size(), total(out) - in.size()});
-    return out;
-  }
-  std::vector<cairn::bytes> gather(std::span<const std::byte> in, int root) {
-    auto out = inner.gather(in, root);
-    log->push_back(
-        {"gather", rank() == root ? 0 : in.size(), rank() == root ? total(out) - in.size() : 0});
-    return out;
-  }
-  std::vector<cairn::bytes> all_to_all(const std::vector<cairn::bytes>& to) {
-    auto out = inner.all_to_all(to);
-    auto self = static_cast<std::size_t>(rank());
-    log->push_back({"all_to_all", total(to) - to[self].size(), total(out) - out[self].size()});
-    return out;
-  }
-  void broadcast(cairn::bytes& b, int root) {
-    std::size_t before = b.size();
-    inner.broadcast(b, root);
-    log->push_back(
-        {"broadcast", rank() == root ? before * (size() - 1) : 0, rank() == root ? 0 : b.size()});
-  }
-  void barrier() { inner.barrier(); }
-};
-static_assert(cairn::scalable_communicator<counting_comm>);
-
-}  // namespace
 
 TEST_CASE("a second save with the same structure reuses the plan, exchanging a small vote") {
   constexpr int world = 4;
   cairn::memory_storage mem;
   // Per rank, per step: the collectives of that step's save.
-  std::vector<std::vector<std::vector<collective_use>>> logs(world);
+  std::vector<std::vector<std::vector<cairn_test::collective_use>>> logs(world);
   std::vector<std::vector<bool>> reused(world);
   cairn::run_ranks(world, [&](cairn::thread_communicator& tc) {
     cairn::save_plan_cache cache;
@@ -74,12 +26,13 @@ TEST_CASE("a second save with the same structure reuses the plan, exchanging a s
     sd.add("big", cairn::replicated("big", std::span(big), {4096}, tc.rank()));
     for (int step = 0; step < 4; ++step) {
       auto& log = logs[tc.rank()].emplace_back();
-      counting_comm comm{tc, &log};
+      cairn_test::counting_comm comm{tc, &log};
       sd.add("step", std::int64_t{step});  // common values may change: the plan does not
       std::fill(w.begin(), w.end(), static_cast<float>(step));
       cairn::save_options o;
       o.overwrite = true;
       o.plan_cache = &cache;
+      o.scalable_planning = false;                    // this test follows the all-gather path
       if (step == 3) sd.add("new", std::int64_t{1});  // structure changed: plan again
       auto stats = cairn::save(sd, mem, comm, o);
       reused[tc.rank()].push_back(stats.plan_reused);

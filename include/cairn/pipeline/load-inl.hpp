@@ -15,6 +15,7 @@
 #include "cairn/pipeline/load.hpp"
 #include "cairn/pipeline/stage.hpp"
 #include "cairn/plan/box.hpp"
+#include "cairn/plan/owner.hpp"
 #include "cairn/storage/decorator.hpp"
 
 namespace cairn::detail {
@@ -273,26 +274,62 @@ CAIRN_INLINE std::vector<shared_piece> plan_shared_pieces(const leaf_list& leave
           shared_piece{piece_ref{ti, pi}, 0, n, t.data + ps[pi].data_offset * es});
     }
   }
-  std::vector<wanted_piece> wanted;
-  wanted.reserve(mine.size());
-  for (const auto& [k, v] : mine) wanted.push_back({k.first, box{k.second.first, k.second.second}});
-  const std::vector<bytes> all = comm.all_gather(encode_message(wanted));
-  wanted.clear();
+  const int world = comm.size();
+  std::vector<std::vector<wanted_piece>> to_owner(static_cast<std::size_t>(world));
+  for (const auto& [k, v] : mine)
+    to_owner[static_cast<std::size_t>(owner_of(k.first, world))].push_back(
+        {k.first, box{k.second.first, k.second.second}});
+  std::vector<bytes> claims(static_cast<std::size_t>(world));
+  for (int r = 0; r < world; ++r)
+    claims[static_cast<std::size_t>(r)] = encode_message(to_owner[static_cast<std::size_t>(r)]);
+  claims = comm.all_to_all(claims);
+  // As the owner of some keys: how many ranks want each piece of them.
   std::map<std::pair<std::string, std::pair<shape, shape>>, int> count;
-  for (std::size_t r = 0; r < all.size(); ++r) {
+  for (std::size_t r = 0; r < claims.size(); ++r) {
     result<std::vector<wanted_piece>> got =
-        decode_message<std::vector<wanted_piece>>(all[r], "list of wanted pieces");
+        decode_message<std::vector<wanted_piece>>(claims[r], "list of wanted pieces");
     if (!got) throw exception(std::move(got).err().with_rank(static_cast<int>(r)));
     for (wanted_piece& p : *got)
       ++count[{std::move(p.key), {std::move(p.region.offset), std::move(p.region.size)}}];
   }
-  std::vector<std::uint64_t> load(static_cast<std::size_t>(comm.size()), 0);
-  for (const auto& [k, v] : mine) {  // same order on every rank (std::map)
-    if (count[k] != comm.size()) continue;
-    auto best = std::min_element(load.begin(), load.end());
-    *best += v.nbytes;
+  // Readers of the pieces every rank wants: the least loaded by this owner's picks, starting
+  // from this rank, so that owners spread their pieces over different ranks.
+  std::vector<std::uint64_t> load(static_cast<std::size_t>(world), 0);
+  std::vector<std::vector<shared_verdict>> verdicts(static_cast<std::size_t>(world));
+  for (auto& [k, n] : count) {
+    if (n != world) continue;
+    int reader = comm.rank();
+    for (int i = 1; i < world; ++i) {
+      int r = (comm.rank() + i) % world;
+      if (load[static_cast<std::size_t>(r)] < load[static_cast<std::size_t>(reader)]) reader = r;
+    }
+    box region{k.second.first, k.second.second};
+    load[static_cast<std::size_t>(reader)] += static_cast<std::uint64_t>(region.volume());
+    for (auto& v : verdicts) v.push_back({k.first, region, reader});
+  }
+  for (int r = 0; r < world; ++r)
+    claims[static_cast<std::size_t>(r)] = encode_message(verdicts[static_cast<std::size_t>(r)]);
+  claims = comm.all_to_all(claims);
+  std::map<std::pair<std::string, std::pair<shape, shape>>, int> reader_of;
+  for (std::size_t r = 0; r < claims.size(); ++r) {
+    result<std::vector<shared_verdict>> got =
+        decode_message<std::vector<shared_verdict>>(claims[r], "list of shared piece verdicts");
+    if (!got) throw exception(std::move(got).err().with_rank(static_cast<int>(r)));
+    for (shared_verdict& v : *got) {
+      if (v.reader < 0 || v.reader >= world)
+        throw exception(make_error(errc::comm, "a shared piece verdict names reader " +
+                                                   std::to_string(v.reader) + " of " +
+                                                   std::to_string(world) + " ranks")
+                            .with_rank(static_cast<int>(r)));
+      reader_of[{std::move(v.key), {std::move(v.region.offset), std::move(v.region.size)}}] =
+          v.reader;
+    }
+  }
+  for (const auto& [k, v] : mine) {  // (key, box) order: the same on every rank
+    auto it = reader_of.find(k);
+    if (it == reader_of.end()) continue;
     out.push_back(v);
-    out.back().reader = static_cast<int>(best - load.begin());
+    out.back().reader = it->second;
   }
   return out;
 }

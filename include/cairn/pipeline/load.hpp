@@ -8,6 +8,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "cairn/comm/communicator.hpp"
@@ -34,10 +35,19 @@ struct metadata_message {
   std::string json;
 };
 
-/// One piece a rank would read that another rank may want too: its key and its box.
+/// One piece a rank would read that another rank may want too: its key and its box (sent to
+/// the key's owner).
 struct wanted_piece {
   std::string key;
   box region;
+};
+
+/// What a key's owner tells each rank about a piece every rank wants alike: who reads it.
+struct shared_verdict {
+  static constexpr std::string_view message_name = "shared piece verdict";
+  std::string key;
+  box region;
+  int reader = 0;
 };
 
 /// Rank 0 reads the metadata of whatever format is on `st` (native, torch_dist, safetensors)
@@ -108,8 +118,13 @@ struct shared_piece {
   std::byte* data = nullptr;  ///< where the piece lies in this rank's memory
 };
 
-/// Finds the pieces every rank asks for whole and alike, and picks a reader for each (the
-/// least-loaded rank so far, in key order, so every rank computes the same). Collective.
+/// Finds the pieces every rank asks for whole and alike, and picks a reader for each, without
+/// any rank receiving the others' requests: each rank sends each key's owner (`owner_of`) its
+/// pieces of that key (one all_to_all); the owner counts who wants each piece and, for a piece
+/// every rank wants, picks a reader (the least loaded by its own picks, itself first) and tells
+/// every rank (a second all_to_all). A rank receives the claims on the keys it owns and a
+/// verdict per shared piece it wants. Collective; the result is in the same (key, box) order on
+/// every rank.
 CAIRN_INLINE std::vector<shared_piece> plan_shared_pieces(const leaf_list& leaves,
                                                           comm_ref comm,
                                                           const load_options& opt);

@@ -158,12 +158,17 @@ CAIRN_INLINE result<std::vector<std::vector<piece>>> describe_rank(const leaf_li
   return pieces;
 }
 
-CAIRN_INLINE plan_settings settings_of(const save_options& o) {
+CAIRN_INLINE bool plans_by_key_owners(const save_options& o, int world_size) {
+  if (o.scalable_planning) return *o.scalable_planning;
+  return world_size >= key_owner_planning_min_ranks && strategy_of(o).features(o).plans_at_scale;
+}
+
+CAIRN_INLINE plan_settings settings_of(const save_options& o, int world_size) {
   plan_settings s;
   s.block_size = o.block_size;
   s.balance_min_bytes = o.balance_min_bytes;
   s.tile = o.tile;
-  s.scalable = o.scalable_planning;
+  s.scalable = plans_by_key_owners(o, world_size);
   s.index_files = o.index_files;
   s.strategy = o.strategy;
   s.validated = o.validate_access_integrity;
@@ -248,8 +253,8 @@ CAIRN_INLINE result<save_index> plan_everywhere(const rank_desc& me,
   if (opt.plan_cache) {
     std::vector<std::uint64_t> per_rank;
     for (const auto& d : all) per_rank.push_back(structure_hash(d));
-    plan_cache_access::store(*opt.plan_cache, comm.size(), settings_of(opt), std::move(per_rank),
-                             index);
+    plan_cache_access::store(*opt.plan_cache, comm.size(), settings_of(opt, comm.size()),
+                             std::move(per_rank), index);
   }
   return index;
 }
@@ -267,7 +272,7 @@ CAIRN_INLINE result<save_index> plan_at_scale(const rank_desc& me,
   CAIRN_TRY(check_overwrite(a.exists_at_root, st, opt));
   stats.save_id = a.save_id;
   if (opt.plan_cache)
-    plan_cache_access::store(*opt.plan_cache, comm.size(), settings_of(opt),
+    plan_cache_access::store(*opt.plan_cache, comm.size(), settings_of(opt, comm.size()),
                              std::move(a.structure_of_rank), a.index);
   return std::move(a.index);
 }
@@ -278,12 +283,12 @@ CAIRN_INLINE result<save_index> agree_on_index(const rank_desc& me,
                                                comm_ref comm,
                                                const save_options& opt,
                                                save_stats& stats) {
-  if (opt.scalable_planning && !strategy_of(opt).features(opt).plans_at_scale)
+  if (opt.scalable_planning.value_or(false) && !strategy_of(opt).features(opt).plans_at_scale)
     return make_error(errc::invalid_argument,
                       "save_options::scalable_planning needs a strategy that plans at scale; " +
                           std::string(strategy_of(opt).name()) + " does not");
   save_plan_cache* cache = opt.plan_cache;
-  if (cache && plan_cache_access::usable(*cache, comm.size(), settings_of(opt))) {
+  if (cache && plan_cache_access::usable(*cache, comm.size(), settings_of(opt, comm.size()))) {
     agreed_plan agreed;
     CAIRN_TRY(vote_on_cached_plan(me, failure, *cache, comm, opt, agreed));
     if (agreed.cached) {
@@ -293,7 +298,8 @@ CAIRN_INLINE result<save_index> agree_on_index(const rank_desc& me,
       return std::move(*agreed.cached);
     }
   }
-  if (opt.scalable_planning) return plan_at_scale(me, failure, st, comm, opt, stats);
+  if (plans_by_key_owners(opt, comm.size()))
+    return plan_at_scale(me, failure, st, comm, opt, stats);
   return plan_everywhere(me, failure, st, comm, opt, stats);
 }
 
@@ -356,6 +362,16 @@ CAIRN_INLINE result<void> plan_phase(const leaf_list& leaves,
   CAIRN_TRY_ASSIGN(out.index, agree_on_index(me, failure, st, comm, opt, out.stats));
   out.save_id = out.stats.save_id;
   out.stats.bytes_per_rank = out.index.bytes_of_rank;
+  if (out.index.partial) {
+    // Planned by key owners, each rank knows its own bytes only: 8 bytes from every rank.
+    const std::uint64_t mine = out.index.bytes_of_rank.at(static_cast<std::size_t>(out.rank));
+    const std::vector<bytes> all = comm.all_gather(encode_message(mine));
+    for (std::size_t r = 0; r < all.size() && r < out.stats.bytes_per_rank.size(); ++r) {
+      result<std::uint64_t> n = decode_message<std::uint64_t>(all[r], "planned bytes");
+      if (!n) return std::move(n).err().with_rank(static_cast<int>(r));
+      out.stats.bytes_per_rank[r] = *n;
+    }
+  }
   list_items(leaves, pieces, out);
   return ok();
 }

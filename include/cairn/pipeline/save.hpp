@@ -118,8 +118,18 @@ struct agreed_plan {
   std::string save_id;               ///< rank 0's save id
 };
 
-/// The settings of `o` a cached plan depends on.
-CAIRN_INLINE plan_settings settings_of(const save_options& o);
+/// The smallest world in which a save plans by key owners unless told otherwise
+/// (`save_options::scalable_planning` unset): below it one all-gather of every rank's
+/// description is quicker (docs/benchmarks.md, "Planning by default").
+inline constexpr int key_owner_planning_min_ranks = 4;
+
+/// Whether a save under `o` on `world_size` ranks plans by key owners: as
+/// `o.scalable_planning` says, or when it is unset, when the strategy plans at scale and the
+/// world has at least `key_owner_planning_min_ranks` ranks.
+CAIRN_INLINE bool plans_by_key_owners(const save_options& o, int world_size);
+
+/// The settings of `o` on `world_size` ranks that a cached plan depends on.
+CAIRN_INLINE plan_settings settings_of(const save_options& o, int world_size);
 
 /// What each rank sends rank 0 with a warm plan cache: hashes of its structure and its commons.
 struct plan_vote_message {
@@ -173,7 +183,7 @@ CAIRN_INLINE result<save_index> plan_at_scale(const rank_desc& me,
 
 /// Plan step 2 (collective): agrees on the save index, from the plan cache when every rank's
 /// structure is unchanged (validated when it was planned; common values compared by digest),
-/// otherwise by `plan_everywhere` or, with `save_options::scalable_planning`, `plan_at_scale`.
+/// otherwise by `plan_at_scale` when `plans_by_key_owners`, else by `plan_everywhere`.
 /// Fails on every rank alike.
 CAIRN_INLINE result<save_index> agree_on_index(const rank_desc& me,
                                                const std::optional<error>& failure,

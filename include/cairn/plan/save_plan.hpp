@@ -17,6 +17,7 @@
 #include "cairn/detail/config.hpp"
 #include "cairn/plan/box.hpp"
 #include "cairn/plan/index.hpp"
+#include "cairn/plan/owner.hpp"
 
 namespace cairn {
 
@@ -59,12 +60,6 @@ CAIRN_INLINE bytes encode(const rank_desc& d);
 
 /// Inverse of encode(rank_desc); a malformed description is an errc::comm error.
 CAIRN_INLINE result<rank_desc> decode_rank_desc(std::span<const std::byte> b);
-
-/// A hash of a checkpoint key (XXH3-64 of its bytes): which rank owns it in scalable planning,
-/// and where ties start when planning rotates.
-inline std::uint64_t key_hash(std::string_view key) {
-  return checksum(std::as_bytes(std::span(key.data(), key.size())));
-}
 
 /// A checksum of a common value's kind, dtype and bytes (used to compare across ranks).
 CAIRN_INLINE std::uint64_t common_hash(const common_value& v);

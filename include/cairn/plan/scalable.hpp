@@ -23,14 +23,10 @@
 #include "cairn/core/error.hpp"
 #include "cairn/detail/config.hpp"
 #include "cairn/detail/message.hpp"
+#include "cairn/plan/owner.hpp"
 #include "cairn/plan/save_plan.hpp"
 
 namespace cairn {
-
-/// The rank that plans key `key` among `world` ranks.
-inline int owner_of(std::string_view key, int world) {
-  return world <= 1 ? 0 : static_cast<int>(key_hash(key) % static_cast<std::uint64_t>(world));
-}
 
 namespace detail {
 

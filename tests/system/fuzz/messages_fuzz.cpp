@@ -40,7 +40,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (size == 0) return 0;
   namespace d = cairn::detail;
   const std::span<const std::byte> in = cairn_fuzz::bytes(data, size).subspan(1);
-  switch (data[0] % 21) {
+  switch (data[0] % 22) {
     case 0:
       decode_as<d::status_message>(in);
       break;
@@ -100,6 +100,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       break;
     case 19:
       decode_as<d::latest_message>(in);
+      break;
+    case 21:
+      decode_as<std::vector<d::shared_verdict>>(in);
       break;
     default:
       decode_as<std::uint64_t>(in);
