@@ -1,0 +1,180 @@
+// A training state saved and resumed through the checkpointer with default options by real
+// processes under mpirun (128 in ctest, oversubscribed), resharded on the way: saved as
+// tensor-parallel 8 × data-parallel world/8, loaded as TP 4 × DP world/4, element-exact. Each
+// process counts the bytes it receives through the communicator in each phase and its time;
+// rank 0 prints the figures as JSON (docs/benchmarks.md, "The default at 128 processes").
+// Exits non-zero on every process when any value is wrong or any phase failed.
+//
+// usage: mpirun -np N cairn-test-scale-mpi   (N a multiple of 8)
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "cairn/comm/mpi.hpp"
+#include "cairn/manager/checkpointer.hpp"
+#include "tests/support/test_util.hpp"
+
+namespace {
+
+/// Counts the bytes this process receives through any communicator.
+struct receiving_comm {
+  cairn::comm_ref inner;
+  std::uint64_t received = 0;
+  int rank() const { return inner.rank(); }
+  int size() const { return inner.size(); }
+  static std::uint64_t total(const std::vector<cairn::bytes>& v) {
+    std::uint64_t n = 0;
+    for (const auto& b : v) n += b.size();
+    return n;
+  }
+  std::vector<cairn::bytes> all_gather(std::span<const std::byte> in) {
+    auto out = inner.all_gather(in);
+    received += total(out) - in.size();
+    return out;
+  }
+  std::vector<cairn::bytes> gather(std::span<const std::byte> in, int root) {
+    auto out = inner.gather(in, root);
+    if (rank() == root) received += total(out) - in.size();
+    return out;
+  }
+  std::vector<cairn::bytes> all_to_all(const std::vector<cairn::bytes>& to) {
+    auto out = inner.all_to_all(to);
+    received += total(out) - out[static_cast<std::size_t>(rank())].size();
+    return out;
+  }
+  void broadcast(cairn::bytes& b, int root) {
+    inner.broadcast(b, root);
+    if (rank() != root) received += b.size();
+  }
+  void barrier() { inner.barrier(); }
+};
+
+constexpr int layers = 24;         // weights (and their biases)
+constexpr std::int64_t rows = 64;  // of each weight, split over the tensor-parallel ranks
+constexpr std::int64_t cols = 32;
+
+/// The value of element (row, col) of weight `layer`.
+float value(int layer, std::int64_t row, std::int64_t col) {
+  return static_cast<float>(layer * 100000 + row * cols + col);
+}
+
+/// A process's state as tensor-parallel rank (rank % tp) of `tp`, data-parallel replica rank /
+/// tp: every weight's rows split over the TP group, biases whole; optimizer moments as flat
+/// slices of the TP shard over the DP group (a distributed optimizer); a step; an RNG object.
+struct state {
+  std::vector<std::vector<float>> w, b, m;
+  cairn::state_dict sd;
+  state(int rank, int world, int tp, bool fill) {
+    const int tpr = rank % tp, dpr = rank / tp, dp = world / tp;
+    const std::int64_t n = rows / tp;
+    for (int l = 0; l < layers; ++l) {
+      const std::string k = "layers." + std::to_string(l);
+      auto& wl = w.emplace_back(static_cast<std::size_t>(n * cols), -1.0f);
+      auto& bl = b.emplace_back(static_cast<std::size_t>(cols), -1.0f);
+      if (fill) {
+        for (std::int64_t r = 0; r < n; ++r)
+          for (std::int64_t c = 0; c < cols; ++c)
+            wl[static_cast<std::size_t>(r * cols + c)] = value(l, tpr * n + r, c);
+        for (std::int64_t c = 0; c < cols; ++c) bl[static_cast<std::size_t>(c)] = value(l, -1, c);
+      }
+      auto wt = cairn::from_rank_offsets(k + ".weight", std::span(wl), {n, cols}, {{0, tpr, tp}});
+      wt.replica_id = dpr;
+      sd.add(k + ".weight", wt);
+      sd.add(k + ".bias", cairn::replicated(k + ".bias", std::span(bl), {cols}, rank));
+      // The Adam moment of this TP shard, a flat slice per DP rank.
+      const std::int64_t lo = n * cols * dpr / dp, hi = n * cols * (dpr + 1) / dp;
+      auto& ml = m.emplace_back(static_cast<std::size_t>(hi - lo), -1.0f);
+      if (fill)
+        for (std::int64_t i = lo; i < hi; ++i)
+          ml[static_cast<std::size_t>(i - lo)] = -value(l, tpr * n + i / cols, i % cols);
+      sd.add("optim." + k + ".exp_avg",
+             cairn::from_rank_offsets_flat("optim." + k + ".exp_avg", std::span(ml), {n, cols},
+                                           {{0, tpr, tp}}, cairn::flat_range{lo, hi}));
+    }
+    sd.add("step", std::int64_t{fill ? 1000 : 0});
+  }
+  /// Whether every element holds what `state(rank, world, tp, true)` put there.
+  bool exact(int rank, int world, int tp) const {
+    state want(rank, world, tp, true);
+    return w == want.w && b == want.b && m == want.m;
+  }
+};
+
+double since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  cairn::mpi_environment env(argc, argv);
+  cairn::mpi_communicator mpi(MPI_COMM_WORLD);
+  const int rank = mpi.rank(), world = mpi.size();
+  if (world % 8 != 0) {
+    if (rank == 0) std::fprintf(stderr, "scale_mpi: the world must be a multiple of 8\n");
+    return 2;
+  }
+  receiving_comm comm{mpi};
+  int ok = 1;
+  double save_ms = 0, load_ms = 0;
+  std::uint64_t save_rx = 0, load_rx = 0;
+  const std::string dir = cairn_test::shared_temp_dir(mpi);
+  try {
+    cairn::file_storage root(dir);
+    {
+      cairn::checkpointer ckpt(root, comm);  // default options
+      state s(rank, world, 8, true);
+      mpi.barrier();
+      auto t0 = std::chrono::steady_clock::now();
+      comm.received = 0;
+      ckpt.save(s.sd, {.step = 1000});
+      save_ms = since(t0);
+      save_rx = comm.received;
+    }
+    {
+      cairn::checkpointer ckpt(root, comm);
+      state s(rank, world, 4, false);  // resharded: TP 4 × DP world/4
+      mpi.barrier();
+      auto t0 = std::chrono::steady_clock::now();
+      comm.received = 0;
+      auto r = ckpt.load_latest(s.sd).value();
+      load_ms = since(t0);
+      load_rx = comm.received;
+      ok = r && r->counters.step == 1000 && s.exact(rank, world, 4) ? 1 : 0;
+      if (!ok) std::fprintf(stderr, "scale_mpi: rank %d loaded wrong values\n", rank);
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "scale_mpi: rank %d: %s\n", rank, e.what());
+    ok = 0;
+  }
+  double mine[4] = {save_ms, static_cast<double>(save_rx), load_ms, static_cast<double>(load_rx)};
+  std::vector<double> all(rank == 0 ? 4 * static_cast<std::size_t>(world) : 0);
+  MPI_Gather(mine, 4, MPI_DOUBLE, all.data(), 4, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+  int all_ok = 0;
+  MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  if (rank == 0) {
+    double mx[4] = {0, 0, 0, 0}, mean[4] = {0, 0, 0, 0};
+    for (int r = 0; r < world; ++r)
+      for (int i = 0; i < 4; ++i) {
+        mx[i] = std::max(mx[i], all[static_cast<std::size_t>(4 * r + i)]);
+        mean[i] += all[static_cast<std::size_t>(4 * r + i)] / world;
+      }
+    std::printf(
+        "{\"bench\":\"cairn-scale-mpi\",\"processes\":%d,\"tensors\":%d,\"exact\":%s,"
+        "\"save\":{\"ms_max\":%.0f,\"ms_mean\":%.0f,\"received_max\":%.0f,\"received_mean\":%.0f,"
+        "\"received_rank0\":%.0f},"
+        "\"load\":{\"ms_max\":%.0f,\"ms_mean\":%.0f,\"received_max\":%.0f,\"received_mean\":%.0f,"
+        "\"received_rank0\":%.0f}}\n",
+        world, 3 * layers, all_ok ? "true" : "false", mx[0], mean[0], mx[1], mean[1], all[1], mx[2],
+        mean[2], mx[3], mean[3], all[3]);
+    std::filesystem::remove_all(dir);
+  }
+  return all_ok ? 0 : 1;
+}
