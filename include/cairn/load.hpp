@@ -11,6 +11,7 @@
 #include "cairn/core/error.hpp"
 #include "cairn/detail/config.hpp"
 #include "cairn/options.hpp"
+#include "cairn/pipeline/load_cache.hpp"
 #include "cairn/storage/storage.hpp"
 #include "cairn/tree/leaves.hpp"
 #include "cairn/tree/visit.hpp"

@@ -23,6 +23,7 @@ class staging_pool;
 }  // namespace cuda
 
 class save_plan_cache;
+class load_plan_cache;
 class save_strategy;
 
 /// Options of `save`.
@@ -178,6 +179,10 @@ struct load_options {
   std::map<std::string, bytes>* client_objects = nullptr;
   /// Told how much of the tensor data this rank reads from storage is read ("read").
   progress_callback progress;
+  /// Reuse what the previous load made with this cache read of the same checkpoint's index
+  /// files when it asks for the same boxes (cairn/pipeline/load_cache.hpp). The checkpointer
+  /// sets its own unless one is given.
+  load_plan_cache* plan_cache = nullptr;
 };
 
 /// An `object_mapping` that loads, on a changed grid, the saved object at this rank's position
@@ -203,6 +208,8 @@ struct load_stats {
   double seconds = 0;
   std::vector<std::string> unexpected;  ///< tree keys not in the checkpoint (skipped)
   std::vector<std::string> missing;     ///< checkpoint keys no rank asked for (*_all modes)
+  /// The index chunks came from `load_options::plan_cache`: no index file was read.
+  bool index_reused = false;
 };
 
 }  // namespace cairn

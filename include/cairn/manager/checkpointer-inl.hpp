@@ -14,6 +14,7 @@
 #include "cairn/load.hpp"
 #include "cairn/manager/checkpointer.hpp"
 #include "cairn/manager/presets.hpp"
+#include "cairn/pipeline/load_cache.hpp"
 #include "cairn/plan/plan_cache.hpp"
 #include "cairn/save.hpp"
 #include "cairn/storage/any_storage.hpp"
@@ -181,6 +182,7 @@ struct checkpointer::state {
   checkpointer_options opt_;
   name_template names_;
   save_plan_cache cache_;
+  load_plan_cache load_cache_;  ///< index chunks of the last load, for loading it again
   std::unique_ptr<cuda::staging_pool> pool_;
   /// The storage of the async save in flight (declared before the saver: the saver's
   /// destructor waits for its background writes into it).
@@ -304,6 +306,7 @@ CAIRN_INLINE result<loaded_checkpoint> checkpointer::load_flattened(const flatte
   out.counters = std::move(resolved.counters);
   load_options lo = opt;
   if (lo.staging == nullptr && !in_flight()) lo.staging = s_->opt_.save.staging;
+  if (lo.plan_cache == nullptr) lo.plan_cache = &s_->load_cache_;
   CAIRN_TRY_ASSIGN(auto sub, prefixed_storage::make(s_->root_, out.name + "/"));
   // cairn::try_load, for leaves visited here.
   result<load_stats> stats = [&]() -> result<load_stats> {

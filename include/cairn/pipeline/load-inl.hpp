@@ -13,6 +13,7 @@
 #include "cairn/detail/parallel.hpp"
 #include "cairn/format/native/reader.hpp"
 #include "cairn/pipeline/load.hpp"
+#include "cairn/pipeline/load_cache.hpp"
 #include "cairn/pipeline/stage.hpp"
 #include "cairn/plan/box.hpp"
 #include "cairn/plan/owner.hpp"
@@ -376,10 +377,22 @@ CAIRN_INLINE result<void> load_leaves_from(const leaf_list& tree_leaves,
       for (const auto& p : pieces_of(t.sharding)) boxes.push_back(p.region);
       if (boxes.empty()) boxes.push_back(box{shape(t.sharding.global_shape.size(), 0), {}});
     }
-    read_counting_storage counted(st, stats.index_bytes_read);
-    auto r = catch_all("reading the index",
-                       [&] { return read_index_sections(storage_ref(counted), m, wants); });
-    if (!r) failure = std::move(r).err().with_rank(comm.rank());
+    const std::string where = st.describe("");
+    const checkpoint_metadata* cached =
+        opt.plan_cache ? load_plan_cache_access::find(*opt.plan_cache, where, m.save_id, wants)
+                       : nullptr;
+    if (cached) {
+      m = *cached;
+      stats.index_reused = true;
+    } else {
+      read_counting_storage counted(st, stats.index_bytes_read);
+      auto r = catch_all("reading the index",
+                         [&] { return read_index_sections(storage_ref(counted), m, wants); });
+      if (!r)
+        failure = std::move(r).err().with_rank(comm.rank());
+      else if (opt.plan_cache)
+        load_plan_cache_access::store(*opt.plan_cache, where, m.save_id, std::move(wants), m);
+    }
   }
   if (!failure) {
     auto r =
