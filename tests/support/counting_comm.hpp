@@ -1,5 +1,6 @@
-// tests/support/counting_comm.hpp: thread ranks that log every collective a rank calls, with
-// the bytes it sent and received, so that a test can bound what a save or a load exchanges.
+// tests/support/counting_comm.hpp: any communicator (thread ranks, MPI) logging every
+// collective a rank calls, with the bytes it sent and received, so that a test can bound what a
+// save or a load exchanges.
 #pragma once
 
 #include <cstddef>
@@ -8,7 +9,6 @@
 #include <vector>
 
 #include "cairn/comm/communicator.hpp"
-#include "cairn/comm/threads.hpp"
 
 namespace cairn_test {
 
@@ -18,9 +18,9 @@ struct collective_use {
   std::size_t sent = 0, received = 0;
 };
 
-/// Thread ranks that append each collective this rank calls to `*log`.
+/// A communicator that appends each collective this rank calls through it to `*log`.
 struct counting_comm {
-  cairn::thread_communicator inner;
+  cairn::comm_ref inner;
   std::vector<collective_use>* log;
   int rank() const { return inner.rank(); }
   int size() const { return inner.size(); }

@@ -5,14 +5,7 @@
 # usage: cli_test.sh CAIRN MAKE_CHECKPOINT
 set -u
 cairn=$1 make=$2
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
-fails=0
-check() {  # check NAME CONDITION...
-  local name=$1; shift
-  if "$@"; then echo "ok   $name"; else echo "FAIL $name"; fails=$((fails + 1)); fi
-}
-contains() { grep -q -- "$2" "$1"; }
+source "$(dirname "${BASH_SOURCE[0]}")/checks.sh"
 
 "$make" "$dir/ckpt" || { echo "FAIL could not make a checkpoint"; exit 1; }
 
@@ -254,5 +247,4 @@ check "inspect says incomplete checkpoint" contains "$dir/out" "incomplete check
 check "verify without metadata.json fails" test $rc -ne 0
 check "verify says incomplete checkpoint" contains "$dir/out" "incomplete checkpoint"
 
-echo "$fails failure(s)"
-exit $((fails > 0))
+finish

@@ -6,14 +6,7 @@
 # usage: rawdir_test.sh CAIRN_WITH_RAWDIR MAKE_CHECKPOINT
 set -u
 cairn=$1 make=$2
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
-fails=0
-check() {  # check NAME CONDITION...
-  local name=$1; shift
-  if "$@"; then echo "ok   $name"; else echo "FAIL $name"; fails=$((fails + 1)); fi
-}
-contains() { grep -q -- "$2" "$1"; }
+source "$(dirname "${BASH_SOURCE[0]}")/checks.sh"
 
 "$make" "$dir/ckpt" || { echo "FAIL could not make a checkpoint"; exit 1; }
 mkdir -p "$dir/root"
@@ -46,5 +39,4 @@ check "ls lists the rawdir checkpoint as complete, in its format" contains "$dir
 check "convert refuses to write over it" test $rc -eq 1
 check "the refusal names the format there" contains "$dir/out" "a rawdir checkpoint is already there"
 
-if [ "$fails" -ne 0 ]; then echo "$fails check(s) failed"; exit 1; fi
-echo "all rawdir CLI checks passed"
+finish

@@ -19,42 +19,10 @@
 
 #include "cairn/comm/mpi.hpp"
 #include "cairn/manager/checkpointer.hpp"
+#include "tests/support/counting_comm.hpp"
 #include "tests/support/test_util.hpp"
 
 namespace {
-
-/// Counts the bytes this process receives through any communicator.
-struct receiving_comm {
-  cairn::comm_ref inner;
-  std::uint64_t received = 0;
-  int rank() const { return inner.rank(); }
-  int size() const { return inner.size(); }
-  static std::uint64_t total(const std::vector<cairn::bytes>& v) {
-    std::uint64_t n = 0;
-    for (const auto& b : v) n += b.size();
-    return n;
-  }
-  std::vector<cairn::bytes> all_gather(std::span<const std::byte> in) {
-    auto out = inner.all_gather(in);
-    received += total(out) - in.size();
-    return out;
-  }
-  std::vector<cairn::bytes> gather(std::span<const std::byte> in, int root) {
-    auto out = inner.gather(in, root);
-    if (rank() == root) received += total(out) - in.size();
-    return out;
-  }
-  std::vector<cairn::bytes> all_to_all(const std::vector<cairn::bytes>& to) {
-    auto out = inner.all_to_all(to);
-    received += total(out) - out[static_cast<std::size_t>(rank())].size();
-    return out;
-  }
-  void broadcast(cairn::bytes& b, int root) {
-    inner.broadcast(b, root);
-    if (rank() != root) received += b.size();
-  }
-  void barrier() { inner.barrier(); }
-};
 
 constexpr int layers = 24;         // weights (and their biases)
 constexpr std::int64_t rows = 64;  // of each weight, split over the tensor-parallel ranks
@@ -121,7 +89,8 @@ int main(int argc, char** argv) {
     if (rank == 0) std::fprintf(stderr, "scale_mpi: the world must be a multiple of 8\n");
     return 2;
   }
-  receiving_comm comm{mpi};
+  std::vector<cairn_test::collective_use> log;
+  cairn_test::counting_comm comm{mpi, &log};
   int ok = 1;
   double save_ms = 0, load_ms = 0;
   std::uint64_t save_rx = 0, load_rx = 0;
@@ -133,20 +102,20 @@ int main(int argc, char** argv) {
       state s(rank, world, 8, true);
       mpi.barrier();
       auto t0 = std::chrono::steady_clock::now();
-      comm.received = 0;
+      log.clear();
       ckpt.save(s.sd, {.step = 1000});
       save_ms = since(t0);
-      save_rx = comm.received;
+      save_rx = cairn_test::counting_comm::received(log);
     }
     {
       cairn::checkpointer ckpt(root, comm);
       state s(rank, world, 4, false);  // resharded: TP 4 × DP world/4
       mpi.barrier();
       auto t0 = std::chrono::steady_clock::now();
-      comm.received = 0;
+      log.clear();
       auto r = ckpt.load_latest(s.sd).value();
       load_ms = since(t0);
-      load_rx = comm.received;
+      load_rx = cairn_test::counting_comm::received(log);
       ok = r && r->counters.step == 1000 && s.exact(rank, world, 4) ? 1 : 0;
       if (!ok) std::fprintf(stderr, "scale_mpi: rank %d loaded wrong values\n", rank);
     }
