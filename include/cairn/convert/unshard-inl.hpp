@@ -12,16 +12,16 @@
 namespace cairn::convert {
 
 CAIRN_INLINE result<output_format> parse_output_format(std::string_view s) {
+  // The names and aliases are the stream writers' (format/stream/writers.hpp).
+  result<const stream::stream_writer*> w = stream::find_stream_writer(s);
+  if (!w) return make_error(errc::invalid_argument, std::move(w).err().message);
   for (output_format x : {output_format::one_file, output_format::per_tensor, output_format::chunks,
                           output_format::torch_dist, output_format::native})
-    if (format_name(x) == s) return x;
-  if (s == "safetensors") return output_format::one_file;  // the format's own name
-  if (s == "dcp" || s == "torch") return output_format::torch_dist;
-  if (s == "cairn") return output_format::native;
+    if (format_name(x) == (*w)->name) return x;
   return make_error(errc::invalid_argument,
-                    "unknown output format '" + std::string(s) +
-                        "' (one_file or safetensors, per_tensor, chunks, torch_dist or dcp, "
-                        "native or cairn)");
+                    "'" + std::string(s) + "' is the stream writer " + (*w)->name +
+                        ", not one of convert's built-in outputs: name it in "
+                        "convert_options::writer");
 }
 
 CAIRN_INLINE std::string writer_name(const convert_options& opt) {

@@ -58,7 +58,8 @@ constexpr std::string_view format_name(output_format s) noexcept {
   return "?";
 }
 
-/// Parses an output format name; errc::invalid_argument for unknown names.
+/// Parses an output format name or alias (the stream writers' names: "safetensors", "dcp",
+/// "cairn", ...); errc::invalid_argument for names that are not a built-in output.
 CAIRN_INLINE result<output_format> parse_output_format(std::string_view s);
 
 /// Options of `convert` and `unshard`.
