@@ -1,12 +1,13 @@
-// bench/plan_load.hpp: `cairn-bench --plan --load`: what format version 4 (index files,
-// `save_options::index_files`) costs at scale, simulated in one process with metadata only, on
-// plan_sweep.hpp's TP × PP × DP grid:
+// bench/plan_load.hpp: `cairn-bench --plan --load`: what format version 5 (index files with
+// grid directories, `save_options::index_files`) costs at scale, simulated in one process with
+// metadata only, on plan_sweep.hpp's TP × PP × DP grid:
 // - the manifest (metadata.json): its bytes and the time to decode it, for every tensor of the
 //   job and one data and one index file per rank;
 // - the index files: bytes, estimated from the keys sampled below;
 // - load planning of rank 0 (loading the same structure): `read_index_sections` for its tensors
-//   (directory, then the pages that meet its pieces) from an in-memory index file built from
-//   the owners' plans of `sample` of its keys, with the time and bytes scaled up to all of them.
+//   (directory, then the grid entries or pages that meet its pieces) from an in-memory index file
+//   built from the owners' plans of `sample` of its keys, with the time and bytes scaled up to all
+//   of them.
 #pragma once
 
 #include <fmt/format.h>
@@ -24,7 +25,7 @@
 
 namespace cairn_bench {
 
-/// Format version 4 at `ranks` × `tensors` with `pp` stages (0: the default), as JSON.
+/// Format version 5 at `ranks` × `tensors` with `pp` stages (0: the default), as JSON.
 inline std::string simulate_load(int ranks, int tensors, int pp, int sample) {
   using clock = std::chrono::steady_clock;
   auto ms_since = [](clock::time_point t0) {
@@ -36,7 +37,7 @@ inline std::string simulate_load(int ranks, int tensors, int pp, int sample) {
   cairn::index_file_builder builder;
   std::vector<const cairn::tensor_desc*> picked;
   std::vector<std::uint64_t> chunks_of;  ///< chunk records of each picked key
-  std::uint64_t chunks = 0;
+  std::uint64_t chunks = 0, grids = 0;
   const std::size_t step =
       std::max<std::size_t>(1, me.tensors.size() / static_cast<std::size_t>(std::max(sample, 1)));
   for (std::size_t i = 0; i < me.tensors.size(); i += step) {
@@ -51,6 +52,7 @@ inline std::string simulate_load(int ranks, int tensors, int pp, int sample) {
     std::sort(rec.chunks.begin(), rec.chunks.end(),
               [](const auto& a, const auto& b) { return a.region.offset < b.region.offset; });
     chunks += rec.chunks.size();
+    grids += cairn::regular_grid(rec).has_value();
     chunks_of.push_back(rec.chunks.size());
     builder.add(key, std::move(rec));
     picked.push_back(&me.tensors[i]);
@@ -62,7 +64,7 @@ inline std::string simulate_load(int ranks, int tensors, int pp, int sample) {
   if (!mem.put(cairn::index_file_name(0, "000000000000"), file)) throw std::runtime_error("put");
   // The manifest of the whole job: every tensor, a data and an index file per rank.
   cairn::checkpoint_metadata whole;
-  whole.version = 4;
+  whole.version = cairn::format_version;
   whole.world_size = ranks;
   whole.save_id = "000000000000";
   for (int r = 0; r < ranks; ++r)
@@ -87,7 +89,7 @@ inline std::string simulate_load(int ranks, int tensors, int pp, int sample) {
   if (!decoded) throw std::runtime_error("manifest: " + decoded.err().describe());
   // Rank 0's load planning over the sampled keys, all in one index file here.
   cairn::checkpoint_metadata m;
-  m.version = 4;
+  m.version = cairn::format_version;
   m.world_size = ranks;
   m.save_id = whole.save_id;
   m.files.assign(whole.files.begin(), whole.files.begin() + ranks);
@@ -100,6 +102,8 @@ inline std::string simulate_load(int ranks, int tensors, int pp, int sample) {
                                            sections[i].length, sections[i].checksum, chunks_of[i]};
     wants[d.key] = d.pieces;
   }
+  std::uint64_t directory_bytes = 0;
+  for (const auto& sec : sections) directory_bytes += sec.length;
   cairn::faulty_storage counted(mem);
   t0 = clock::now();
   auto r = cairn::read_index_sections(counted, m, wants);
@@ -111,17 +115,20 @@ inline std::string simulate_load(int ranks, int tensors, int pp, int sample) {
   const double keys_total = 3.0 * tensors;
   return fmt::format(
       "{{\"ranks\":{},\"tensors\":{},\"tp\":{},\"pp\":{},\"dp\":{},\"leaves_per_rank\":{},"
-      "\"keys_sampled\":{},\"manifest_bytes\":{},\"manifest_decode_ms\":{:.1f},"
+      "\"keys_sampled\":{},\"grids_sampled\":{},\"manifest_bytes\":{},\"manifest_decode_ms\":{:.1f}"
+      ","
       "\"index_bytes_estimate\":{:.0f},\"chunks_estimate\":{:.0f},"
       "\"load_planning_rank0\":{{\"ms_estimate\":{:.1f},\"index_bytes_read_estimate\":{:.0f},"
+      "\"of_them_directories\":{:.0f},"
       "\"chunks_kept_estimate\":{:.0f},\"chunk_records_in_its_tensors_estimate\":{:.0f}}},"
       "\"peak_rss_mb\":{:.1f}}}",
-      ranks, tensors, g.tp, g.pp, g.dp, me.tensors.size(), picked.size(), json.size(), manifest_ms,
+      ranks, tensors, g.tp, g.pp, g.dp, me.tensors.size(), picked.size(), grids, json.size(),
+      manifest_ms,
       static_cast<double>(file.size()) * keys_total / static_cast<double>(picked.size()),
       static_cast<double>(chunks) * keys_total / static_cast<double>(picked.size()),
       load_ms * scale, static_cast<double>(counted.bytes_read()) * scale,
-      static_cast<double>(loaded_chunks) * scale, static_cast<double>(chunks) * scale,
-      peak_rss_mb());
+      static_cast<double>(directory_bytes) * scale, static_cast<double>(loaded_chunks) * scale,
+      static_cast<double>(chunks) * scale, peak_rss_mb());
 }
 
 }  // namespace cairn_bench

@@ -110,7 +110,7 @@ TEST_CASE("format version 4: random shardings saved on N load on M through index
         auto json = cairn::read_metadata_json(mem);
         REQUIRE(json);
         CHECK(json->find("\"chunks\":[") == std::string::npos);  // the manifest lists none
-        CHECK(json->find("\"version\":4") != std::string::npos);
+        CHECK(json->find("\"version\":5") != std::string::npos);
         auto problems = cairn::verify_checkpoint(mem);
         REQUIRE(problems);
         CHECK(problems->empty());

@@ -312,18 +312,18 @@ inline const std::vector<writer>& writers() {
                                   if (ch.where.checksums.size() > 1) return m.version == 1;
                               return false;  // every chunk in one block: nothing to show
                             }));
-    cairn::save_options indexed;  // the defaults (format version 4) with small blocks
+    cairn::save_options indexed;  // the defaults (format version 5) with small blocks
     indexed.block_size = 64;
     w.push_back(save_writer("native_index", "cairn", true, native_file, indexed,
                             [](cairn::memory_storage& st, const property_case&) {
-                              return cairn::read_metadata(st).value().version == 4 &&
+                              return cairn::read_metadata(st).value().version == 5 &&
                                      !st.list("index.").value().empty();
                             }));
     cairn::save_options owners = indexed;  // planned by key owners whatever the world's size
     owners.scalable_planning = true;
     w.push_back(save_writer("native_key_owners", "cairn", true, native_file, owners,
                             [](cairn::memory_storage& st, const property_case&) {
-                              return cairn::read_metadata(st).value().version == 4;
+                              return cairn::read_metadata(st).value().version == 5;
                             }));
     cairn::save_options td;
     td.strategy = &s.torch_dist;

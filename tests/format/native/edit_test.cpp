@@ -43,7 +43,7 @@ TEST_CASE("remove_sharded_tensors drops tensors by rewriting the metadata only")
     CHECK(removed == std::vector<std::string>{"optim.m.w", "optim.v.w"});
     CHECK(mem.list("").value() == files_before);  // no data file touched or removed
     auto m = cairn::read_metadata(mem).value();
-    CHECK((m.version == 4) == index_files);
+    CHECK((m.version == 5) == index_files);
     CHECK(m.tensors.size() == 1);
     CHECK(m.tensors.count("model.w") == 1);
     CHECK(cairn::verify_checkpoint(mem).value().empty());

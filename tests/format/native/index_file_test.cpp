@@ -1,6 +1,6 @@
-// The binary index file of format version 4 (format/native/index_file.hpp): directories and
-// pages round-trip, and every flipped byte, truncation and lying count is refused as corrupt,
-// naming the file and an offset.
+// The binary index file of format versions 4 and 5 (format/native/index_file.hpp): directories,
+// pages and grid entries round-trip, and every flipped byte, truncation and lying count is
+// refused as corrupt, naming the file and an offset.
 #include "cairn/format/native/index_file.hpp"
 
 #include <doctest/doctest.h>
@@ -18,9 +18,28 @@ using cairn::tensor_record;
 
 constexpr std::uint64_t block = 64;
 
-/// A few tensors covering what a section holds: untiled, tiled, compressed, scalar, empty.
+/// A few tensors covering what a section holds: untiled, tiled, compressed, scalar, empty, and
+/// two regular grids (untiled and tiled), listed by box offset as writers list them.
 std::vector<std::pair<std::string, tensor_record>> sample_tensors() {
   std::vector<std::pair<std::string, tensor_record>> out;
+  {  // [6, 4] f32 as a 3 x 2 grid of [2, 2] cells (16 bytes, one block each) over two ranks
+    tensor_record t{cairn::dtype::f32, {6, 4}, {}};
+    for (std::int64_t r = 0; r < 3; ++r)
+      for (std::int64_t c = 0; c < 2; ++c) {
+        const auto i = static_cast<std::uint64_t>(r * 2 + c);
+        t.chunks.push_back(
+            chunk_record{box{{2 * r, 2 * c}, {2, 2}},
+                         extent{static_cast<std::uint32_t>(i % 2), 200 + 16 * i, 16, {1000 + i}},
+                         {}});
+      }
+    out.emplace_back("layers.1.weight", std::move(t));
+  }
+  {  // [4, 8] f32 as two [2, 8] cells, each cut into 1 x 2 tiles (two checksums)
+    tensor_record t{cairn::dtype::f32, {4, 8}, {}};
+    t.chunks.push_back(chunk_record{box{{0, 0}, {2, 8}}, extent{0, 400, 64, {21, 22}}, {1, 2}});
+    t.chunks.push_back(chunk_record{box{{2, 0}, {2, 8}}, extent{1, 400, 64, {23, 24}}, {1, 2}});
+    out.emplace_back("layers.1.moment", std::move(t));
+  }
   {  // [8, 6] f32 in three row blocks, untiled: 96, 48, 48 bytes
     tensor_record t{cairn::dtype::f32, {8, 6}, {}};
     t.chunks.push_back(chunk_record{box{{0, 0}, {4, 6}}, extent{0, 0, 96, {11, 12}}, {}});
@@ -78,11 +97,14 @@ const std::string where = "ckpt/index.0.abc.cairn";
 
 }  // namespace
 
-/// Every chunk of directory `s`, read page by page.
+/// Every chunk of directory `s`, read page by page or from its grid entries.
 cairn::result<std::vector<chunk_record>> read_all(std::span<const std::byte> file,
                                                   const cairn::index_section& s) {
   CAIRN_TRY_ASSIGN(
       auto d, cairn::read_index_directory(file.subspan(s.offset, s.length), s, where, file.size()));
+  if (d.grid)
+    return cairn::read_grid_entries(file.subspan(d.grid->offset, d.chunks * d.grid->entry_bytes), d,
+                                    0, d.chunks, where, block, 2);
   std::vector<chunk_record> out;
   for (const auto& p : d.pages) {
     CAIRN_TRY_ASSIGN(
@@ -104,7 +126,11 @@ TEST_CASE("index file: directories and pages round-trip and the file checks") {
     REQUIRE(d);
     CHECK(d->key == tensors[i].first);
     CHECK(d->chunks == tensors[i].second.chunks.size());
-    CHECK(d->pages.size() == (tensors[i].second.chunks.size() + 1) / 2);
+    // The grids, and the scalar (a grid of one cell), are described once; the others paged.
+    const bool grid = tensors[i].first.starts_with("layers.1.") || tensors[i].first == "step";
+    CHECK(d->grid.has_value() == grid);
+    CHECK(cairn::regular_grid(tensors[i].second).has_value() == grid);
+    if (!grid) CHECK(d->pages.size() == (tensors[i].second.chunks.size() + 1) / 2);
     for (const auto& p : d->pages)  // each page's box holds exactly its chunks' boxes
       CHECK(p.bounds.size.size() == tensors[i].second.global_shape.size());
     auto chunks = read_all(b.file, b.directories[i]);
@@ -112,10 +138,10 @@ TEST_CASE("index file: directories and pages round-trip and the file checks") {
     tensor_record got{d->type, d->global_shape, *chunks};
     CHECK(same(got, tensors[i].second));
   }
-  // The first tensor's pages: rows [0:6] and [6:8].
+  // The first paged tensor's pages: rows [0:6] and [6:8].
   auto d =
-      cairn::read_index_directory(bytes_of(b, b.directories[0].offset, b.directories[0].length),
-                                  b.directories[0], where, b.file.size());
+      cairn::read_index_directory(bytes_of(b, b.directories[2].offset, b.directories[2].length),
+                                  b.directories[2], where, b.file.size());
   REQUIRE(d);
   REQUIRE(d->pages.size() == 2);
   CHECK(d->pages[0].bounds == box{{0, 0}, {6, 6}});
@@ -132,11 +158,14 @@ TEST_CASE("index file: every flipped byte fails the file check and the directory
   built b = build();
   // Where each page lies, from the unchanged directories.
   std::vector<std::pair<cairn::index_directory, cairn::index_page>> pages;
+  std::vector<cairn::index_directory> grids;
   for (const auto& s : b.directories) {
     auto d = cairn::read_index_directory(bytes_of(b, s.offset, s.length), s, where, b.file.size());
     REQUIRE(d);
     for (const auto& p : d->pages) pages.emplace_back(*d, p);
+    if (d->grid) grids.push_back(*d);
   }
+  REQUIRE(grids.size() == 3);
   for (std::size_t at = 0; at < b.file.size(); ++at) {
     for (std::byte mask : {std::byte{0x01}, std::byte{0x80}}) {
       cairn::bytes f = b.file;
@@ -164,6 +193,18 @@ TEST_CASE("index file: every flipped byte fails the file check and the directory
         CHECK(r.err().code == cairn::errc::corrupt);
         CHECK(r.err().file == where);
         CHECK(r.err().offset.has_value());
+      }
+      for (const auto& d : grids) {  // the entry holding the byte fails its own checksum
+        const auto& g = *d.grid;
+        if (at < g.offset || at >= g.offset + d.chunks * g.entry_bytes) continue;
+        const std::uint64_t cell = (at - g.offset) / g.entry_bytes;
+        auto r = cairn::read_grid_entries(
+            std::span(f).subspan(g.offset + cell * g.entry_bytes, g.entry_bytes), d, cell, 1, where,
+            block, 2);
+        REQUIRE(!r);
+        CHECK(r.err().code == cairn::errc::corrupt);
+        CHECK(r.err().file == where);
+        CHECK(*r.err().offset == g.offset + cell * g.entry_bytes);
       }
     }
   }
@@ -219,6 +260,18 @@ TEST_CASE(
       },
       [](const cairn::index_directory& d, const cairn::bytes& f) {
         std::uint64_t chunks = 0;
+        if (const auto& g = d.grid) {  // a grid: its cells divide the tensor, entries inside
+          std::uint64_t cells = 1;
+          for (std::size_t a = 0; a < g->cell.size(); ++a) {
+            REQUIRE(g->cell[a] > 0);
+            CHECK(d.global_shape[a] % g->cell[a] == 0);
+            cells *= static_cast<std::uint64_t>(d.global_shape[a] / g->cell[a]);
+          }
+          CHECK(cells == d.chunks);
+          CHECK(g->offset >= cairn::index_header_bytes);
+          CHECK(g->offset + d.chunks * g->entry_bytes <= f.size() - cairn::index_trailer_bytes);
+          chunks = d.chunks;
+        }
         for (const auto& p : d.pages) {  // what is accepted is consistent
           chunks += p.chunks;
           CHECK(p.offset >= cairn::index_header_bytes);
@@ -262,7 +315,7 @@ TEST_CASE("index file: truncations and lying counts are refused") {
   built b = build();
   for (std::size_t n = 0; n < b.file.size(); ++n)
     CHECK(!cairn::check_index_file(std::span(b.file).first(n), where));
-  const auto& s = b.directories[0];
+  const auto& s = b.directories[2];
   auto d = cairn::read_index_directory(bytes_of(b, s.offset, s.length), s, where, b.file.size());
   REQUIRE(d);
   const auto& p = d->pages[0];
@@ -298,4 +351,64 @@ TEST_CASE("index file: truncations and lying counts are refused") {
   other.length = sec2.size();
   other.checksum = cairn::checksum(sec2);
   CHECK(!cairn::read_index_section(sec2, other, where, block, 1));
+}
+
+TEST_CASE("index file: a grid's entries are read cell by cell, and lies about them are refused") {
+  built b = build();
+  const auto& s = b.directories[0];  // the 3 x 2 grid of [2, 2] cells
+  auto d = cairn::read_index_directory(bytes_of(b, s.offset, s.length), s, where, b.file.size());
+  REQUIRE(d);
+  REQUIRE(d->grid);
+  const cairn::index_grid g = *d->grid;
+  CHECK(g.cell == cairn::shape{2, 2});
+  CHECK(g.entry_bytes == cairn::grid_entry_fixed_bytes + 8);
+  // The cells a box meets, and only their entries read.
+  CHECK(cairn::grid_cells_meeting(*d, {box{{2, 1}, {2, 2}}}) == std::vector<std::uint64_t>{2, 3});
+  CHECK(cairn::grid_cells_meeting(*d, {box{{5, 3}, {1, 1}}, box{{0, 0}, {1, 1}}}) ==
+        std::vector<std::uint64_t>{0, 5});
+  CHECK(cairn::grid_cells_meeting(*d, {}).size() == 6);
+  auto r = cairn::read_grid_entries(bytes_of(b, g.offset + 3 * g.entry_bytes, g.entry_bytes), *d, 3,
+                                    1, where, block, 2);
+  REQUIRE(r);
+  REQUIRE(r->size() == 1);
+  const chunk_record& c = r->front();
+  CHECK(c.region == box{{2, 2}, {2, 2}});
+  CHECK(c.where.file == 1);
+  CHECK(c.where.byte_offset == 200 + 16 * 3);
+  CHECK(c.where.nbytes == 16);
+  CHECK(c.where.checksums == std::vector<std::uint64_t>{1003});
+  // A rank past the checkpoint's ranks, a block size that gives another entry size, bytes
+  // short of the cells asked for: refused, naming the file and the entry's offset.
+  CHECK(!cairn::read_grid_entries(bytes_of(b, g.offset + 3 * g.entry_bytes, g.entry_bytes), *d, 3,
+                                  1, where, block, 1));
+  CHECK(!cairn::read_grid_entries(bytes_of(b, g.offset + 3 * g.entry_bytes, g.entry_bytes), *d, 3,
+                                  1, where, 8, 2));
+  CHECK(!cairn::read_grid_entries(bytes_of(b, g.offset, g.entry_bytes), *d, 0, 2, where, block, 2));
+  CHECK(!cairn::read_grid_entries(bytes_of(b, g.offset, g.entry_bytes), *d, 6, 1, where, block, 2));
+  // Chunks that are not a grid stay paged: unequal cells, a gap, a duplicate, compression.
+  auto t = sample_tensors()[0].second;
+  CHECK(cairn::regular_grid(t));
+  auto bent = t;
+  bent.chunks[1].region.offset = {0, 3};
+  CHECK(!cairn::regular_grid(bent));
+  auto twice = t;
+  twice.chunks[1].region = twice.chunks[0].region;
+  CHECK(!cairn::regular_grid(twice));
+  auto fewer = t;
+  fewer.chunks.pop_back();
+  CHECK(!cairn::regular_grid(fewer));
+  // Without grids every tensor is paged; with them the grid's index is smaller.
+  cairn::index_file_builder paged;
+  for (const auto& [k, tr] : sample_tensors()) paged.add(k, tr);
+  built p = paged.finish(2, false);
+  auto pd =
+      cairn::read_index_directory(bytes_of(p, p.directories[0].offset, p.directories[0].length),
+                                  p.directories[0], where, p.file.size());
+  REQUIRE(pd);
+  CHECK(!pd->grid);
+  CHECK(p.file.size() > b.file.size());
+  // A file of another version than the manifest's format says is refused.
+  auto v4 = cairn::check_index_file(b.file, where, 4);
+  REQUIRE(!v4);
+  CHECK(v4.err().message.find("bad version 5") != std::string::npos);
 }

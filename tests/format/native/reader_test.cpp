@@ -99,11 +99,11 @@ std::vector<std::string> index_files(cairn::memory_storage& mem) {
 
 }  // namespace
 
-TEST_CASE("version 4: the manifest lists tensors and where their index sections are") {
+TEST_CASE("version 5: the manifest lists tensors and where their index sections are") {
   cairn::memory_storage mem;
   save_gen(mem, 3, 1);
   const std::string json = read_all(mem, "metadata.json");
-  CHECK(json.find("\"version\":4") != std::string::npos);
+  CHECK(json.find("\"version\":5") != std::string::npos);
   CHECK(json.find("\"chunks\":[") == std::string::npos);
   CHECK(json.find("\"role\":\"index\"") != std::string::npos);
   auto manifest = cairn::read_manifest(mem).value();
@@ -239,9 +239,9 @@ TEST_CASE("version 4: overwriting removes the previous save's index files, v3 an
   CHECK(load_gen(mem, 2, 4));
 }
 
-TEST_CASE("version 4: a rank reads a tensor's directory and only the pages that meet its boxes") {
-  // An [8, 6] f32 tensor in four row chunks of 2 rows, paged 2 chunks a page: rows [0:4] and
-  // [4:8].
+TEST_CASE("version 5: a rank reads a tensor's directory and only the pages or cells it needs") {
+  // An [8, 6] f32 tensor in four row chunks of 2 rows: paged 2 chunks a page (rows [0:4] and
+  // [4:8]), or described as a grid of four [2, 6] cells.
   cairn::tensor_record t{cairn::dtype::f32, {8, 6}, {}};
   for (std::int64_t r = 0; r < 8; r += 2)
     t.chunks.push_back(cairn::chunk_record{cairn::box{{r, 0}, {2, 6}},
@@ -250,42 +250,57 @@ TEST_CASE("version 4: a rank reads a tensor's directory and only the pages that 
                                                          48,
                                                          {static_cast<std::uint64_t>(r)}},
                                            {}});
-  cairn::index_file_builder builder;
-  builder.add("w", t);
-  auto [file, sections, file_checksum] = builder.finish(2);
-  cairn::memory_storage mem;
-  REQUIRE(mem.put("index.0.x.cairn", file));
-  cairn::checkpoint_metadata m;
-  m.version = 4;
-  m.world_size = 2;
-  m.save_id = "x";
-  m.block_size = 64;
-  m.files = {{"data.0.x.cairn", 0, 96}, {"data.1.x.cairn", 1, 96}};
-  m.files.push_back({"index.0.x.cairn", 0, file.size(), cairn::file_role::index, file_checksum});
-  m.tensors["w"] = cairn::tensor_record{cairn::dtype::f32, {8, 6}, {}};
-  m.index_refs["w"] =
-      cairn::index_ref{2, sections[0].offset, sections[0].length, sections[0].checksum, 4};
-  auto rows = [&](std::int64_t r0, std::int64_t r1) {
-    cairn::faulty_storage counted(mem);
+  std::uint64_t read_for_one_row[2] = {};
+  for (bool grids : {false, true}) {
+    CAPTURE(grids);
+    cairn::index_file_builder builder;
+    builder.add("w", t);
+    auto [file, sections, file_checksum] = builder.finish(2, grids);
+    cairn::memory_storage mem;
+    REQUIRE(mem.put("index.0.x.cairn", file));
+    cairn::checkpoint_metadata m;
+    m.version = 5;
+    m.world_size = 2;
+    m.save_id = "x";
+    m.block_size = 64;
+    m.files = {{"data.0.x.cairn", 0, 96}, {"data.1.x.cairn", 1, 96}};
+    m.files.push_back({"index.0.x.cairn", 0, file.size(), cairn::file_role::index, file_checksum});
+    m.tensors["w"] = cairn::tensor_record{cairn::dtype::f32, {8, 6}, {}};
+    m.index_refs["w"] =
+        cairn::index_ref{2, sections[0].offset, sections[0].length, sections[0].checksum, 4};
+    auto rows = [&](std::int64_t r0, std::int64_t r1) {
+      cairn::faulty_storage counted(mem);
+      auto mm = m;
+      REQUIRE(
+          cairn::read_index_sections(counted, mm, {{"w", {cairn::box{{r0, 0}, {r1 - r0, 6}}}}}));
+      CHECK(mm.index_refs.empty());
+      std::vector<cairn::box> got;
+      for (const auto& c : mm.tensors.at("w").chunks) got.push_back(c.region);
+      return std::pair{got, counted.bytes_read()};
+    };
+    auto [low, low_bytes] = rows(1, 3);
+    CHECK(low == std::vector<cairn::box>{{{0, 0}, {2, 6}}, {{2, 0}, {2, 6}}});
+    // Rows [6:7]: the second page only (or one cell's entry), and only the chunk that meets it.
+    auto [high, high_bytes] = rows(6, 7);
+    CHECK(high == std::vector<cairn::box>{{{6, 0}, {2, 6}}});
+    read_for_one_row[grids] = high_bytes;
+    auto [both, both_bytes] = rows(3, 5);
+    CHECK(both == std::vector<cairn::box>{{{2, 0}, {2, 6}}, {{4, 0}, {2, 6}}});
+    CHECK(low_bytes <= both_bytes);
+    CHECK(high_bytes < both_bytes);
+    // The whole tensor: every page or cell; chunks map ranks to the data files.
     auto mm = m;
-    REQUIRE(cairn::read_index_sections(counted, mm, {{"w", {cairn::box{{r0, 0}, {r1 - r0, 6}}}}}));
-    CHECK(mm.index_refs.empty());
-    std::vector<cairn::box> got;
-    for (const auto& c : mm.tensors.at("w").chunks) got.push_back(c.region);
-    return std::pair{got, counted.bytes_read()};
-  };
-  auto [low, low_bytes] = rows(1, 3);
-  CHECK(low == std::vector<cairn::box>{{{0, 0}, {2, 6}}, {{2, 0}, {2, 6}}});
-  // Rows [6:7]: the second page only, and of it only the chunk that meets the box.
-  auto [high, high_bytes] = rows(6, 7);
-  CHECK(high == std::vector<cairn::box>{{{6, 0}, {2, 6}}});
-  auto [both, both_bytes] = rows(3, 5);
-  CHECK(both == std::vector<cairn::box>{{{2, 0}, {2, 6}}, {{4, 0}, {2, 6}}});
-  CHECK(low_bytes < both_bytes);
-  CHECK(high_bytes < both_bytes);
-  // The whole tensor: every page; chunks map ranks to the data files.
-  auto mm = m;
-  REQUIRE(cairn::read_index_sections(mem, mm, {{"w", {}}}));
-  REQUIRE(mm.tensors.at("w").chunks.size() == 4);
-  CHECK(mm.tensors.at("w").chunks[3].where.file == 1);
+    REQUIRE(cairn::read_index_sections(mem, mm, {{"w", {}}}));
+    REQUIRE(mm.tensors.at("w").chunks.size() == 4);
+    CHECK(mm.tensors.at("w").chunks[3].where.file == 1);
+    CHECK(mm.tensors.at("w").chunks[3].where.checksums == std::vector<std::uint64_t>{6});
+    // A manifest of version 4 names index files of version 4: this one is refused.
+    mm = m;
+    mm.version = 4;
+    auto old = cairn::read_index_sections(mem, mm, {{"w", {}}});
+    REQUIRE(!old);
+    CHECK(old.err().code == cairn::errc::corrupt);
+  }
+  // A grid's entry is a fraction of a page of records.
+  CHECK(read_for_one_row[1] * 2 < read_for_one_row[0]);
 }

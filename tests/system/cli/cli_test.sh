@@ -64,20 +64,20 @@ check "inspect --json has the ratio" contains "$dir/json" '"compression_ratio":'
 "$cairn" verify "$dir/zstd" >"$dir/out" 2>&1; rc=$?
 check "verify of a compressed checkpoint exits 0" test $rc -eq 0
 
-# Format version 4: inspect lists the index files; verify reads them whole and refuses a flipped
+# Format version 5: inspect lists the index files; verify reads them whole and refuses a flipped
 # byte in one, naming it.
-"$make" index "$dir/v4" || { echo "FAIL could not make a version 4 checkpoint"; exit 1; }
-"$cairn" inspect "$dir/v4" >"$dir/out" 2>&1; rc=$?
-check "inspect of a version 4 checkpoint exits 0" test $rc -eq 0
-check "inspect shows format version 4" contains "$dir/out" "format version 4"
+"$make" index "$dir/v5" || { echo "FAIL could not make a version 5 checkpoint"; exit 1; }
+"$cairn" inspect "$dir/v5" >"$dir/out" 2>&1; rc=$?
+check "inspect of a version 5 checkpoint exits 0" test $rc -eq 0
+check "inspect shows format version 5" contains "$dir/out" "format version 5"
 check "inspect shows the index files" contains "$dir/out" "index  *[0-9]* index files"
-check "inspect lists the tensors of version 4" contains "$dir/out" "model.w  *F32  *\[128, 8\]"
-"$cairn" verify "$dir/v4" >"$dir/out" 2>&1; rc=$?
-check "verify of a version 4 checkpoint exits 0" test $rc -eq 0
-idx=$(ls "$dir/v4" | grep '^index\.' | head -1)
-byte=$(od -An -tu1 -j40 -N1 "$dir/v4/$idx" | tr -d ' ')
-printf "\\x$(printf %02x $((byte ^ 1)))" | dd of="$dir/v4/$idx" bs=1 seek=40 conv=notrunc status=none
-"$cairn" verify "$dir/v4" >"$dir/out" 2>&1; rc=$?
+check "inspect lists the tensors of version 5" contains "$dir/out" "model.w  *F32  *\[128, 8\]"
+"$cairn" verify "$dir/v5" >"$dir/out" 2>&1; rc=$?
+check "verify of a version 5 checkpoint exits 0" test $rc -eq 0
+idx=$(ls "$dir/v5" | grep '^index\.' | head -1)
+byte=$(od -An -tu1 -j40 -N1 "$dir/v5/$idx" | tr -d ' ')
+printf "\\x$(printf %02x $((byte ^ 1)))" | dd of="$dir/v5/$idx" bs=1 seek=40 conv=notrunc status=none
+"$cairn" verify "$dir/v5" >"$dir/out" 2>&1; rc=$?
 check "verify of a damaged index file fails" test $rc -ne 0
 check "verify names the damaged index file" contains "$dir/out" "$idx"
 

@@ -191,6 +191,39 @@ def index_sections(corpus):
                                                       ([6, 0], [2, 6], 1, 520, 80, 9)]))
     corpus.add("index", directory("step", i64, [], [([], [], 1, 16, 60, 3)]))
 
+    def directory_v5(key, dtype, shape, chunks, layout):
+        """Version 5: the head, the layout byte, then pages (as above) or a grid."""
+        b = struct.pack("<I", len(key)) + key.encode() + struct.pack("<BB", dtype, len(shape))
+        b += struct.pack(f"<{len(shape)}q", *shape) + struct.pack("<QB", chunks, 0 if
+                                                                    isinstance(layout, list) else 1)
+        if isinstance(layout, list):
+            b += struct.pack("<Q", len(layout))
+            for off, size, n, at, length, xxh in layout:
+                b += struct.pack(f"<{len(off)}q", *off) + struct.pack(f"<{len(size)}q", *size)
+                b += struct.pack("<QQQQ", n, at, length, xxh)
+        else:
+            cell, tiles, at, entry = layout
+            b += struct.pack(f"<{len(cell)}q", *cell) + struct.pack("<B", 1 if tiles else 0)
+            if tiles:
+                b += struct.pack(f"<{len(tiles)}q", *tiles)
+            b += struct.pack("<QQ", at, entry)
+        return b
+
+    corpus.add("index", directory_v5("w", f32, [8, 6], 4, ([2, 6], None, 400, 28)))
+    corpus.add("index", directory_v5("m", f32, [4, 8], 2, ([2, 8], [1, 2], 400, 36)))
+    corpus.add("index", directory_v5("w", f32, [8, 6], 2, [([0, 0], [6, 6], 2, 400, 120, 7)]))
+
+    def entries(cells):
+        """Grid entries of (rank, byte offset, checksums), each closed by its own XXH3-64."""
+        import xxhash
+        out = b""
+        for rank, at, sums in cells:
+            e = struct.pack("<IQ", rank, at) + struct.pack(f"<{len(sums)}Q", *sums)
+            out += e + struct.pack("<Q", xxhash.xxh3_64_intdigest(e))
+        return out
+
+    corpus.add("index", entries([(0, 0, [5]), (1, 48, [6]), (3, 96, [7])]))
+
 
 def gen_dcp2x(corpus):
     """torch 2.x and Megatron .metadata layouts, built without torch by the format tests."""

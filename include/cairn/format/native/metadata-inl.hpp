@@ -15,7 +15,7 @@
 namespace cairn {
 
 CAIRN_INLINE int required_version(const checkpoint_metadata& m) {
-  if (!m.index_refs.empty()) return 4;
+  if (!m.index_refs.empty()) return 5;
   int v = 1;
   for (const auto& [k, t] : m.tensors)
     for (const auto& c : t.chunks) {

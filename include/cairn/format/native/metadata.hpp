@@ -18,11 +18,12 @@
 
 namespace cairn {
 
-/// The newest native format version this build writes and reads (4: a manifest with one entry
-/// per tensor and binary index files with the chunks; 3: zstd-compressed blocks; 2: tiled
+/// The newest native format version this build writes and reads (5: index files that describe
+/// a tensor saved as a regular grid once, with one packed entry per cell; 4: a manifest with one
+/// entry per tensor and binary index files with the chunks; 3: zstd-compressed blocks; 2: tiled
 /// chunks; 1: none of these). A save writes the lowest version that holds what it wrote; a
 /// reader rejects anything newer.
-inline constexpr int format_version = 4;
+inline constexpr int format_version = 5;
 /// Name of the committed metadata object; a checkpoint without it is incomplete.
 inline constexpr std::string_view metadata_name = "metadata.json";
 
@@ -98,7 +99,8 @@ struct checkpoint_metadata {
   std::map<std::string, common_value> inline_commons;
 };
 
-/// The lowest format version that holds `m`: 4 with index files, 3 when an extent is
+/// The lowest format version that holds `m`: 5 with index files (this build writes version 5
+/// index files), 3 when an extent is
 /// compressed, 2 when a chunk is tiled, else 1. Writers set `version` from it, so older readers
 /// read what they can.
 CAIRN_INLINE int required_version(const checkpoint_metadata& m);

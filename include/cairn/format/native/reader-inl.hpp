@@ -278,7 +278,8 @@ CAIRN_INLINE result<void> read_index_sections(storage_ref st,
                             std::pair{f.nbytes - index_trailer_bytes, std::span<std::byte>(tail)}})
       if (auto r = st.read(f.name, at, into); !r)
         return detail::read_failed(std::move(r).err(), st, f.name, want[i].first, "index file");
-    CAIRN_TRY_ASSIGN(std::uint64_t sum, check_index_ends(head, tail, f.nbytes, where));
+    CAIRN_TRY_ASSIGN(std::uint64_t sum,
+                     check_index_ends(head, tail, f.nbytes, where, index_version_of(m.version)));
     CAIRN_TRY(detail::trailer_matches(sum, f, where));
     const std::vector<std::pair<std::string, index_ref>> in_file(want.begin() + i,
                                                                  want.begin() + j);
@@ -302,7 +303,8 @@ CAIRN_INLINE result<void> read_all_index_sections(storage_ref st, checkpoint_met
     if (auto r = st.read(f.name, 0, whole); !r)
       return detail::read_failed(std::move(r).err(), st, f.name, "", "index file");
     const std::string where = st.describe(f.name);
-    CAIRN_TRY_ASSIGN(std::uint64_t sum, check_index_file(whole, where));
+    CAIRN_TRY_ASSIGN(std::uint64_t sum,
+                     check_index_file(whole, where, index_version_of(m.version)));
     CAIRN_TRY(detail::trailer_matches(sum, f, where));
     std::vector<std::pair<std::string, index_ref>> in_file;
     for (const auto& [k, ref] : m.index_refs)

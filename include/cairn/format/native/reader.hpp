@@ -143,10 +143,11 @@ result<void> read_ranges(storage_ref st,
 CAIRN_INLINE bool meets_any(const std::vector<box>& boxes, const box& b);
 
 /// Reads the index of the tensors `want` names, all in index file `fi`, sorted by directory
-/// offset: their directories, then the pages whose box meets the boxes `wants` gives them (every
-/// page when `wants` is null), and puts the chunks of those pages that meet those boxes into
-/// `m.tensors`. `fetch(ranges, what, take)` hands `take(i, bytes)` the bytes of each (offset,
-/// length) range of the file, sorted by offset: read from storage, or cut from the whole file.
+/// offset: their directories, then the pages whose box meets the boxes `wants` gives them and
+/// the entries of the grid cells that meet them (every page and cell when `wants` is null), and
+/// puts the chunks of those pages that meet those boxes into `m.tensors`. `fetch(ranges, what,
+/// take)` hands `take(i, bytes)` the bytes of each (offset, length) range of the file, sorted by
+/// offset: read from storage, or cut from the whole file.
 template <class Fetch>
 result<void> read_file_index(storage_ref st,
                              checkpoint_metadata& m,
@@ -169,30 +170,50 @@ result<void> read_file_index(storage_ref st,
         const auto& [key, ref] = want[k];
         CAIRN_TRY_ASSIGN(dirs[k], read_index_directory(
                                       b, index_section{key, ref.offset, ref.length, ref.checksum},
-                                      where, f.nbytes));
+                                      where, f.nbytes, index_version_of(m.version)));
         return check_directory(m, dirs[k], where);
       }));
-  struct page_at {
+  // What to read next: the pages whose box meets a wanted box, and the runs of grid cells that
+  // meet one (their entries lie back to back).
+  struct part_at {
     std::size_t dir;
-    const index_page* page;
+    const index_page* page;  // or null: grid cells [first, first + count)
+    std::uint64_t first = 0, count = 0;
+    std::uint64_t offset = 0, length = 0;
   };
-  std::vector<page_at> pages;
-  for (std::size_t k = 0; k < dirs.size(); ++k)
-    for (const index_page& p : dirs[k].pages)
-      if (meets_any(boxes_of(dirs[k].key), p.bounds)) pages.push_back({k, &p});
-  std::sort(pages.begin(), pages.end(),
-            [](const page_at& a, const page_at& b) { return a.page->offset < b.page->offset; });
+  std::vector<part_at> parts;
+  for (std::size_t k = 0; k < dirs.size(); ++k) {
+    const index_directory& d = dirs[k];
+    if (const auto& g = d.grid) {
+      const std::vector<std::uint64_t> cells = grid_cells_meeting(d, boxes_of(d.key));
+      for (std::size_t i = 0, j = 0; i < cells.size(); i = j) {
+        for (j = i + 1; j < cells.size() && cells[j] == cells[j - 1] + 1;) ++j;
+        const std::uint64_t count = j - i;
+        parts.push_back({k, nullptr, cells[i], count, g->offset + cells[i] * g->entry_bytes,
+                         count * g->entry_bytes});
+      }
+      continue;
+    }
+    for (const index_page& p : d.pages)
+      if (meets_any(boxes_of(d.key), p.bounds)) parts.push_back({k, &p, 0, 0, p.offset, p.length});
+  }
+  std::sort(parts.begin(), parts.end(),
+            [](const part_at& a, const part_at& b) { return a.offset < b.offset; });
   ranges.clear();
-  for (const auto& p : pages) ranges.emplace_back(p.page->offset, p.page->length);
+  for (const auto& p : parts) ranges.emplace_back(p.offset, p.length);
   std::vector<std::vector<chunk_record>> chunks(dirs.size());
   CAIRN_TRY(
       fetch(ranges, "index page", [&](std::size_t k, std::span<const std::byte> b) -> result<void> {
-        const index_directory& d = dirs[pages[k].dir];
-        CAIRN_TRY_ASSIGN(auto got, read_index_page(b, d, *pages[k].page, where, m.block_size,
-                                                   data_file_of_rank.size()));
+        const part_at& p = parts[k];
+        const index_directory& d = dirs[p.dir];
+        CAIRN_TRY_ASSIGN(
+            auto got,
+            p.page ? read_index_page(b, d, *p.page, where, m.block_size, data_file_of_rank.size())
+                   : read_grid_entries(b, d, p.first, p.count, where, m.block_size,
+                                       data_file_of_rank.size()));
         // Only the chunks that meet a wanted box go on (to be checked and have
         // their tiles flattened): a page also holds other ranks' neighbours.
-        auto& to = chunks[pages[k].dir];
+        auto& to = chunks[p.dir];
         for (auto& c : got)
           if (meets_any(boxes_of(d.key), c.region)) to.push_back(std::move(c));
         return ok();
