@@ -95,9 +95,14 @@ options:
                      instead (what the default picks for small worlds)
   --pp P             pipeline stages for --plan --scalable / --real (default min(8, R / 8))
   --owners N         owners sampled by --plan --scalable (default 4)
-  --load             with --plan --ranks R --tensors T: format version 4 (index files): the
+  --load             with --plan --ranks R --tensors T: format version 5 (index files): the
                      manifest's bytes and decode time, the index bytes, and rank 0's load
-                     planning (directories and pages of its tensors), from 300 sampled keys
+                     planning (directories and entries or pages of its tensors), from 300
+                     sampled keys
+  --balance          with --plan --ranks R --tensors T: the bytes each rank of pipeline stage 0
+                     writes when every key of that stage is planned by its owner (key-owner
+                     planning, the default): max / mean, and the parts written
+  --split-min B      with --balance: save_options::balance_min_bytes (default: the default)
   --block-size B     checksum block (and tile) size for --reshard (default 1 MiB)
   --v3               save in format version 3 (one metadata.json, no index files) instead of
                      version 4, the default: the I/O bench and --reshard (--index: version 4)
@@ -137,8 +142,10 @@ struct options {
   bool everywhere = false;  ///< --plan --real --everywhere: all-gather planning instead
   int pp = 0;               ///< --pp: pipeline stages of --plan --scalable (0: the default)
   int owners = 4;           ///< --owners: owners sampled by --plan --scalable
-  bool load = false;        ///< --plan --load: format version 4 and load planning at scale
-  std::uint64_t block_size = cairn::default_block_size;  ///< --block-size (--reshard)
+  bool load = false;        ///< --plan --load: format version 5 and load planning at scale
+  bool balance = false;     ///< --plan --balance: write balance of key-owner planning
+  std::uint64_t split_min = cairn::save_options{}.balance_min_bytes;  ///< --split-min
+  std::uint64_t block_size = cairn::default_block_size;               ///< --block-size (--reshard)
   /// --v3 / --index: save in format version 3 or 4 (the default; I/O bench, --reshard)
   bool index_files = cairn::save_options{}.index_files;
 };
@@ -222,6 +229,10 @@ std::optional<options> parse_args(int argc, char** argv) {
       o.scalable = true;
     } else if (a == "--load") {
       o.load = true;
+    } else if (a == "--balance") {
+      o.balance = true;
+    } else if (a == "--split-min") {
+      o.split_min = parse_size(value());
     } else if (a == "--index") {
       o.index_files = true;
     } else if (a == "--v3") {
@@ -1072,7 +1083,8 @@ std::optional<std::string> plan_point_in_child(int ranks, int tensors, const opt
   if (pid < 0) return std::nullopt;
   if (pid == 0) {
     ::close(fd[0]);
-    std::string j = o.load ? cairn_bench::simulate_load(ranks, tensors, o.pp, 300)
+    std::string j = o.load      ? cairn_bench::simulate_load(ranks, tensors, o.pp, 300)
+                    : o.balance ? cairn_bench::simulate_balance(ranks, tensors, o.pp, o.split_min)
                     : o.scalable
                         ? cairn_bench::simulate_roles(ranks, tensors, o.pp, o.owners)
                         : cairn_bench::plan_point_json(cairn_bench::simulate_plan(ranks, tensors));
@@ -1133,7 +1145,7 @@ int run_plan(const options& o) {
   std::vector<std::string> points, skipped;
   for (int r : {8, 64, 512, 4096})
     for (int t : {100, 1000, 10000}) {
-      if (!o.scalable && !o.load && static_cast<double>(r) * t > cap) {
+      if (!o.scalable && !o.load && !o.balance && static_cast<double>(r) * t > cap) {
         skipped.push_back(fmt::format(
             "{{\"ranks\":{},\"tensors\":{},\"reason\":\"ranks x tensors = {} > {:.0f}: "
             "minutes and tens of GiB with one metadata.json (see docs/benchmarks.md)\"}}",

@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -42,9 +43,9 @@ inline std::string simulate_load(int ranks, int tensors, int pp, int sample) {
       std::max<std::size_t>(1, me.tensors.size() / static_cast<std::size_t>(std::max(sample, 1)));
   for (std::size_t i = 0; i < me.tensors.size(); i += step) {
     const std::string& key = me.tensors[i].key;
-    auto plan =
-        cairn::plan_owned(claims_for_owner(g, {grid::parse_key(key)}), false,
-                          cairn::default_block_size, std::uint64_t{64} << 10, cairn::index_slabs);
+    auto plan = cairn::plan_owned(claims_for_owner(g, {grid::parse_key(key)}), false,
+                                  cairn::default_block_size,
+                                  cairn::save_options{}.balance_min_bytes, cairn::index_slabs);
     if (!plan) throw std::runtime_error("plan_owned: " + plan.err().describe());
     cairn::tensor_record rec = plan->index.tensors.at(key);
     for (auto& c : rec.chunks)  // one checksum per tile or block, as a save fills them
@@ -129,6 +130,44 @@ inline std::string simulate_load(int ranks, int tensors, int pp, int sample) {
       load_ms * scale, static_cast<double>(counted.bytes_read()) * scale,
       static_cast<double>(directory_bytes) * scale, static_cast<double>(loaded_chunks) * scale,
       static_cast<double>(chunks) * scale, peak_rss_mb());
+}
+
+/// The write balance of key-owner planning with parts of at least `split_min` bytes: every key
+/// of pipeline stage 0 planned by its owner (the owners' keys grouped as `owner_of` picks them),
+/// the bytes each rank of the stage writes summed over all of them, as JSON.
+inline std::string simulate_balance(int ranks, int tensors, int pp, std::uint64_t split_min) {
+  using clock = std::chrono::steady_clock;
+  const auto t0 = clock::now();
+  grid g = make_grid(ranks, tensors, pp);
+  std::map<int, std::vector<std::pair<int, int>>> by_owner;
+  for (int t = 0; t < tensors; t += g.pp)
+    for (int kind = 0; kind < 3; ++kind)
+      by_owner[cairn::owner_of(grid::key(t, kind), ranks)].emplace_back(t, kind);
+  std::vector<std::uint64_t> written(static_cast<std::size_t>(ranks), 0);
+  std::uint64_t parts = 0;
+  for (const auto& [owner, keys] : by_owner) {
+    auto plan = cairn::plan_owned(claims_for_owner(g, keys), false, cairn::default_block_size,
+                                  split_min, cairn::index_slabs);
+    if (!plan) throw std::runtime_error("plan_owned: " + plan.err().describe());
+    for (std::size_t r = 0; r < written.size(); ++r) written[r] += plan->index.bytes_of_rank[r];
+    for (const auto& [k, t] : plan->index.tensors) parts += t.chunks.size();
+  }
+  double sum = 0, most = 0, least = 1e300;
+  const std::vector<int> stage = g.ranks_of_stage(0);
+  for (int r : stage) {
+    const auto b = static_cast<double>(written[static_cast<std::size_t>(r)]);
+    sum += b;
+    most = std::max(most, b);
+    least = std::min(least, b);
+  }
+  const double mean = sum / static_cast<double>(stage.size());
+  return fmt::format(
+      "{{\"ranks\":{},\"tensors\":{},\"tp\":{},\"pp\":{},\"dp\":{},\"split_min\":{},"
+      "\"stage_ranks\":{},\"owners\":{},\"chunks\":{},\"mean_mb\":{:.1f},\"max_mb\":{:.1f},"
+      "\"min_mb\":{:.1f},\"max_over_mean\":{:.3f},\"seconds\":{:.1f}}}",
+      ranks, tensors, g.tp, g.pp, g.dp, split_min, stage.size(), by_owner.size(), parts, mean / 1e6,
+      most / 1e6, least / 1e6, most / mean,
+      std::chrono::duration<double>(clock::now() - t0).count());
 }
 
 }  // namespace cairn_bench

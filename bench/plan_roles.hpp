@@ -53,7 +53,8 @@ inline role_cost owner_role(const std::vector<cairn::bytes>& in, std::vector<std
   role_cost c;
   for (const auto& b : in) c.received += b.size();
   auto t0 = std::chrono::steady_clock::now();
-  auto plan = cairn::plan_owned(in, true, cairn::default_block_size, std::uint64_t{64} << 10, true);
+  auto plan = cairn::plan_owned(in, true, cairn::default_block_size,
+                                cairn::save_options{}.balance_min_bytes, true);
   c.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   if (!plan) throw std::runtime_error("plan_owned: " + plan.err().describe());
   for (std::size_t r = 0; r < plan->to_writer.size(); ++r) {

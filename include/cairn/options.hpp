@@ -36,8 +36,11 @@ struct save_options {
   /// Checksum block size in bytes; a partial read verifies whole blocks.
   std::uint64_t block_size = default_block_size;
   /// A box held by several ranks (replicas) is split into parts of at least this many bytes,
-  /// one per holder at most, so that every rank writes about the same amount.
-  std::uint64_t balance_min_bytes = std::uint64_t{64} << 10;
+  /// one per holder at most, so that every rank writes about the same amount. The default (one
+  /// checksum block, 1 MiB) keeps reads large and the index small: at 4096 ranks (TP 8 x PP 4 x
+  /// DP 128) a rank loading a replicated 4 MiB block reads 4 parts and their index entries
+  /// instead of 64, for a slowest writer 3% above the mean instead of 0.3% (docs/benchmarks.md).
+  std::uint64_t balance_min_bytes = std::uint64_t{1} << 20;
   /// Compress every checksum block of tensor data with zstd at this level (1-19; 0: off, the
   /// default). Partial loads still read only the blocks they need. Worth it for data that
   /// compresses (integer state, sparse or low-entropy tensors); trained fp32/bf16 weights

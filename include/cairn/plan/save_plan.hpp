@@ -237,7 +237,7 @@ CAIRN_INLINE void place_objects(const std::vector<rank_desc>& ranks,
 /// writes over every holder.
 CAIRN_INLINE save_index plan_save(const std::vector<rank_desc>& ranks,
                                   std::uint64_t block_size,
-                                  std::uint64_t split_min_bytes = std::uint64_t{64} << 10,
+                                  std::uint64_t split_min_bytes = std::uint64_t{1} << 20,
                                   tiling tile = block_tiles,
                                   bool rotate = false);
 
