@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "cairn/format/native/reader.hpp"
+#include "cairn/pipeline/load.hpp"
 #include "cairn/storage/fault_injection.hpp"
 #include "cairn/storage/memory.hpp"
 #include "plan_roles.hpp"
@@ -110,6 +111,55 @@ inline std::string simulate_load(int ranks, int tensors, int pp, int sample) {
   auto r = cairn::read_index_sections(counted, m, wants);
   const double load_ms = ms_since(t0);
   if (!r) throw std::runtime_error("read_index_sections: " + r.err().describe());
+  // Load dedup (plan_shared_pieces): every rank's pieces of at least broadcast_min_bytes go
+  // into the shared piece filter; what passes the AND of all filters goes to the keys' owners.
+  const std::uint64_t min_bytes = cairn::load_options{}.broadcast_min_bytes;
+  auto shareable = [&](int r) {
+    std::vector<std::uint64_t> h;
+    for (const auto& d : g.leaves_of(r).tensors)
+      for (const auto& p : d.pieces)
+        if (static_cast<std::uint64_t>(p.volume()) * cairn::dtype_size(d.type) >= min_bytes)
+          h.push_back(cairn::detail::piece_hash(d.key, p));
+    return h;
+  };
+  t0 = clock::now();
+  std::uint64_t most = 0;
+  std::vector<std::vector<std::uint64_t>> hashes(static_cast<std::size_t>(ranks));
+  for (int r = 0; r < ranks; ++r) {
+    hashes[static_cast<std::size_t>(r)] = shareable(r);
+    most = std::max<std::uint64_t>(most, hashes[static_cast<std::size_t>(r)].size());
+  }
+  std::uint64_t bits = 512;
+  while (bits < 16 * most) bits *= 2;
+  std::vector<std::uint8_t> anded(static_cast<std::size_t>(bits / 8), 0xff);
+  for (const auto& hs : hashes) {
+    std::vector<std::uint8_t> f(anded.size(), 0);
+    for (std::uint64_t h : hs)
+      for (std::uint64_t bit : cairn::detail::piece_filter_bits(h, bits))
+        f[static_cast<std::size_t>(bit / 8)] |= static_cast<std::uint8_t>(1u << (bit % 8));
+    for (std::size_t i = 0; i < f.size(); ++i) anded[i] &= f[i];
+  }
+  std::vector<cairn::detail::wanted_piece> claims;
+  {
+    std::size_t i = 0;
+    const auto mine = g.leaves_of(0);
+    for (const auto& d : mine.tensors)
+      for (const auto& p : d.pieces)
+        if (static_cast<std::uint64_t>(p.volume()) * cairn::dtype_size(d.type) >= min_bytes &&
+            cairn::detail::filter_may_hold(std::as_bytes(std::span(anded)), hashes[0][i++]))
+          claims.push_back({d.key, p});
+  }
+  const double dedup_sim_s = std::chrono::duration<double>(clock::now() - t0).count();
+  const std::uint64_t filter_bytes = anded.size();
+  // The piece counts (8 bytes from every rank), the filter's segments and their all_gather,
+  // and the two all_to_all rounds of claims and verdicts, here empty lists from every rank when
+  // no piece passes (rank 0's claims are counted apart).
+  const std::uint64_t empty_list =
+      cairn::detail::encode_message(std::vector<cairn::detail::wanted_piece>{}).size();
+  const std::uint64_t dedup_received =
+      8 * static_cast<std::uint64_t>(ranks - 1) +
+      2 * filter_bytes * static_cast<std::uint64_t>(ranks - 1) / static_cast<std::uint64_t>(ranks) +
+      2 * empty_list * static_cast<std::uint64_t>(ranks - 1);
   std::uint64_t loaded_chunks = 0;
   for (const auto& [k, t] : m.tensors) loaded_chunks += t.chunks.size();
   const double scale = static_cast<double>(me.tensors.size()) / static_cast<double>(picked.size());
@@ -122,6 +172,9 @@ inline std::string simulate_load(int ranks, int tensors, int pp, int sample) {
       "\"load_planning_rank0\":{{\"ms_estimate\":{:.1f},\"index_bytes_read_estimate\":{:.0f},"
       "\"of_them_directories\":{:.0f},"
       "\"chunks_kept_estimate\":{:.0f},\"chunk_records_in_its_tensors_estimate\":{:.0f}}},"
+      "\"load_dedup\":{{\"pieces_rank0\":{},\"filter_bytes\":{},\"claims_rank0\":{},"
+      "\"claim_bytes_rank0\":{},\"received_per_rank\":{},"
+      "\"simulated_s\":{:.1f}}},"
       "\"peak_rss_mb\":{:.1f}}}",
       ranks, tensors, g.tp, g.pp, g.dp, me.tensors.size(), picked.size(), grids, json.size(),
       manifest_ms,
@@ -129,7 +182,8 @@ inline std::string simulate_load(int ranks, int tensors, int pp, int sample) {
       static_cast<double>(chunks) * keys_total / static_cast<double>(picked.size()),
       load_ms * scale, static_cast<double>(counted.bytes_read()) * scale,
       static_cast<double>(directory_bytes) * scale, static_cast<double>(loaded_chunks) * scale,
-      static_cast<double>(chunks) * scale, peak_rss_mb());
+      static_cast<double>(chunks) * scale, hashes[0].size(), filter_bytes, claims.size(),
+      cairn::detail::encode_message(claims).size(), dedup_received, dedup_sim_s, peak_rss_mb());
 }
 
 /// The write balance of key-owner planning with parts of at least `split_min` bytes: every key

@@ -316,3 +316,92 @@ TEST_CASE("a load on 64 ranks finds the shared pieces without gathering every ra
   CHECK(most < 64 * 1024);
   for (std::size_t n : shared) CHECK(n > 64);  // the metadata, then the 64 biases one by one
 }
+
+TEST_CASE("the shared piece filter holds every piece all ranks want, on every rank alike") {
+  constexpr int world = 8;
+  std::vector<cairn::bytes> filters(world);
+  std::vector<int> common_missed(world), private_passed(world);
+  cairn::run_ranks(world, [&](cairn::thread_communicator& comm) {
+    std::vector<std::uint64_t> common, mine;
+    for (int i = 0; i < 100; ++i)
+      common.push_back(cairn::detail::piece_hash("bias" + std::to_string(i), {{0}, {64}}));
+    for (int i = 0; i < 300; ++i)  // this rank's row block of 300 weights
+      mine.push_back(
+          cairn::detail::piece_hash("w" + std::to_string(i), {{4 * comm.rank(), 0}, {4, 64}}));
+    std::vector<std::uint64_t> all = common;
+    all.insert(all.end(), mine.begin(), mine.end());
+    cairn::bytes f = cairn::detail::common_piece_filter(all, comm);
+    const auto r = static_cast<std::size_t>(comm.rank());
+    for (std::uint64_t h : common) common_missed[r] += !cairn::detail::filter_may_hold(f, h);
+    for (std::uint64_t h : mine) private_passed[r] += cairn::detail::filter_may_hold(f, h);
+    filters[r] = std::move(f);
+  });
+  for (int r = 0; r < world; ++r) {
+    CAPTURE(r);
+    CHECK(filters[static_cast<std::size_t>(r)] == filters[0]);
+    CHECK(common_missed[static_cast<std::size_t>(r)] == 0);
+    CHECK(private_passed[static_cast<std::size_t>(r)] <= 3);  // the filter's rare false positives
+  }
+  CHECK(filters[0].size() == 1024);  // 16 bits per piece of the busiest rank (400), rounded up
+  // A rank that would share nothing: no piece is common, every rank gets an empty filter.
+  cairn::run_ranks(3, [&](cairn::thread_communicator& comm) {
+    std::vector<std::uint64_t> h;
+    if (comm.rank() != 1) h.push_back(cairn::detail::piece_hash("b", {{0}, {8}}));
+    CHECK(cairn::detail::common_piece_filter(h, comm).empty());
+  });
+}
+
+TEST_CASE("a load whose ranks share no piece exchanges only the shared piece filter") {
+  // 16 ranks in 2 pipeline stages of 8: each stage holds its own 32 weights, split by rows over
+  // its 8 ranks, and its own replicated biases: no piece is wanted by every rank.
+  constexpr int world = 16;
+  cairn::memory_storage mem;
+  const auto state = [](int r, std::vector<float>& w, std::vector<float>& b,
+                        cairn::state_dict& sd) {
+    const int stage = r / 8;
+    for (int i = 0; i < 32; ++i) {
+      const std::string layer = "layer" + std::to_string(2 * i + stage);
+      sd.add(layer + ".weight",
+             cairn::from_rank_offsets(layer + ".weight", std::span(w).subspan(16 * i, 16), {2, 8},
+                                      {{0, r % 8, 8}}));
+      sd.add(layer + ".bias",
+             cairn::replicated(layer + ".bias", std::span(b).subspan(8 * i, 8), {8}, r % 8));
+    }
+  };
+  cairn::run_ranks(world, [&](cairn::thread_communicator& comm) {
+    std::vector<float> w(32 * 16), b(32 * 8);
+    for (std::size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>(comm.rank() * 1000 + i);
+    for (std::size_t i = 0; i < b.size(); ++i) b[i] = static_cast<float>(comm.rank() / 8 + i);
+    cairn::state_dict sd;
+    state(comm.rank(), w, b, sd);
+    cairn::save(sd, mem, comm);
+  });
+  std::vector<std::size_t> to_owners(world), broadcasts(world);
+  cairn::run_ranks(world, [&](cairn::thread_communicator& tc) {
+    std::vector<cairn_test::collective_use> log;
+    cairn_test::counting_comm comm{tc, &log};
+    std::vector<float> w(32 * 16, -1.0f), b(32 * 8, -1.0f);
+    cairn::state_dict sd;
+    state(tc.rank(), w, b, sd);
+    cairn::load(sd, mem, comm, {.broadcast_min_bytes = 32});
+    for (std::size_t i = 0; i < w.size(); ++i)
+      REQUIRE(w[i] == static_cast<float>(tc.rank() * 1000 + i));
+    for (std::size_t i = 0; i < b.size(); ++i)
+      REQUIRE(b[i] == static_cast<float>(tc.rank() / 8 + i));
+    std::size_t sent = 0, n = 0;
+    for (const auto& u : log) {
+      if (u.kind == "broadcast") ++n;
+      if (u.kind == "all_to_all") sent += u.sent;
+    }
+    to_owners[static_cast<std::size_t>(tc.rank())] = sent;
+    broadcasts[static_cast<std::size_t>(tc.rank())] = n;
+  });
+  for (int r = 0; r < world; ++r) {
+    CAPTURE(r);
+    // Each rank would share 64 pieces; the filter drops every one: what a rank sends through
+    // all_to_all is its filter's segments (64 pieces x 16 bits, 128 bytes) and the claims'
+    // empty lists, not 64 claims of about 30 bytes each.
+    CHECK(to_owners[static_cast<std::size_t>(r)] < 512);
+    CHECK(broadcasts[static_cast<std::size_t>(r)] == 1);  // the metadata only
+  }
+}

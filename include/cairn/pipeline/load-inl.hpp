@@ -2,6 +2,7 @@
 // header-only; compiled once into cairn::compiled with CAIRN_SEPARATE_COMPILATION).
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstring>
 #include <map>
@@ -256,6 +257,91 @@ CAIRN_INLINE result<void> apply_strict(leaf_list& leaves,
   return report_strict(opt, comm.rank(), stats);
 }
 
+CAIRN_INLINE std::uint64_t piece_hash(std::string_view key, const box& b) {
+  bytes buf(key.size());
+  std::memcpy(buf.data(), key.data(), key.size());
+  put_u32(buf, static_cast<std::uint32_t>(b.offset.size()));
+  put_ints(buf, b.offset);
+  put_ints(buf, b.size);
+  return checksum(buf);
+}
+
+CAIRN_INLINE std::array<std::uint64_t, 3> piece_filter_bits(std::uint64_t h, std::uint64_t bits) {
+  const std::uint64_t step = ((h >> 32) | (h << 32)) * 0x9e3779b97f4a7c15ull | 1;
+  return {h & (bits - 1), (h + step) & (bits - 1), (h + 2 * step) & (bits - 1)};
+}
+
+CAIRN_INLINE bool filter_may_hold(std::span<const std::byte> filter, std::uint64_t h) {
+  if (filter.empty()) return false;
+  for (std::uint64_t bit : piece_filter_bits(h, filter.size() * 8))
+    if ((std::to_integer<unsigned>(filter[static_cast<std::size_t>(bit / 8)]) >> (bit % 8) & 1) ==
+        0)
+      return false;
+  return true;
+}
+
+CAIRN_INLINE bytes common_piece_filter(const std::vector<std::uint64_t>& hashes, comm_ref comm) {
+  const int world = comm.size();
+  const auto w = static_cast<std::size_t>(world);
+  bytes count;
+  put_u64(count, hashes.size());
+  std::vector<bytes> counts = comm.all_gather(count);
+  std::uint64_t most = 0, least = ~std::uint64_t{0};
+  for (std::size_t r = 0; r < counts.size(); ++r) {
+    if (counts[r].size() != 8)
+      throw exception(make_error(errc::comm, "a shared piece count of " +
+                                                 std::to_string(counts[r].size()) + " bytes")
+                          .with_rank(static_cast<int>(r)));
+    std::uint64_t n;
+    std::memcpy(&n, counts[r].data(), 8);
+    most = std::max(most, n);
+    least = std::min(least, n);
+  }
+  if (least == 0 || most > (std::uint64_t{1} << 40)) return {};
+  std::uint64_t bits = 512;
+  while (bits < 16 * most) bits *= 2;
+  bytes filter(static_cast<std::size_t>(bits / 8));
+  for (std::uint64_t h : hashes)
+    for (std::uint64_t bit : piece_filter_bits(h, bits))
+      filter[static_cast<std::size_t>(bit / 8)] |=
+          std::byte{static_cast<unsigned char>(1u << (bit % 8))};
+  // Segment r of the filter to rank r; AND what arrives; everyone gathers the segments.
+  auto segment = [&](std::size_t r) {
+    return std::pair{filter.size() * r / w, filter.size() * (r + 1) / w};
+  };
+  std::vector<bytes> to(w);
+  for (std::size_t r = 0; r < w; ++r) {
+    auto [from, end] = segment(r);
+    to[r].assign(filter.begin() + static_cast<std::ptrdiff_t>(from),
+                 filter.begin() + static_cast<std::ptrdiff_t>(end));
+  }
+  std::vector<bytes> got = comm.all_to_all(to);
+  const auto [mine_from, mine_end] = segment(static_cast<std::size_t>(comm.rank()));
+  bytes anded(filter.begin() + static_cast<std::ptrdiff_t>(mine_from),
+              filter.begin() + static_cast<std::ptrdiff_t>(mine_end));
+  for (std::size_t r = 0; r < got.size(); ++r) {
+    if (got[r].size() != anded.size())
+      throw exception(make_error(errc::comm, "a shared piece filter segment of " +
+                                                 std::to_string(got[r].size()) + " bytes, not " +
+                                                 std::to_string(anded.size()))
+                          .with_rank(static_cast<int>(r)));
+    for (std::size_t i = 0; i < anded.size(); ++i) anded[i] &= got[r][i];
+  }
+  std::vector<bytes> parts = comm.all_gather(anded);
+  bytes out;
+  out.reserve(filter.size());
+  for (std::size_t r = 0; r < parts.size(); ++r) {
+    auto [from, end] = segment(r);
+    if (parts[r].size() != end - from)
+      throw exception(make_error(errc::comm, "a shared piece filter segment of " +
+                                                 std::to_string(parts[r].size()) + " bytes, not " +
+                                                 std::to_string(end - from))
+                          .with_rank(static_cast<int>(r)));
+    out.insert(out.end(), parts[r].begin(), parts[r].end());
+  }
+  return out;
+}
+
 CAIRN_INLINE std::vector<shared_piece> plan_shared_pieces(const leaf_list& leaves,
                                                           comm_ref comm,
                                                           const load_options& opt) {
@@ -276,10 +362,19 @@ CAIRN_INLINE std::vector<shared_piece> plan_shared_pieces(const leaf_list& leave
     }
   }
   const int world = comm.size();
-  std::vector<std::vector<wanted_piece>> to_owner(static_cast<std::size_t>(world));
+  // Only the pieces that every rank may want go to their owners.
+  std::vector<std::uint64_t> hashes;
+  hashes.reserve(mine.size());
   for (const auto& [k, v] : mine)
-    to_owner[static_cast<std::size_t>(owner_of(k.first, world))].push_back(
-        {k.first, box{k.second.first, k.second.second}});
+    hashes.push_back(piece_hash(k.first, box{k.second.first, k.second.second}));
+  const bytes filter = common_piece_filter(hashes, comm);
+  if (filter.empty()) return out;  // some rank shares nothing: every rank knows it
+  std::vector<std::vector<wanted_piece>> to_owner(static_cast<std::size_t>(world));
+  std::size_t i = 0;
+  for (const auto& [k, v] : mine)
+    if (filter_may_hold(filter, hashes[i++]))
+      to_owner[static_cast<std::size_t>(owner_of(k.first, world))].push_back(
+          {k.first, box{k.second.first, k.second.second}});
   std::vector<bytes> claims(static_cast<std::size_t>(world));
   for (int r = 0; r < world; ++r)
     claims[static_cast<std::size_t>(r)] = encode_message(to_owner[static_cast<std::size_t>(r)]);

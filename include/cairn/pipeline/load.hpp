@@ -3,6 +3,7 @@
 // pieces every rank wants once and broadcast them; run the reads; agree on the outcome.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <optional>
@@ -118,13 +119,32 @@ struct shared_piece {
   std::byte* data = nullptr;  ///< where the piece lies in this rank's memory
 };
 
+/// The hash a piece is known by in a `common_piece_filter`: XXH3-64 of its key and box.
+CAIRN_INLINE std::uint64_t piece_hash(std::string_view key, const box& b);
+
+/// A Bloom filter that holds every piece every rank wants (and, rarely, others), built without
+/// any rank receiving the others' requests: the ranks agree on its size (16 bits per piece of
+/// the rank that would share the most, a power of two; one 8-byte all_gather), each sets 3 bits
+/// per piece it would share (`hashes`), sends segment r of its filter to rank r (all_to_all),
+/// ANDs the segments it receives and all_gathers the result. Every rank receives about twice the
+/// filter's bytes. Empty (on every rank alike) when some rank would share nothing. Collective.
+CAIRN_INLINE bytes common_piece_filter(const std::vector<std::uint64_t>& hashes, comm_ref comm);
+
+/// The 3 bit positions of hash `h` in a piece filter of `bits` bits (a power of two).
+CAIRN_INLINE std::array<std::uint64_t, 3> piece_filter_bits(std::uint64_t h, std::uint64_t bits);
+
+/// Whether `filter` may hold the piece hashed `h` (false for an empty filter).
+CAIRN_INLINE bool filter_may_hold(std::span<const std::byte> filter, std::uint64_t h);
+
 /// Finds the pieces every rank asks for whole and alike, and picks a reader for each, without
-/// any rank receiving the others' requests: each rank sends each key's owner (`owner_of`) its
-/// pieces of that key (one all_to_all); the owner counts who wants each piece and, for a piece
-/// every rank wants, picks a reader (the least loaded by its own picks, itself first) and tells
-/// every rank (a second all_to_all). A rank receives the claims on the keys it owns and a
-/// verdict per shared piece it wants. Collective; the result is in the same (key, box) order on
-/// every rank.
+/// any rank receiving the others' requests: a `common_piece_filter` first drops the pieces not
+/// every rank wants (with pipeline stages, or tensor-parallel shards, most of them), so that
+/// ranks that want nothing shared exchange only the filter; then each rank sends each key's
+/// owner (`owner_of`) its remaining pieces of that key (one all_to_all); the owner counts who wants
+/// each piece and, for a piece every rank wants, picks a reader (the least loaded by its own picks,
+/// itself first) and tells every rank (a second all_to_all). A rank receives the claims on the keys
+/// it owns and a verdict per shared piece it wants. Collective; the result is in the same (key,
+/// box) order on every rank.
 CAIRN_INLINE std::vector<shared_piece> plan_shared_pieces(const leaf_list& leaves,
                                                           comm_ref comm,
                                                           const load_options& opt);
