@@ -80,10 +80,14 @@ options:
   --strategy NAME    save with a strategy: native (default), torch_dist, one_file,
                      per_tensor or chunks (5 GB files); the safetensors ones save the tensors
                      only (they cannot hold the tree's common values and object)
-  --plan             instead of I/O: simulate save planning for a TP=8 x PP x DP grid of
-                     --ranks R ranks and --tensors T weights (metadata only, in one process)
-                     and print ranks, tensors, chunks, plan_ms, peak_rss_mb, metadata_bytes;
-                     without --ranks/--tensors, a sweep over R in 8..4096, T in 100..10000
+  --plan             instead of I/O: simulate planning for a TP=8 x PP x DP grid of
+                     --ranks R ranks and --tensors T weights (metadata only, in one process):
+                     what default options do, the save by key owners (as --scalable, every
+                     role) and the load of format version 5 (as --load: index reads, load
+                     planning, load dedup, the coordinator's commit); below 4 ranks, or with
+                     --everywhere, all-gather planning (ranks, tensors, chunks, plan_ms,
+                     peak_rss_mb, metadata_bytes); without --ranks/--tensors, a sweep of
+                     all-gather planning over R in 8..4096, T in 100..10000
   --tensors T        weights for --plan
   --scalable         with --plan --ranks R --tensors T: the roles of scalable planning (every
                      rank, a sampled key owner, rank 0 as a writer): time and bytes sent and
@@ -92,7 +96,8 @@ options:
                      thread ranks and report each rank's time and bytes sent and received
                      (MPI processes: cairn-bench-plan-mpi under mpirun)
   --everywhere       with --plan --real: plan by an all-gather of every rank's description
-                     instead (what the default picks for small worlds)
+                     instead (what the default picks for small worlds); with --plan --ranks R
+                     --tensors T: simulate that all-gather planning in one process
   --pp P             pipeline stages for --plan --scalable / --real (default min(8, R / 8))
   --owners N         owners sampled by --plan --scalable (default 4)
   --load             with --plan --ranks R --tensors T: format version 5 (index files): the
@@ -144,6 +149,7 @@ struct options {
   int owners = 4;           ///< --owners: owners sampled by --plan --scalable
   bool load = false;        ///< --plan --load: format version 5 and load planning at scale
   bool balance = false;     ///< --plan --balance: write balance of key-owner planning
+  bool sweep = false;       ///< set for the points of the --plan sweep (all-gather planning)
   std::uint64_t split_min = cairn::save_options{}.balance_min_bytes;  ///< --split-min
   std::uint64_t block_size = cairn::default_block_size;               ///< --block-size (--reshard)
   /// --v3 / --index: save in format version 3 or 4 (the default; I/O bench, --reshard)
@@ -1083,11 +1089,18 @@ std::optional<std::string> plan_point_in_child(int ranks, int tensors, const opt
   if (pid < 0) return std::nullopt;
   if (pid == 0) {
     ::close(fd[0]);
+    // One point without a mode flag measures what default options do: key-owner planning
+    // (every role) and the load of format version 5, from key_owner_planning_min_ranks up.
+    const bool defaults = !o.load && !o.balance && !o.scalable && !o.everywhere && !o.sweep &&
+                          ranks >= cairn::detail::key_owner_planning_min_ranks;
     std::string j = o.load      ? cairn_bench::simulate_load(ranks, tensors, o.pp, 300)
                     : o.balance ? cairn_bench::simulate_balance(ranks, tensors, o.pp, o.split_min)
-                    : o.scalable
+                    : o.scalable || defaults
                         ? cairn_bench::simulate_roles(ranks, tensors, o.pp, o.owners)
                         : cairn_bench::plan_point_json(cairn_bench::simulate_plan(ranks, tensors));
+    if (defaults)
+      j = fmt::format("{{\"defaults\":true,\"save\":{},\"load\":{}}}", j,
+                      cairn_bench::simulate_load(ranks, tensors, o.pp, 300));
     ssize_t w = ::write(fd[1], j.data(), j.size());
     ::_exit(w == static_cast<ssize_t>(j.size()) ? 0 : 1);
   }
@@ -1139,8 +1152,9 @@ int run_plan(const options& o) {
     }
     return 0;
   }
-  // The sweep. Cost grows with ranks x tensors (every rank's description of every tensor it
-  // holds reaches every rank); points beyond the cap would take minutes and tens of GiB.
+  // The sweep (of all-gather planning). Cost grows with ranks x tensors (every rank's description
+  // of every tensor it holds reaches every rank); points beyond the cap would take minutes and tens
+  // of GiB.
   constexpr double cap = 6e6;
   std::vector<std::string> points, skipped;
   for (int r : {8, 64, 512, 4096})
@@ -1154,7 +1168,9 @@ int run_plan(const options& o) {
           std::printf("%5d ranks x %5d tensors: skipped (ranks x tensors > %.0f)\n", r, t, cap);
         continue;
       }
-      auto j = plan_point_in_child(r, t, o);
+      options swept = o;
+      swept.sweep = true;
+      auto j = plan_point_in_child(r, t, swept);
       if (!j) {
         std::fprintf(stderr, "cairn-bench: planning %d x %d failed\n", r, t);
         return 1;

@@ -20,12 +20,52 @@
 #include <vector>
 
 #include "cairn/format/native/reader.hpp"
+#include "cairn/format/native/strategy.hpp"
 #include "cairn/pipeline/load.hpp"
 #include "cairn/storage/fault_injection.hpp"
 #include "cairn/storage/memory.hpp"
 #include "plan_roles.hpp"
 
 namespace cairn_bench {
+
+/// The coordinator of a default save's commit (format version 5): rank 0 receives every rank's
+/// index report (its data file's size, and for each tensor it owns where the directory lies in
+/// its index file), merges them into the manifest (`native_strategy::manifest_of`) and encodes
+/// it, as JSON: bytes received, milliseconds, and the manifest's bytes.
+inline std::string simulate_coordinator(int ranks, int tensors, int pp) {
+  using clock = std::chrono::steady_clock;
+  grid g = make_grid(ranks, tensors, pp);
+  std::vector<cairn::detail::native_index_report> reps(static_cast<std::size_t>(ranks));
+  for (int t = 0; t < tensors; ++t)
+    for (int kind = 0; kind < 3; ++kind) {
+      const cairn::tensor_desc d = g.leaf(0 + g.tp * g.stage(t), t, kind);
+      auto& rep = reps[static_cast<std::size_t>(cairn::owner_of(d.key, ranks))];
+      auto& f = rep.index ? *rep.index : rep.index.emplace();
+      const std::uint64_t at = cairn::index_header_bytes + f.sections.size() * 120;
+      f.sections.push_back(
+          {d.key, d.type, d.global_shape, at, 120, 0x9e3779b97f4a7c15ull * (at + 1), 1024});
+    }
+  std::vector<cairn::bytes> reports;
+  std::uint64_t received = 0;
+  for (int r = 0; r < ranks; ++r) {
+    auto& rep = reps[static_cast<std::size_t>(r)];
+    rep.writes = true;
+    rep.data_size = std::uint64_t{400} << 20;
+    if (rep.index) rep.index->size = 1 << 20, rep.index->checksum = static_cast<std::uint64_t>(r);
+    reports.push_back(cairn::detail::encode_message(rep));
+    if (r != 0) received += reports.back().size();
+  }
+  reps.clear();
+  cairn::save_index index;
+  index.world_size = ranks;
+  index.block_size = cairn::default_block_size;
+  const auto t0 = clock::now();
+  cairn::checkpoint_metadata m = cairn::native_strategy::manifest_of(index, "bench", reports);
+  const std::string json = cairn::to_json(m);
+  const double ms = std::chrono::duration<double, std::milli>(clock::now() - t0).count();
+  return fmt::format("{{\"received\":{},\"ms\":{:.1f},\"manifest_bytes\":{}}}", received, ms,
+                     json.size());
+}
 
 /// Format version 5 at `ranks` × `tensors` with `pp` stages (0: the default), as JSON.
 inline std::string simulate_load(int ranks, int tensors, int pp, int sample) {
@@ -175,7 +215,7 @@ inline std::string simulate_load(int ranks, int tensors, int pp, int sample) {
       "\"load_dedup\":{{\"pieces_rank0\":{},\"filter_bytes\":{},\"claims_rank0\":{},"
       "\"claim_bytes_rank0\":{},\"received_per_rank\":{},"
       "\"simulated_s\":{:.1f}}},"
-      "\"peak_rss_mb\":{:.1f}}}",
+      "\"coordinator_commit\":{},\"peak_rss_mb\":{:.1f}}}",
       ranks, tensors, g.tp, g.pp, g.dp, me.tensors.size(), picked.size(), grids, json.size(),
       manifest_ms,
       static_cast<double>(file.size()) * keys_total / static_cast<double>(picked.size()),
@@ -183,7 +223,8 @@ inline std::string simulate_load(int ranks, int tensors, int pp, int sample) {
       load_ms * scale, static_cast<double>(counted.bytes_read()) * scale,
       static_cast<double>(directory_bytes) * scale, static_cast<double>(loaded_chunks) * scale,
       static_cast<double>(chunks) * scale, hashes[0].size(), filter_bytes, claims.size(),
-      cairn::detail::encode_message(claims).size(), dedup_received, dedup_sim_s, peak_rss_mb());
+      cairn::detail::encode_message(claims).size(), dedup_received, dedup_sim_s,
+      simulate_coordinator(ranks, tensors, pp), peak_rss_mb());
 }
 
 /// The write balance of key-owner planning with parts of at least `split_min` bytes: every key

@@ -7,7 +7,9 @@
 #include <map>
 #include <mutex>
 #include <random>
+#include <set>
 
+#include "cairn/storage/decorator.hpp"
 #include "tests/support/property.hpp"
 
 using namespace cairn_test;
@@ -313,4 +315,48 @@ TEST_CASE("tiled chunks: a reshard along any axis reads about only the bytes it 
                                   << line);
     }
   }
+}
+
+TEST_CASE("load_common reads no index file, load_tensors only the index of its keys") {
+  // 4 ranks save 40 tensors: their index sections spread over the owners' index files.
+  cairn::memory_storage mem;
+  cairn::run_ranks(4, [&](cairn::thread_communicator& comm) {
+    std::vector<std::vector<float>> bufs(40, std::vector<float>(8));
+    cairn::state_dict sd;
+    for (int i = 0; i < 40; ++i) {
+      auto& b = bufs[static_cast<std::size_t>(i)];
+      for (std::size_t j = 0; j < b.size(); ++j)
+        b[j] = static_cast<float>(i * 1000 + comm.rank() * 8 + static_cast<int>(j));
+      const std::string k = "t" + std::to_string(i);
+      sd.add(k, cairn::from_rank_offsets(k, std::span(b), {8}, {{0, comm.rank(), 4}}));
+    }
+    sd.add("step", std::int64_t{7});
+    cairn::save(sd, mem, comm);
+  });
+  struct index_reads : cairn::storage_decorator<cairn::memory_storage> {
+    explicit index_reads(cairn::memory_storage& m) : storage_decorator(m) {}
+    cairn::result<void> read(std::string_view name, std::uint64_t at, std::span<std::byte> out) {
+      if (name.starts_with("index.")) bytes += out.size(), files.insert(std::string(name));
+      return storage_decorator::read(name, at, out);
+    }
+    std::uint64_t bytes = 0;
+    std::set<std::string> files;
+  };
+  std::uint64_t all_index = 0;
+  for (const auto& n : mem.list("index.").value()) all_index += mem.size(n).value();
+  REQUIRE(mem.list("index.").value().size() > 1);
+  index_reads common(mem);
+  CHECK(cairn::load_common(common).value().at("step").as<std::int64_t>() == 7);
+  CHECK(common.bytes == 0);
+  index_reads one(mem);
+  auto t = cairn::load_tensors(one, {"t17"}).value();
+  REQUIRE(t.at("t17").data.size() == 32 * sizeof(float));
+  float v;
+  std::memcpy(&v, t.at("t17").data.data() + 31 * sizeof(float), sizeof v);
+  CHECK(v == 17 * 1000 + 31);
+  CHECK(one.files.size() == 1);  // the owner's index file, and only what it holds of t17
+  CHECK(one.bytes * 10 < all_index);
+  index_reads every(mem);
+  CHECK(cairn::load_tensors(every).value().size() == 40);
+  CHECK(every.files.size() == mem.list("index.").value().size());
 }

@@ -14,7 +14,7 @@ namespace cairn {
 
 CAIRN_INLINE result<std::map<std::string, common_value>> load_common(storage_ref st) {
   return detail::catch_all("load_common", [&]() -> result<std::map<std::string, common_value>> {
-    CAIRN_TRY_ASSIGN(auto m, read_any_metadata(st));
+    CAIRN_TRY_ASSIGN(auto m, read_any_manifest(st));  // no index file: commons only
     return read_commons(st, m);
   });
 }
@@ -22,9 +22,14 @@ CAIRN_INLINE result<std::map<std::string, common_value>> load_common(storage_ref
 CAIRN_INLINE result<std::map<std::string, tensor_data>> load_tensors(
     storage_ref st, std::vector<std::string> keys, int threads, const progress_callback& progress) {
   return detail::catch_all("load_tensors", [&]() -> result<std::map<std::string, tensor_data>> {
-    CAIRN_TRY_ASSIGN(auto m, read_any_metadata(st));
+    CAIRN_TRY_ASSIGN(auto m, read_any_manifest(st));
     if (keys.empty())
       for (const auto& [k, t] : m.tensors) keys.push_back(k);
+    // The index of the keys asked for, and of nothing else.
+    index_wants wants;
+    for (const auto& k : keys)
+      if (m.index_refs.count(k)) wants[k];
+    if (!wants.empty()) CAIRN_TRY(read_index_sections(st, m, wants));
     std::map<std::string, tensor_data> out;
     // Plan first: memory is sized by what the metadata claims, so the claim is checked before
     // anything is allocated (chunks that tile every tensor exactly, files as large as said).

@@ -64,13 +64,15 @@ load_stats load(Tree& tree, storage_ref st, comm_ref comm, const load_options& o
   return try_load(tree, st, comm, opt).value();
 }
 
-/// Reads only the common values of a checkpoint of any format (no tensors), by path. A foreign
-/// format's values come as Python holds them (I64, F64, BOOL, strings).
+/// Reads only the common values of a checkpoint of any format (no tensors, and no index file of
+/// a native one), by path. A foreign format's values come as Python holds them (I64, F64, BOOL,
+/// strings).
 CAIRN_INLINE result<std::map<std::string, common_value>> load_common(storage_ref st);
 
 /// Reads the named tensors whole (any saved sharding, any format: native, torch_dist,
 /// safetensors when their readers are in the program), on one process. An empty `keys` reads
-/// every tensor. `progress` is told the bytes read ("read").
+/// every tensor. Of a native checkpoint's index files it reads only the directories and entries
+/// of those keys. `progress` is told the bytes read ("read").
 CAIRN_INLINE result<std::map<std::string, tensor_data>> load_tensors(
     storage_ref st,
     std::vector<std::string> keys = {},

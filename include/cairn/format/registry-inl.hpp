@@ -157,6 +157,17 @@ CAIRN_INLINE result<checkpoint_metadata> read_any_metadata(storage_ref st) {
   });
 }
 
+CAIRN_INLINE result<checkpoint_metadata> read_any_manifest(storage_ref st) {
+  return detail::catch_all("reading the metadata", [&]() -> result<checkpoint_metadata> {
+    CAIRN_TRY_ASSIGN(detail::sniffed_format found, detail::sniff_format(st, true));
+    if (found.native_json)
+      return metadata_from_json(*found.native_json, st.describe(metadata_name));
+    if (found.format.empty()) return detail::no_format_error(st);
+    CAIRN_TRY_ASSIGN(format_reader reader, detail::reader_of(st, found.format));
+    return reader(st);
+  });
+}
+
 CAIRN_INLINE result<verify_report> verify_any(storage_ref st,
                                               int threads,
                                               const progress_callback& progress) {

@@ -117,6 +117,11 @@ CAIRN_INLINE result<format_reader> reader_of(storage_ref st, const std::string& 
 /// errc::unsupported_version for a foreign format whose reader this program does not include.
 CAIRN_INLINE result<checkpoint_metadata> read_any_metadata(storage_ref st);
 
+/// `read_any_metadata` without the index files of a native checkpoint of format version 4 or
+/// later: tensors' chunks stay in them (`m.index_refs`) for `read_index_sections` to read for
+/// the keys a caller needs. Every other format reads as `read_any_metadata` reads it.
+CAIRN_INLINE result<checkpoint_metadata> read_any_manifest(storage_ref st);
+
 /// What `verify_any` checked, and what it found.
 struct verify_report {
   std::string format;  ///< "cairn", "torch_dist" or "safetensors"
