@@ -22,6 +22,8 @@
 #include <string>
 #include <vector>
 
+#include "cairn/format/native/index_file.hpp"
+#include "cairn/format/native/strategy.hpp"
 #include "cairn/plan/scalable.hpp"
 #include "plan_sweep.hpp"
 
@@ -97,6 +99,33 @@ inline std::string simulate_roles(int ranks, int tensors, int pp, int owners) {
     owner.sent = std::max(owner.sent, c.sent);
     owner.received = std::max(owner.received, c.received);
   }
+  // The busiest owner at the commit (format version 5's route step): every writer of its keys
+  // sends it one index section per key with the chunks it wrote.
+  std::uint64_t route_received = 0;
+  {
+    auto plan = cairn::plan_owned(claims_for_owner(g, owned[static_cast<std::size_t>(busiest)]),
+                                  false, cairn::default_block_size,
+                                  cairn::save_options{}.balance_min_bytes, cairn::index_slabs);
+    if (!plan) throw std::runtime_error("plan_owned: " + plan.err().describe());
+    std::map<std::uint32_t, cairn::detail::routed_sections> by_writer;
+    for (const auto& [key, t] : plan->index.tensors) {
+      std::map<std::uint32_t, cairn::tensor_record> parts;
+      for (cairn::chunk_record c : t.chunks) {
+        c.where.checksums.assign(cairn::detail::chunk_blocks(c, cairn::default_block_size), 0x5eed);
+        auto [at, fresh] =
+            parts.try_emplace(c.where.file, cairn::tensor_record{t.type, t.global_shape, {}});
+        at->second.chunks.push_back(std::move(c));
+      }
+      for (const auto& [writer, part] : parts) {
+        cairn::bytes section;
+        cairn::append_index_section(section, key, part);
+        by_writer[writer].sections.push_back(std::move(section));
+      }
+    }
+    for (const auto& [writer, m] : by_writer)
+      if (static_cast<int>(writer) != busiest)
+        route_received += cairn::detail::encode_message(m).size();
+  }
   // Writer: rank 0's slots from the owners of its keys, planned key by key (at most 300 keys,
   // evenly spaced, scaled up to all of them).
   std::vector<std::size_t> to(static_cast<std::size_t>(ranks), 0);
@@ -112,10 +141,11 @@ inline std::string simulate_roles(int ranks, int tensors, int pp, int owners) {
       "\"keys_per_owner_max\":{},\"every_rank\":{{\"ms\":{:.1f},\"sent\":{}}},"
       "\"owner_max_of_{}\":{{\"ms\":{:.1f},\"received\":{},\"sent\":{}}},"
       "\"writer_rank0\":{{\"received\":{},\"keys_sampled\":{}}},"
-      "\"received_max_estimate\":{},\"peak_rss_mb\":{:.1f}}}",
+      "\"received_max_estimate\":{},\"busiest_owner_at_commit\":{{\"received\":{}}},"
+      "\"peak_rss_mb\":{:.1f}}}",
       ranks, tensors, g.tp, g.pp, g.dp, me.tensors.size(), most_keys, every.ms, every.sent,
       sample.size(), owner.ms, owner.received, owner.sent, writer.received, sampled,
-      owner.received + writer.received, peak_rss_mb());
+      owner.received + writer.received, route_received, peak_rss_mb());
 }
 
 }  // namespace cairn_bench
