@@ -385,6 +385,11 @@ TEST_CASE("index file: a grid's entries are read cell by cell, and lies about th
                                   1, where, 8, 2));
   CHECK(!cairn::read_grid_entries(bytes_of(b, g.offset, g.entry_bytes), *d, 0, 2, where, block, 2));
   CHECK(!cairn::read_grid_entries(bytes_of(b, g.offset, g.entry_bytes), *d, 6, 1, where, block, 2));
+  CHECK(cairn::read_grid_entries({}, *d, 6, 0, where, block, 2).value().empty());
+  // A grid over a tensor with an empty axis has no cell: a directory claiming one is refused.
+  cairn::tensor_record hollow{cairn::dtype::f32, {0, 4}, {}};
+  hollow.chunks.push_back(chunk_record{box{{0, 0}, {0, 4}}, extent{0, 0, 0, {}}, {}});
+  CHECK(!cairn::regular_grid(hollow));
   // Chunks that are not a grid stay paged: unequal cells, a gap, a duplicate, compression.
   auto t = sample_tensors()[0].second;
   CHECK(cairn::regular_grid(t));

@@ -69,7 +69,7 @@ CAIRN_INLINE box index_grid::cell_box(const shape& global, std::uint64_t i) cons
   const shape n = counts(global);
   box b{shape(global.size(), 0), cell};
   for (std::size_t a = global.size(); a-- > 0;) {
-    const auto na = static_cast<std::uint64_t>(n[a]);
+    const auto na = static_cast<std::uint64_t>(std::max<std::int64_t>(n[a], 1));
     b.offset[a] = static_cast<std::int64_t>(i % na) * cell[a];
     i /= na;
   }
@@ -560,8 +560,10 @@ CAIRN_INLINE result<std::vector<chunk_record>> read_grid_entries(std::span<const
   auto fail = [&](std::uint64_t off, const std::string& msg) {
     return detail::index_error(where, off, d.key, "malformed index: " + msg);
   };
-  if (first > d.chunks || count > d.chunks - first || bytes.size() != count * g.entry_bytes)
+  if (first > d.chunks || count > d.chunks - first || g.entry_bytes == 0 ||
+      bytes.size() % g.entry_bytes != 0 || bytes.size() / g.entry_bytes != count)
     return fail(at, "grid entries are truncated");
+  if (count == 0) return std::vector<chunk_record>{};
   if (block_size == 0 || block_size > max_block_size) return fail(at, "bad block_size");
   chunk_record c;
   c.tiles = g.tiles;
