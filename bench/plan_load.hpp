@@ -171,12 +171,9 @@ inline std::string simulate_load(int ranks, int tensors, int pp, int sample) {
   }
   std::uint64_t bits = 512;
   while (bits < 16 * most) bits *= 2;
-  std::vector<std::uint8_t> anded(static_cast<std::size_t>(bits / 8), 0xff);
+  cairn::bytes anded(static_cast<std::size_t>(bits / 8), std::byte{0xff});
   for (const auto& hs : hashes) {
-    std::vector<std::uint8_t> f(anded.size(), 0);
-    for (std::uint64_t h : hs)
-      for (std::uint64_t bit : cairn::detail::piece_filter_bits(h, bits))
-        f[static_cast<std::size_t>(bit / 8)] |= static_cast<std::uint8_t>(1u << (bit % 8));
+    const cairn::bytes f = cairn::detail::piece_filter_of(hs, bits);
     for (std::size_t i = 0; i < f.size(); ++i) anded[i] &= f[i];
   }
   std::vector<cairn::detail::wanted_piece> claims;
@@ -186,7 +183,7 @@ inline std::string simulate_load(int ranks, int tensors, int pp, int sample) {
     for (const auto& d : mine.tensors)
       for (const auto& p : d.pieces)
         if (static_cast<std::uint64_t>(p.volume()) * cairn::dtype_size(d.type) >= min_bytes &&
-            cairn::detail::filter_may_hold(std::as_bytes(std::span(anded)), hashes[0][i++]))
+            cairn::detail::filter_may_hold(anded, hashes[0][i++]))
           claims.push_back({d.key, p});
   }
   const double dedup_sim_s = std::chrono::duration<double>(clock::now() - t0).count();

@@ -148,12 +148,11 @@ CAIRN_INLINE result<format_reader> reader_of(storage_ref st, const std::string& 
 namespace cairn {
 
 CAIRN_INLINE result<checkpoint_metadata> read_any_metadata(storage_ref st) {
+  CAIRN_TRY_ASSIGN(checkpoint_metadata m, read_any_manifest(st));
+  // Only a native manifest names index files; every other reader fills the chunks itself.
   return detail::catch_all("reading the metadata", [&]() -> result<checkpoint_metadata> {
-    CAIRN_TRY_ASSIGN(detail::sniffed_format found, detail::sniff_format(st, true));
-    if (found.native_json) return native_metadata(st, *found.native_json);
-    if (found.format.empty()) return detail::no_format_error(st);
-    CAIRN_TRY_ASSIGN(format_reader reader, detail::reader_of(st, found.format));
-    return reader(st);
+    CAIRN_TRY(read_all_index_sections(st, m));
+    return std::move(m);
   });
 }
 

@@ -271,6 +271,15 @@ CAIRN_INLINE std::array<std::uint64_t, 3> piece_filter_bits(std::uint64_t h, std
   return {h & (bits - 1), (h + step) & (bits - 1), (h + 2 * step) & (bits - 1)};
 }
 
+CAIRN_INLINE bytes piece_filter_of(const std::vector<std::uint64_t>& hashes, std::uint64_t bits) {
+  bytes filter(static_cast<std::size_t>(bits / 8));
+  for (std::uint64_t h : hashes)
+    for (std::uint64_t bit : piece_filter_bits(h, bits))
+      filter[static_cast<std::size_t>(bit / 8)] |=
+          std::byte{static_cast<unsigned char>(1u << (bit % 8))};
+  return filter;
+}
+
 CAIRN_INLINE bool filter_may_hold(std::span<const std::byte> filter, std::uint64_t h) {
   if (filter.empty()) return false;
   for (std::uint64_t bit : piece_filter_bits(h, filter.size() * 8))
@@ -300,11 +309,7 @@ CAIRN_INLINE bytes common_piece_filter(const std::vector<std::uint64_t>& hashes,
   if (least == 0 || most > (std::uint64_t{1} << 40)) return {};
   std::uint64_t bits = 512;
   while (bits < 16 * most) bits *= 2;
-  bytes filter(static_cast<std::size_t>(bits / 8));
-  for (std::uint64_t h : hashes)
-    for (std::uint64_t bit : piece_filter_bits(h, bits))
-      filter[static_cast<std::size_t>(bit / 8)] |=
-          std::byte{static_cast<unsigned char>(1u << (bit % 8))};
+  const bytes filter = piece_filter_of(hashes, bits);
   // Segment r of the filter to rank r; AND what arrives; everyone gathers the segments.
   auto segment = [&](std::size_t r) {
     return std::pair{filter.size() * r / w, filter.size() * (r + 1) / w};

@@ -133,6 +133,9 @@ CAIRN_INLINE bytes common_piece_filter(const std::vector<std::uint64_t>& hashes,
 /// The 3 bit positions of hash `h` in a piece filter of `bits` bits (a power of two).
 CAIRN_INLINE std::array<std::uint64_t, 3> piece_filter_bits(std::uint64_t h, std::uint64_t bits);
 
+/// A rank's own piece filter of `bits` bits (a power of two): 3 bits set per hash.
+CAIRN_INLINE bytes piece_filter_of(const std::vector<std::uint64_t>& hashes, std::uint64_t bits);
+
 /// Whether `filter` may hold the piece hashed `h` (false for an empty filter).
 CAIRN_INLINE bool filter_may_hold(std::span<const std::byte> filter, std::uint64_t h);
 

@@ -76,6 +76,19 @@ CAIRN_INLINE box index_grid::cell_box(const shape& global, std::uint64_t i) cons
   return b;
 }
 
+CAIRN_INLINE std::uint64_t index_grid::index_of(const shape& counts, const shape& at) {
+  std::uint64_t i = 0;
+  for (std::size_t a = 0; a < counts.size(); ++a)
+    i = i * static_cast<std::uint64_t>(counts[a]) + static_cast<std::uint64_t>(at[a]);
+  return i;
+}
+
+CAIRN_INLINE shape index_grid::coords_of(const shape& offset) const {
+  shape at(offset.size());
+  for (std::size_t a = 0; a < offset.size(); ++a) at[a] = offset[a] / cell[a];
+  return at;
+}
+
 CAIRN_INLINE std::optional<shape> regular_grid(const tensor_record& t) {
   if (t.chunks.empty()) return std::nullopt;
   const shape& cell = t.chunks.front().region.size;
@@ -95,12 +108,9 @@ CAIRN_INLINE std::optional<shape> regular_grid(const tensor_record& t) {
     if (c.region.size != cell || c.tiles != g.tiles || c.where.compressed() ||
         c.where.nbytes != static_cast<std::uint64_t>(c.region.volume()) * es)
       return std::nullopt;
-    std::uint64_t i = 0;
-    for (std::size_t a = 0; a < n; ++a) {
+    for (std::size_t a = 0; a < n; ++a)
       if (c.region.offset[a] % cell[a] != 0) return std::nullopt;
-      i = i * static_cast<std::uint64_t>(counts[a]) +
-          static_cast<std::uint64_t>(c.region.offset[a] / cell[a]);
-    }
+    const std::uint64_t i = index_grid::index_of(counts, g.coords_of(c.region.offset));
     if (i >= seen.size() || seen[i]) return std::nullopt;
     seen[i] = true;
   }
@@ -135,10 +145,7 @@ CAIRN_INLINE std::vector<std::uint64_t> grid_cells_meeting(const index_directory
     }
     shape at = lo;
     while (true) {
-      std::uint64_t i = 0;
-      for (std::size_t a = 0; a < n; ++a)
-        i = i * static_cast<std::uint64_t>(counts[a]) + static_cast<std::uint64_t>(at[a]);
-      out.push_back(i);
+      out.push_back(index_grid::index_of(counts, at));
       std::size_t a = n;
       while (a > 0 && at[a - 1] == hi[a - 1]) {
         at[a - 1] = lo[a - 1];
@@ -190,13 +197,9 @@ CAIRN_INLINE built_index_file index_file_builder::finish(std::size_t page_chunks
       g.entry_bytes = grid_entry_fixed_bytes + 8 * t.chunks.front().where.checksums.size();
       const shape counts = g.counts(t.global_shape);
       std::vector<const chunk_record*> by_cell(t.chunks.size());
-      for (const chunk_record& c : t.chunks) {
-        std::uint64_t at = 0;
-        for (std::size_t a = 0; a < counts.size(); ++a)
-          at = at * static_cast<std::uint64_t>(counts[a]) +
-               static_cast<std::uint64_t>(c.region.offset[a] / g.cell[a]);
-        by_cell[static_cast<std::size_t>(at)] = &c;
-      }
+      for (const chunk_record& c : t.chunks)
+        by_cell[static_cast<std::size_t>(
+            index_grid::index_of(counts, g.coords_of(c.region.offset)))] = &c;
       for (const chunk_record* c : by_cell) {
         const std::size_t from = body.size();
         detail::put_u32(body, c->where.file);

@@ -103,6 +103,10 @@ struct index_grid {
   shape counts(const shape& global) const;
   /// The box of cell `i` (row-major over `counts`).
   box cell_box(const shape& global, std::uint64_t i) const;
+  /// The row-major index of the cell at grid coordinates `at` (each below `counts`' extent).
+  static std::uint64_t index_of(const shape& counts, const shape& at);
+  /// The grid coordinates of the cell whose box starts at `offset` (a multiple of `cell`).
+  shape coords_of(const shape& offset) const;
 };
 
 /// A tensor's directory: dtype, shape, and its pages or its grid.
