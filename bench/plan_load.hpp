@@ -17,11 +17,13 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "cairn/format/native/reader.hpp"
 #include "cairn/format/native/strategy.hpp"
 #include "cairn/pipeline/load.hpp"
+#include "cairn/pipeline/share.hpp"
 #include "cairn/storage/fault_injection.hpp"
 #include "cairn/storage/memory.hpp"
 #include "plan_roles.hpp"
@@ -151,52 +153,59 @@ inline std::string simulate_load(int ranks, int tensors, int pp, int sample) {
   auto r = cairn::read_index_sections(counted, m, wants);
   const double load_ms = ms_since(t0);
   if (!r) throw std::runtime_error("read_index_sections: " + r.err().describe());
-  // Load dedup (plan_shared_pieces): every rank's pieces of at least broadcast_min_bytes go
-  // into the shared piece filter; what passes the AND of all filters goes to the keys' owners.
-  const std::uint64_t min_bytes = cairn::load_options{}.broadcast_min_bytes;
-  auto shareable = [&](int r) {
-    std::vector<std::uint64_t> h;
-    for (const auto& d : g.leaves_of(r).tensors)
-      for (const auto& p : d.pieces)
-        if (static_cast<std::uint64_t>(p.volume()) * cairn::dtype_size(d.type) >= min_bytes)
-          h.push_back(cairn::detail::piece_hash(d.key, p));
-    return h;
+  // Load dedup (pipeline/share.hpp) with default options, every rank loading what it saved:
+  // each rank claims its pieces of at least broadcast_min_bytes at their owners (piece_owner);
+  // the busiest owner's received claims are counted over every rank's pieces; rank 0's routes
+  // come from route_claims over every claim on its pieces (readers picked as one owner would).
+  const cairn::load_options lopt;
+  const std::uint64_t min_bytes = lopt.broadcast_min_bytes;
+  const auto claim_bytes = [](const cairn::box& b) {  // piece_claim, encoded
+    return 4 + 1 + 2 * (8 + 8 * static_cast<std::uint64_t>(b.offset.size()));
   };
+  std::map<std::string, std::uint32_t> key_index;  // the manifest's key order
+  for (const auto& [k, t] : whole.tensors)
+    key_index.emplace(k, static_cast<std::uint32_t>(key_index.size()));
   t0 = clock::now();
-  std::uint64_t most = 0;
-  std::vector<std::vector<std::uint64_t>> hashes(static_cast<std::size_t>(ranks));
-  for (int r = 0; r < ranks; ++r) {
-    hashes[static_cast<std::size_t>(r)] = shareable(r);
-    most = std::max<std::uint64_t>(most, hashes[static_cast<std::size_t>(r)].size());
-  }
-  std::uint64_t bits = 512;
-  while (bits < 16 * most) bits *= 2;
-  cairn::bytes anded(static_cast<std::size_t>(bits / 8), std::byte{0xff});
-  for (const auto& hs : hashes) {
-    const cairn::bytes f = cairn::detail::piece_filter_of(hs, bits);
-    for (std::size_t i = 0; i < f.size(); ++i) anded[i] &= f[i];
-  }
-  std::vector<cairn::detail::wanted_piece> claims;
-  {
-    std::size_t i = 0;
-    const auto mine = g.leaves_of(0);
-    for (const auto& d : mine.tensors)
-      for (const auto& p : d.pieces)
-        if (static_cast<std::uint64_t>(p.volume()) * cairn::dtype_size(d.type) >= min_bytes &&
-            cairn::detail::filter_may_hold(anded, hashes[0][i++]))
-          claims.push_back({d.key, p});
-  }
+  std::vector<std::uint64_t> owner_received(static_cast<std::size_t>(ranks), 0);
+  std::uint64_t claims_sent_rank0 = 0, pieces_rank0 = 0;
+  using piece_key = std::tuple<std::uint32_t, cairn::shape, cairn::shape>;
+  std::map<piece_key, std::vector<int>> rank0_groups;  // rank 0's pieces: who else claims them
+  for (const auto& d : g.leaves_of(0).tensors)
+    for (const auto& p : d.pieces)
+      if (static_cast<std::uint64_t>(p.volume()) * cairn::dtype_size(d.type) >= min_bytes)
+        rank0_groups[{key_index.at(d.key), p.offset, p.size}];
+  for (int r = 0; r < ranks; ++r)
+    for (const auto& d : g.leaves_of(r).tensors)
+      for (const auto& p : d.pieces) {
+        if (static_cast<std::uint64_t>(p.volume()) * cairn::dtype_size(d.type) < min_bytes)
+          continue;
+        const int o = cairn::detail::piece_owner(d.key, p, ranks);
+        if (o != r) owner_received[static_cast<std::size_t>(o)] += claim_bytes(p);
+        if (r == 0) claims_sent_rank0 += claim_bytes(p), ++pieces_rank0;
+        auto it = rank0_groups.find({key_index.at(d.key), p.offset, p.size});
+        if (it != rank0_groups.end()) it->second.push_back(r);
+      }
+  std::vector<std::vector<cairn::detail::piece_claim>> on_rank0(static_cast<std::size_t>(ranks));
+  for (const auto& [id, members] : rank0_groups)
+    for (int r : members)
+      on_rank0[static_cast<std::size_t>(r)].push_back(
+          {std::get<0>(id), cairn::dtype::bf16, {std::get<1>(id), std::get<2>(id)}});
+  const auto rt0 = clock::now();
+  const auto routes = cairn::detail::route_claims(on_rank0, 0);
+  const double route_ms = ms_since(rt0);
+  std::uint64_t shared_rank0 = 0, rounds = 0;
+  for (const auto& route : routes[0]) shared_rank0 += route.parent >= 0;
+  for (const auto& of_rank : routes)  // the deepest tree of rank 0's groups
+    for (const auto& route : of_rank)
+      if (route.parent >= 0) rounds = std::max<std::uint64_t>(rounds, route.round + 1u);
+  const std::uint64_t routes_received = cairn::detail::encode_message(routes[0]).size();
   const double dedup_sim_s = std::chrono::duration<double>(clock::now() - t0).count();
-  const std::uint64_t filter_bytes = anded.size();
-  // The piece counts (8 bytes from every rank), the filter's segments and their all_gather,
-  // and the two all_to_all rounds of claims and verdicts, here empty lists from every rank when
-  // no piece passes (rank 0's claims are counted apart).
-  const std::uint64_t empty_list =
-      cairn::detail::encode_message(std::vector<cairn::detail::wanted_piece>{}).size();
-  const std::uint64_t dedup_received =
-      8 * static_cast<std::uint64_t>(ranks - 1) +
-      2 * filter_bytes * static_cast<std::uint64_t>(ranks - 1) / static_cast<std::uint64_t>(ranks) +
-      2 * empty_list * static_cast<std::uint64_t>(ranks - 1);
+  const std::uint64_t busiest_owner =
+      *std::max_element(owner_received.begin(), owner_received.end());
+  // Every rank's 9-byte schedule (all_gather); an empty list is 8 bytes in each all_to_all.
+  const std::uint64_t schedule = 9 * static_cast<std::uint64_t>(ranks - 1);
+  const std::uint64_t dedup_received_max =
+      busiest_owner + routes_received + schedule + 16 * static_cast<std::uint64_t>(ranks - 1);
   std::uint64_t loaded_chunks = 0;
   for (const auto& [k, t] : m.tensors) loaded_chunks += t.chunks.size();
   const double scale = static_cast<double>(me.tensors.size()) / static_cast<double>(picked.size());
@@ -209,8 +218,9 @@ inline std::string simulate_load(int ranks, int tensors, int pp, int sample) {
       "\"load_planning_rank0\":{{\"ms_estimate\":{:.1f},\"index_bytes_read_estimate\":{:.0f},"
       "\"of_them_directories\":{:.0f},"
       "\"chunks_kept_estimate\":{:.0f},\"chunk_records_in_its_tensors_estimate\":{:.0f}}},"
-      "\"load_dedup\":{{\"pieces_rank0\":{},\"filter_bytes\":{},\"claims_rank0\":{},"
-      "\"claim_bytes_rank0\":{},\"received_per_rank\":{},"
+      "\"load_dedup\":{{\"pieces_rank0\":{},\"claim_bytes_rank0\":{},"
+      "\"busiest_owner_claims_received\":{},\"routes_rank0\":{},\"route_bytes_rank0\":{},"
+      "\"rounds\":{},\"route_ms\":{:.1f},\"received_per_rank_max\":{},"
       "\"simulated_s\":{:.1f}}},"
       "\"coordinator_commit\":{},\"peak_rss_mb\":{:.1f}}}",
       ranks, tensors, g.tp, g.pp, g.dp, me.tensors.size(), picked.size(), grids, json.size(),
@@ -219,8 +229,8 @@ inline std::string simulate_load(int ranks, int tensors, int pp, int sample) {
       static_cast<double>(chunks) * keys_total / static_cast<double>(picked.size()),
       load_ms * scale, static_cast<double>(counted.bytes_read()) * scale,
       static_cast<double>(directory_bytes) * scale, static_cast<double>(loaded_chunks) * scale,
-      static_cast<double>(chunks) * scale, hashes[0].size(), filter_bytes, claims.size(),
-      cairn::detail::encode_message(claims).size(), dedup_received, dedup_sim_s,
+      static_cast<double>(chunks) * scale, pieces_rank0, claims_sent_rank0, busiest_owner,
+      shared_rank0, routes_received, rounds, route_ms, dedup_received_max, dedup_sim_s,
       simulate_coordinator(ranks, tensors, pp), peak_rss_mb());
 }
 

@@ -35,9 +35,15 @@ TEST_CASE(
         so.block_size = 16 + rng() % 64;   // small blocks: partial reads cross many blocks
         so.index_files = combos % 2 == 0;  // format versions 4 and 3 in turn
         save_on_threads(mem, c, n, save_kind, so);
-        auto failures = load_failures_on_threads(mem, c, m, load_kind);
+        // Every other pair of combos shares every piece ranks want alike, passed on in steps
+        // of 24 bytes (pieces cross steps; replicated and overlapping requests form trees).
+        const bool share_all = combos / 2 % 2 == 1;
+        auto failures = load_failures_on_threads(
+            mem, c, m, load_kind,
+            share_all ? cairn::load_options{.broadcast_min_bytes = 1, .share_step_bytes = 24}
+                      : cairn::load_options{});
         INFO("N=" << n << " M=" << m << " save " << kind_name(save_kind) << " load "
-                  << kind_name(load_kind));
+                  << kind_name(load_kind) << (share_all ? " sharing every piece" : ""));
         CHECK(failures.empty());
         for (const auto& f : failures) MESSAGE(f);
         ++combos;

@@ -76,6 +76,7 @@
 #include "cairn/pipeline/load-inl.hpp"
 #include "cairn/pipeline/save-inl.hpp"
 #include "cairn/pipeline/scalable_plan-inl.hpp"
+#include "cairn/pipeline/share-inl.hpp"
 #include "cairn/pipeline/stage-inl.hpp"
 #include "cairn/plan/box-inl.hpp"
 #include "cairn/plan/cover-inl.hpp"

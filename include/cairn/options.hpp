@@ -159,15 +159,20 @@ struct load_options {
   /// Host staging memory for tensors in device memory (see `save_options::staging`). Null: a
   /// pool private to the call.
   cuda::staging_pool* staging = nullptr;
-  /// A tensor piece that every rank asks for whole and alike (a replicated tensor) is read by
-  /// one rank and broadcast through the communicator, instead of being read by every rank:
-  /// storage serves it once (it matters most for object stores and shared filesystems).
-  /// Pieces smaller than `broadcast_min_bytes` are read by every rank (one broadcast each
-  /// would cost more). Costs two all_to_all exchanges through the keys' owners, in which a
-  /// rank receives the requests for the keys it owns and a verdict per shared piece it wants
-  /// (never every rank's requests).
+  /// A tensor piece that several ranks ask for alike (data-parallel replicas of a
+  /// tensor-parallel shard, a tensor every rank holds whole) is read from storage by one of them
+  /// and passed on to the others through the communicator, along a binomial tree (log2 of the
+  /// group's size rounds), instead of being read by each: storage serves it once (it matters
+  /// most for object stores and shared filesystems). Pieces smaller than `broadcast_min_bytes`
+  /// are read by every rank that wants them. Planning costs two all_to_all exchanges through the
+  /// pieces' owners, in which a rank receives the claims on the pieces it owns and a route per
+  /// shared piece it wants (never every rank's requests), and one 9-byte all_gather; see
+  /// cairn/pipeline/share.hpp.
   bool read_once_broadcast = true;
   std::uint64_t broadcast_min_bytes = std::uint64_t{64} << 10;
+  /// The most bytes a rank sends one other rank in one step of passing shared pieces on (an
+  /// all_to_all each): the bound on the buffers of that exchange, per peer.
+  std::uint64_t share_step_bytes = std::uint64_t{4} << 20;
   /// When set, filled on every rank with the checkpoint's common values that this load does
   /// not put into the tree (DeepSpeed's `client_state`, the kwargs ColossalAI returns): paths
   /// the tree does not declare, and those left out by `ignore_keys`, `edit_keys` or a preset
@@ -208,6 +213,10 @@ struct load_stats {
   /// rank's pieces); the manifest, which rank 0 reads and broadcasts, is in neither count.
   std::uint64_t index_bytes_read = 0;
   std::uint64_t bytes_needed = 0;  ///< bytes of the target that came from the checkpoint
+  /// Bytes of shared pieces this rank received from other ranks instead of reading them.
+  std::uint64_t bytes_from_ranks = 0;
+  /// Bytes of shared pieces this rank passed on to other ranks.
+  std::uint64_t bytes_to_ranks = 0;
   double seconds = 0;
   std::vector<std::string> unexpected;  ///< tree keys not in the checkpoint (skipped)
   std::vector<std::string> missing;     ///< checkpoint keys no rank asked for (*_all modes)

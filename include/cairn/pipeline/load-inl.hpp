@@ -2,7 +2,6 @@
 // header-only; compiled once into cairn::compiled with CAIRN_SEPARATE_COMPILATION).
 #pragma once
 
-#include <array>
 #include <chrono>
 #include <cstring>
 #include <map>
@@ -257,194 +256,6 @@ CAIRN_INLINE result<void> apply_strict(leaf_list& leaves,
   return report_strict(opt, comm.rank(), stats);
 }
 
-CAIRN_INLINE std::uint64_t piece_hash(std::string_view key, const box& b) {
-  bytes buf(key.size());
-  std::memcpy(buf.data(), key.data(), key.size());
-  put_u32(buf, static_cast<std::uint32_t>(b.offset.size()));
-  put_ints(buf, b.offset);
-  put_ints(buf, b.size);
-  return checksum(buf);
-}
-
-CAIRN_INLINE std::array<std::uint64_t, 3> piece_filter_bits(std::uint64_t h, std::uint64_t bits) {
-  const std::uint64_t step = ((h >> 32) | (h << 32)) * 0x9e3779b97f4a7c15ull | 1;
-  return {h & (bits - 1), (h + step) & (bits - 1), (h + 2 * step) & (bits - 1)};
-}
-
-CAIRN_INLINE bytes piece_filter_of(const std::vector<std::uint64_t>& hashes, std::uint64_t bits) {
-  bytes filter(static_cast<std::size_t>(bits / 8));
-  for (std::uint64_t h : hashes)
-    for (std::uint64_t bit : piece_filter_bits(h, bits))
-      filter[static_cast<std::size_t>(bit / 8)] |=
-          std::byte{static_cast<unsigned char>(1u << (bit % 8))};
-  return filter;
-}
-
-CAIRN_INLINE bool filter_may_hold(std::span<const std::byte> filter, std::uint64_t h) {
-  if (filter.empty()) return false;
-  for (std::uint64_t bit : piece_filter_bits(h, filter.size() * 8))
-    if ((std::to_integer<unsigned>(filter[static_cast<std::size_t>(bit / 8)]) >> (bit % 8) & 1) ==
-        0)
-      return false;
-  return true;
-}
-
-CAIRN_INLINE bytes common_piece_filter(const std::vector<std::uint64_t>& hashes, comm_ref comm) {
-  const int world = comm.size();
-  const auto w = static_cast<std::size_t>(world);
-  bytes count;
-  put_u64(count, hashes.size());
-  std::vector<bytes> counts = comm.all_gather(count);
-  std::uint64_t most = 0, least = ~std::uint64_t{0};
-  for (std::size_t r = 0; r < counts.size(); ++r) {
-    if (counts[r].size() != 8)
-      throw exception(make_error(errc::comm, "a shared piece count of " +
-                                                 std::to_string(counts[r].size()) + " bytes")
-                          .with_rank(static_cast<int>(r)));
-    std::uint64_t n;
-    std::memcpy(&n, counts[r].data(), 8);
-    most = std::max(most, n);
-    least = std::min(least, n);
-  }
-  if (least == 0 || most > (std::uint64_t{1} << 40)) return {};
-  std::uint64_t bits = 512;
-  while (bits < 16 * most) bits *= 2;
-  const bytes filter = piece_filter_of(hashes, bits);
-  // Segment r of the filter to rank r; AND what arrives; everyone gathers the segments.
-  auto segment = [&](std::size_t r) {
-    return std::pair{filter.size() * r / w, filter.size() * (r + 1) / w};
-  };
-  std::vector<bytes> to(w);
-  for (std::size_t r = 0; r < w; ++r) {
-    auto [from, end] = segment(r);
-    to[r].assign(filter.begin() + static_cast<std::ptrdiff_t>(from),
-                 filter.begin() + static_cast<std::ptrdiff_t>(end));
-  }
-  std::vector<bytes> got = comm.all_to_all(to);
-  const auto [mine_from, mine_end] = segment(static_cast<std::size_t>(comm.rank()));
-  bytes anded(filter.begin() + static_cast<std::ptrdiff_t>(mine_from),
-              filter.begin() + static_cast<std::ptrdiff_t>(mine_end));
-  for (std::size_t r = 0; r < got.size(); ++r) {
-    if (got[r].size() != anded.size())
-      throw exception(make_error(errc::comm, "a shared piece filter segment of " +
-                                                 std::to_string(got[r].size()) + " bytes, not " +
-                                                 std::to_string(anded.size()))
-                          .with_rank(static_cast<int>(r)));
-    for (std::size_t i = 0; i < anded.size(); ++i) anded[i] &= got[r][i];
-  }
-  std::vector<bytes> parts = comm.all_gather(anded);
-  bytes out;
-  out.reserve(filter.size());
-  for (std::size_t r = 0; r < parts.size(); ++r) {
-    auto [from, end] = segment(r);
-    if (parts[r].size() != end - from)
-      throw exception(make_error(errc::comm, "a shared piece filter segment of " +
-                                                 std::to_string(parts[r].size()) + " bytes, not " +
-                                                 std::to_string(end - from))
-                          .with_rank(static_cast<int>(r)));
-    out.insert(out.end(), parts[r].begin(), parts[r].end());
-  }
-  return out;
-}
-
-CAIRN_INLINE std::vector<shared_piece> plan_shared_pieces(const leaf_list& leaves,
-                                                          comm_ref comm,
-                                                          const load_options& opt) {
-  std::vector<shared_piece> out;
-  if (!opt.read_once_broadcast || comm.size() < 2 || opt.common_only) return out;
-  // (key, box) -> this rank's piece
-  std::map<std::pair<std::string, std::pair<shape, shape>>, shared_piece> mine;
-  for (std::size_t ti = 0; ti < leaves.tensors.size(); ++ti) {
-    const tensor_leaf& t = leaves.tensors[ti];
-    const std::size_t es = dtype_size(t.sharding.type);
-    auto ps = pieces_of(t.sharding);
-    for (std::size_t pi = 0; pi < ps.size(); ++pi) {
-      std::uint64_t n = static_cast<std::uint64_t>(ps[pi].region.volume()) * es;
-      if (n < std::max<std::uint64_t>(opt.broadcast_min_bytes, 1)) continue;
-      mine.emplace(
-          std::make_pair(t.sharding.key, std::make_pair(ps[pi].region.offset, ps[pi].region.size)),
-          shared_piece{piece_ref{ti, pi}, 0, n, t.data + ps[pi].data_offset * es});
-    }
-  }
-  const int world = comm.size();
-  // Only the pieces that every rank may want go to their owners.
-  std::vector<std::uint64_t> hashes;
-  hashes.reserve(mine.size());
-  for (const auto& [k, v] : mine)
-    hashes.push_back(piece_hash(k.first, box{k.second.first, k.second.second}));
-  const bytes filter = common_piece_filter(hashes, comm);
-  if (filter.empty()) return out;  // some rank shares nothing: every rank knows it
-  std::vector<std::vector<wanted_piece>> to_owner(static_cast<std::size_t>(world));
-  std::size_t i = 0;
-  for (const auto& [k, v] : mine)
-    if (filter_may_hold(filter, hashes[i++]))
-      to_owner[static_cast<std::size_t>(owner_of(k.first, world))].push_back(
-          {k.first, box{k.second.first, k.second.second}});
-  std::vector<bytes> claims(static_cast<std::size_t>(world));
-  for (int r = 0; r < world; ++r)
-    claims[static_cast<std::size_t>(r)] = encode_message(to_owner[static_cast<std::size_t>(r)]);
-  claims = comm.all_to_all(claims);
-  // As the owner of some keys: how many ranks want each piece of them.
-  std::map<std::pair<std::string, std::pair<shape, shape>>, int> count;
-  for (std::size_t r = 0; r < claims.size(); ++r) {
-    result<std::vector<wanted_piece>> got =
-        decode_message<std::vector<wanted_piece>>(claims[r], "list of wanted pieces");
-    if (!got) throw exception(std::move(got).err().with_rank(static_cast<int>(r)));
-    for (wanted_piece& p : *got)
-      ++count[{std::move(p.key), {std::move(p.region.offset), std::move(p.region.size)}}];
-  }
-  // Readers of the pieces every rank wants: the least loaded by this owner's picks, starting
-  // from this rank, so that owners spread their pieces over different ranks.
-  std::vector<std::uint64_t> load(static_cast<std::size_t>(world), 0);
-  std::vector<std::vector<shared_verdict>> verdicts(static_cast<std::size_t>(world));
-  for (auto& [k, n] : count) {
-    if (n != world) continue;
-    int reader = comm.rank();
-    for (int i = 1; i < world; ++i) {
-      int r = (comm.rank() + i) % world;
-      if (load[static_cast<std::size_t>(r)] < load[static_cast<std::size_t>(reader)]) reader = r;
-    }
-    box region{k.second.first, k.second.second};
-    load[static_cast<std::size_t>(reader)] += static_cast<std::uint64_t>(region.volume());
-    for (auto& v : verdicts) v.push_back({k.first, region, reader});
-  }
-  for (int r = 0; r < world; ++r)
-    claims[static_cast<std::size_t>(r)] = encode_message(verdicts[static_cast<std::size_t>(r)]);
-  claims = comm.all_to_all(claims);
-  std::map<std::pair<std::string, std::pair<shape, shape>>, int> reader_of;
-  for (std::size_t r = 0; r < claims.size(); ++r) {
-    result<std::vector<shared_verdict>> got =
-        decode_message<std::vector<shared_verdict>>(claims[r], "list of shared piece verdicts");
-    if (!got) throw exception(std::move(got).err().with_rank(static_cast<int>(r)));
-    for (shared_verdict& v : *got) {
-      if (v.reader < 0 || v.reader >= world)
-        throw exception(make_error(errc::comm, "a shared piece verdict names reader " +
-                                                   std::to_string(v.reader) + " of " +
-                                                   std::to_string(world) + " ranks")
-                            .with_rank(static_cast<int>(r)));
-      reader_of[{std::move(v.key), {std::move(v.region.offset), std::move(v.region.size)}}] =
-          v.reader;
-    }
-  }
-  for (const auto& [k, v] : mine) {  // (key, box) order: the same on every rank
-    auto it = reader_of.find(k);
-    if (it == reader_of.end()) continue;
-    out.push_back(v);
-    out.back().reader = it->second;
-  }
-  return out;
-}
-
-CAIRN_INLINE void broadcast_shared_pieces(const std::vector<shared_piece>& shared, comm_ref comm) {
-  for (const auto& sp : shared) {
-    bytes buf;
-    if (comm.rank() == sp.reader) buf.assign(sp.data, sp.data + sp.nbytes);
-    comm.broadcast(buf, sp.reader);
-    if (comm.rank() != sp.reader && buf.size() == sp.nbytes)
-      std::memcpy(sp.data, buf.data(), buf.size());
-  }
-}
-
 CAIRN_INLINE result<void> agree_on_load(comm_ref comm, const std::optional<error>& failure) {
   if (auto f = agree(comm, failure).first_failure()) return std::move(*f);
   return ok();
@@ -464,11 +275,10 @@ CAIRN_INLINE result<void> load_leaves_from(const leaf_list& tree_leaves,
   if (!failure && !opt.common_only)
     if (auto r = device.redirect(leaves, opt.cuda_runtime); !r)
       failure = std::move(r).err().with_rank(comm.rank());
-  // Pieces every rank asks for alike are read once and broadcast (collective: every rank plans).
-  std::vector<shared_piece> shared = plan_shared_pieces(leaves, comm, opt);
-  std::set<piece_ref> skip;
-  for (const auto& sp : shared)
-    if (sp.reader != comm.rank()) skip.insert(sp.local);
+  // Pieces several ranks ask for alike are read by one of them and passed on (collective: every
+  // rank plans).
+  const std::vector<shared_piece> shared = plan_shared_pieces(leaves, m, comm, opt);
+  const std::set<piece_ref> skip = received_pieces(shared);
   if (!failure && !opt.common_only && !m.index_refs.empty()) {
     // Format version 4: only the index pages that meet this rank's pieces are read.
     index_wants wants;
@@ -499,11 +309,11 @@ CAIRN_INLINE result<void> load_leaves_from(const leaf_list& tree_leaves,
         catch_all("loading", [&] { return load_leaves_local(leaves, st, m, opt, stats, skip); });
     if (!r) failure = std::move(r).err().with_rank(comm.rank());
   }
-  if (!shared.empty()) {
-    // Every reader must have its pieces before they are broadcast.
-    CAIRN_TRY(agree_on_load(comm, failure));
-    broadcast_shared_pieces(shared, comm);
-  }
+  // Delivered only when every rank is ready (every reader holds its pieces); when some rank is
+  // not, the rest is moot: every rank learns its failure.
+  result<bool> delivered = deliver_shared_pieces(shared, leaves, comm, opt, !failure, stats);
+  if (!delivered && !failure) failure = std::move(delivered).err();
+  if (delivered && !*delivered) return agree_on_load(comm, failure);
   if (!failure) {
     auto r = catch_all("loading", [&]() -> result<void> {
       CAIRN_TRY(device.to_device());

@@ -87,7 +87,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       decode_as<std::vector<std::string>>(in);
       break;
     case 15:
-      decode_as<std::vector<d::wanted_piece>>(in);
+      decode_as<std::vector<d::piece_claim>>(in);
       break;
     case 16:
       decode_as<d::resolved_message>(in);
@@ -102,7 +102,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       decode_as<d::latest_message>(in);
       break;
     case 21:
-      decode_as<std::vector<d::shared_verdict>>(in);
+      decode_as<std::vector<d::piece_route>>(in);
       break;
     default:
       decode_as<std::uint64_t>(in);

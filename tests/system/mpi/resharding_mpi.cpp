@@ -25,7 +25,8 @@ std::vector<std::string> save_and_load(const std::string& dir,
                                        int m,
                                        layout_kind save_kind,
                                        layout_kind load_kind,
-                                       const cairn::save_options& so) {
+                                       const cairn::save_options& so,
+                                       const cairn::load_options& lo = {}) {
   std::vector<std::string> failures;
   {
     first_n sub(n);
@@ -49,7 +50,7 @@ std::vector<std::string> save_and_load(const std::string& dir,
     rank_state rs;
     build_rank(rs, c.specs, c.load_grids, comm.rank(), m, false, load_kind);
     cairn::file_storage disk(dir);
-    cairn::load(rs.sd, disk, comm);
+    cairn::load(rs.sd, disk, comm, lo);
     for (auto& f : rank_failures(rs, c.specs, c.load_grids, comm.rank(), m, load_kind))
       failures.push_back(std::move(f));
   } catch (const std::exception& e) {
@@ -81,8 +82,11 @@ TEST_CASE(
         property_case c = random_case(rng, 1 + static_cast<int>(rng() % 3), n, m);
         cairn::save_options so;
         so.block_size = 32 + rng() % 64;
+        // Every other combo shares every piece processes want alike, in 40-byte steps.
+        cairn::load_options lo;
+        if (combos % 2 == 1) lo = {.broadcast_min_bytes = 1, .share_step_bytes = 40};
         for (const auto& f : save_and_load(root + "/ckpt_" + std::to_string(combos), c, n, m,
-                                           save_kind, load_kind, so)) {
+                                           save_kind, load_kind, so, lo)) {
           ++failures;
           MESSAGE("N=" << n << " M=" << m << " " << f);
         }
@@ -213,4 +217,55 @@ TEST_CASE("a replicated tensor is read by one process and broadcast to the other
   CHECK(total == static_cast<long long>(w.size() * sizeof(double)));
   comm.barrier();
   if (comm.rank() == 0) std::filesystem::remove_all(root);
+}
+
+TEST_CASE("data-parallel replicas of a shard read it once and pass it on between processes") {
+  cairn::mpi_communicator comm(MPI_COMM_WORLD);
+  const int world = comm.size(), rank = comm.rank();
+  const int tp = world % 2 == 0 ? 2 : 1, tpr = rank % tp, dpr = rank / tp;
+  const std::string root = shared_temp_dir(comm);
+  constexpr int layers = 4;
+  constexpr std::int64_t rows = 32, cols = 64;
+  const std::int64_t n = rows / tp;
+  auto value = [](int l, std::int64_t r, std::int64_t c) {
+    return static_cast<float>(l * 10000 + r * cols + c);
+  };
+  auto state = [&](std::vector<std::vector<float>>& w, bool fill, cairn::state_dict& sd) {
+    for (int l = 0; l < layers; ++l) {
+      auto& wl = w.emplace_back(static_cast<std::size_t>(n * cols), -1.0f);
+      for (std::int64_t r = 0; r < n && fill; ++r)
+        for (std::int64_t c = 0; c < cols; ++c)
+          wl[static_cast<std::size_t>(r * cols + c)] = value(l, tpr * n + r, c);
+      const std::string k = "layers." + std::to_string(l) + ".weight";
+      sd.add(k, cairn::from_rank_offsets(k, std::span(wl), {n, cols}, {{0, tpr, tp}}, dpr));
+    }
+  };
+  cairn::file_storage disk(root);
+  {
+    std::vector<std::vector<float>> w;
+    cairn::state_dict sd;
+    state(w, true, sd);
+    cairn::save(sd, disk, comm);
+  }
+  std::vector<std::vector<float>> w;
+  cairn::state_dict sd;
+  state(w, false, sd);
+  // Pieces of 4 KiB (8 KiB on one process), passed on in steps of 1000 bytes.
+  auto stats = cairn::load(sd, disk, comm, {.broadcast_min_bytes = 1024, .share_step_bytes = 1000});
+  bool exact = true;
+  for (int l = 0; l < layers; ++l)
+    for (std::int64_t r = 0; r < n; ++r)
+      for (std::int64_t c = 0; c < cols; ++c)
+        exact = exact && w[static_cast<std::size_t>(l)][static_cast<std::size_t>(r * cols + c)] ==
+                             value(l, tpr * n + r, c);
+  CHECK(exact);
+  long long mine[2] = {static_cast<long long>(stats.bytes_read),
+                       static_cast<long long>(stats.bytes_from_ranks)};
+  long long total[2] = {0, 0};
+  MPI_Allreduce(mine, total, 2, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
+  const long long unique = layers * rows * cols * 4;
+  CHECK(total[0] == unique);                          // every shard read once
+  CHECK(total[1] == unique * (world / tp) - unique);  // and passed to its other replicas
+  comm.barrier();
+  if (rank == 0) std::filesystem::remove_all(root);
 }
