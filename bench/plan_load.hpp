@@ -16,6 +16,7 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -174,13 +175,18 @@ inline std::string simulate_load(int ranks, int tensors, int pp, int sample) {
     for (const auto& p : d.pieces)
       if (static_cast<std::uint64_t>(p.volume()) * cairn::dtype_size(d.type) >= min_bytes)
         rank0_groups[{key_index.at(d.key), p.offset, p.size}];
+  std::vector<int> last_sender(static_cast<std::size_t>(ranks), -1);
+  std::set<int> owners_of_rank0;  // each sends rank 0 one list of routes at most
   for (int r = 0; r < ranks; ++r)
     for (const auto& d : g.leaves_of(r).tensors)
       for (const auto& p : d.pieces) {
         if (static_cast<std::uint64_t>(p.volume()) * cairn::dtype_size(d.type) < min_bytes)
           continue;
         const int o = cairn::detail::piece_owner(d.key, p, ranks);
-        if (o != r) owner_received[static_cast<std::size_t>(o)] += claim_bytes(p);
+        const auto ou = static_cast<std::size_t>(o);
+        if (o != r) owner_received[ou] += claim_bytes(p);
+        if (o != r && last_sender[ou] != r) owner_received[ou] += 8, last_sender[ou] = r;
+        if (r == 0 && o != 0) owners_of_rank0.insert(o);
         if (r == 0) claims_sent_rank0 += claim_bytes(p), ++pieces_rank0;
         auto it = rank0_groups.find({key_index.at(d.key), p.offset, p.size});
         if (it != rank0_groups.end()) it->second.push_back(r);
@@ -202,10 +208,12 @@ inline std::string simulate_load(int ranks, int tensors, int pp, int sample) {
   const double dedup_sim_s = std::chrono::duration<double>(clock::now() - t0).count();
   const std::uint64_t busiest_owner =
       *std::max_element(owner_received.begin(), owner_received.end());
-  // Every rank's 9-byte schedule (all_gather); an empty list is 8 bytes in each all_to_all.
+  // Every rank's 9-byte schedule (all_gather); an empty list travels as no bytes, a list as its
+  // 8-byte count and elements (the owners' counts are in owner_received; rank 0's routes come
+  // in a list from each owner of its pieces, bounded here by all of them).
   const std::uint64_t schedule = 9 * static_cast<std::uint64_t>(ranks - 1);
   const std::uint64_t dedup_received_max =
-      busiest_owner + routes_received + schedule + 16 * static_cast<std::uint64_t>(ranks - 1);
+      busiest_owner + routes_received + 8 * owners_of_rank0.size() + schedule;
   std::uint64_t loaded_chunks = 0;
   for (const auto& [k, t] : m.tensors) loaded_chunks += t.chunks.size();
   const double scale = static_cast<double>(me.tensors.size()) / static_cast<double>(picked.size());

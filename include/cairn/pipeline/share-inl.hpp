@@ -29,6 +29,20 @@ inline bool box_fits(const shape& o, const shape& s, const shape& global) {
   return true;
 }
 
+/// A list as it travels: nothing at all when it is empty (at 16 384 ranks, 8-byte counts of empty
+/// lists would be 128 KiB per exchange), its message otherwise.
+template <class T>
+bytes encode_list(const std::vector<T>& v) {
+  return v.empty() ? bytes{} : encode_message(v);
+}
+
+/// The list `b` holds (empty for no bytes), or the decoding error.
+template <class T>
+result<std::vector<T>> decode_list(const bytes& b, std::string_view what) {
+  if (b.empty()) return std::vector<T>{};
+  return decode_message<std::vector<T>>(b, what);
+}
+
 /// Whether this load shares pieces at all (the same answer on every rank: options and world).
 inline bool sharing(const load_options& opt, comm_ref comm) {
   return opt.read_once_broadcast && comm.size() >= 2 && !opt.common_only;
@@ -157,14 +171,14 @@ CAIRN_INLINE std::vector<shared_piece> plan_shared_pieces(const leaf_list& leave
     sent[o].push_back(&id);
   }
   std::vector<bytes> out(w);
-  for (std::size_t r = 0; r < w; ++r) out[r] = encode_message(to_owner[r]);
+  for (std::size_t r = 0; r < w; ++r) out[r] = share_impl::encode_list(to_owner[r]);
   to_owner.clear();
   std::vector<bytes> got = comm.all_to_all(out);
   // As an owner: check what arrived, route it.
   std::vector<std::vector<piece_claim>> claims(w);
   for (std::size_t r = 0; r < w; ++r) {
     result<std::vector<piece_claim>> c =
-        decode_message<std::vector<piece_claim>>(got[r], "list of piece claims");
+        share_impl::decode_list<piece_claim>(got[r], "list of piece claims");
     if (!c) throw exception(std::move(c).err().with_rank(static_cast<int>(r)));
     for (const piece_claim& p : *c)
       if (p.key >= keys.size() || dtype_size(p.type) == 0 ||
@@ -177,14 +191,14 @@ CAIRN_INLINE std::vector<shared_piece> plan_shared_pieces(const leaf_list& leave
   }
   std::vector<std::vector<piece_route>> routes = route_claims(claims, comm.rank());
   claims.clear();
-  for (std::size_t r = 0; r < w; ++r) out[r] = encode_message(routes[r]);
+  for (std::size_t r = 0; r < w; ++r) out[r] = share_impl::encode_list(routes[r]);
   routes.clear();
   got = comm.all_to_all(out);
   // As a claimant: the routes of the pieces other ranks want too.
   std::map<const share_impl::piece_id*, piece_route> routed;
   for (std::size_t o = 0; o < w; ++o) {
     result<std::vector<piece_route>> rs =
-        decode_message<std::vector<piece_route>>(got[o], "list of piece routes");
+        share_impl::decode_list<piece_route>(got[o], "list of piece routes");
     if (!rs) throw exception(std::move(rs).err().with_rank(static_cast<int>(o)));
     for (piece_route& r : *rs) {
       auto bad = [&](const std::string& what) {
