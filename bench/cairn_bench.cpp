@@ -43,6 +43,7 @@
 #include "cairn/async/saver.hpp"
 #include "cairn/cairn.hpp"
 #include "cairn/strategies.hpp"
+#include "metadata_read.hpp"
 #include "plan_load.hpp"
 #include "plan_real.hpp"
 #include "plan_roles.hpp"
@@ -108,6 +109,10 @@ options:
                      writes when every key of that stage is planned by its owner (key-owner
                      planning, the default): max / mean, and the parts written
   --split-min B      with --balance: save_options::balance_min_bytes (default: the default)
+  --metadata         instead of I/O: save --tensors T (default 1000) tensors split by rows over
+                     --ranks R thread ranks into memory (format version 5: an index file per
+                     key owner), then time read_metadata (median of --reps) through storage
+                     whose reads and size calls each wait --latency-us microseconds (default 0)
   --block-size B     checksum block (and tile) size for --reshard (default 1 MiB)
   --v3               save in format version 3 (one metadata.json, no index files) instead of
                      version 4, the default: the I/O bench and --reshard (--index: version 4)
@@ -137,9 +142,11 @@ struct options {
   int zstd = 0;      ///< save_options::zstd_level
   std::string strategy = "native";
   bool json = false;
-  bool plan = false;     ///< --plan: the planning simulation instead of I/O
-  bool async = false;    ///< --async: async_saver's stall and background persist
-  bool reshard = false;  ///< --reshard: read amplification and write balance
+  bool plan = false;      ///< --plan: the planning simulation instead of I/O
+  bool metadata = false;  ///< --metadata: read_metadata of a checkpoint saved by many ranks
+  int latency_us = 0;     ///< --latency-us: per storage call, for --metadata
+  bool async = false;     ///< --async: async_saver's stall and background persist
+  bool reshard = false;   ///< --reshard: read amplification and write balance
   bool ranks_given = false;
   int tensors = 0;          ///< --plan --tensors T
   bool scalable = false;    ///< --plan --scalable: the roles of scalable planning
@@ -227,6 +234,10 @@ std::optional<options> parse_args(int argc, char** argv) {
       o.reshard = true;
     } else if (a == "--async") {
       o.async = true;
+    } else if (a == "--metadata") {
+      o.metadata = true;
+    } else if (a == "--latency-us") {
+      o.latency_us = parse_int(value(), 0, "--latency-us", 10'000'000);
     } else if (a == "--plan") {
       o.plan = true;
     } else if (a == "--everywhere") {
@@ -1194,6 +1205,12 @@ int main(int argc, char** argv) {
     auto o = parse_args(argc, argv);
     if (!o) return 0;
     if (o->plan) return run_plan(*o);
+    if (o->metadata) {
+      std::printf("%s\n", cairn_bench::simulate_metadata_read(
+                              o->ranks, o->tensors ? o->tensors : 1000, o->latency_us, o->reps)
+                              .c_str());
+      return 0;
+    }
     if (o->async) return run_async(*o);
     if (o->reshard) return run_reshard(*o);
     if (o->tensors) throw usage_error("--tensors goes with --plan");

@@ -4,8 +4,10 @@
 
 #include <zstd.h>
 
+#include <algorithm>
 #include <array>
 #include <cstring>
+#include <map>
 
 #include "cairn/detail/parallel.hpp"
 #include "cairn/format/native/reader.hpp"
@@ -295,30 +297,46 @@ CAIRN_INLINE result<void> read_index_sections(storage_ref st,
 CAIRN_INLINE result<void> read_all_index_sections(storage_ref st, checkpoint_metadata& m) {
   if (m.index_refs.empty()) return ok();
   const std::vector<int> data_file_of_rank = detail::data_files_by_rank(m);
-  for (std::uint32_t fi = 0; fi < m.files.size(); ++fi) {
-    const file_record& f = m.files[fi];
-    if (f.role != file_role::index) continue;
-    CAIRN_TRY(check_file_holds(st, m, fi));
-    std::vector<std::byte> whole(static_cast<std::size_t>(f.nbytes));
-    if (auto r = st.read(f.name, 0, whole); !r)
-      return detail::read_failed(std::move(r).err(), st, f.name, "", "index file");
-    const std::string where = st.describe(f.name);
-    CAIRN_TRY_ASSIGN(std::uint64_t sum,
-                     check_index_file(whole, where, index_version_of(m.version)));
-    CAIRN_TRY(detail::trailer_matches(sum, f, where));
-    std::vector<std::pair<std::string, index_ref>> in_file;
-    for (const auto& [k, ref] : m.index_refs)
-      if (ref.file == fi) in_file.emplace_back(k, ref);
-    std::sort(in_file.begin(), in_file.end(),
-              [](const auto& a, const auto& b) { return a.second.offset < b.second.offset; });
-    CAIRN_TRY(detail::read_file_index(
-        st, m, fi, in_file, nullptr, data_file_of_rank,
-        [&](const auto& ranges, const char*, auto&& take) -> result<void> {
-          for (std::size_t k = 0; k < ranges.size(); ++k)
-            CAIRN_TRY(take(
-                k, std::span<const std::byte>(whole).subspan(ranges[k].first, ranges[k].second)));
-          return ok();
-        }));
+  // Each index file's sections in file order, from one pass over the references.
+  std::map<std::uint32_t, std::vector<std::pair<std::string, index_ref>>> by_file;
+  for (const auto& [k, ref] : m.index_refs) by_file[ref.file].emplace_back(k, ref);
+  std::vector<std::uint32_t> files;
+  for (std::uint32_t fi = 0; fi < m.files.size(); ++fi)
+    if (m.files[fi].role == file_role::index) files.push_back(fi);
+  // Files are read and checked `at_once` at a time on as many threads (storage latency, not
+  // bandwidth, bounds a checkpoint of many small index files), then parsed in file order.
+  constexpr std::size_t at_once = 8;
+  for (std::size_t first = 0; first < files.size(); first += at_once) {
+    const std::size_t n = std::min(at_once, files.size() - first);
+    std::vector<std::vector<std::byte>> whole(n);
+    CAIRN_TRY(detail::run_parallel(n, static_cast<int>(n), [&](std::size_t i) -> result<void> {
+      const std::uint32_t fi = files[first + i];
+      const file_record& f = m.files[fi];
+      CAIRN_TRY(check_file_holds(st, m, fi));
+      whole[i].resize(static_cast<std::size_t>(f.nbytes));
+      if (auto r = st.read(f.name, 0, whole[i]); !r)
+        return detail::read_failed(std::move(r).err(), st, f.name, "", "index file");
+      const std::string where = st.describe(f.name);
+      CAIRN_TRY_ASSIGN(std::uint64_t sum,
+                       check_index_file(whole[i], where, index_version_of(m.version)));
+      return detail::trailer_matches(sum, f, where);
+    }));
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::uint32_t fi = files[first + i];
+      std::vector<std::pair<std::string, index_ref>>& in_file = by_file[fi];
+      std::sort(in_file.begin(), in_file.end(),
+                [](const auto& a, const auto& b) { return a.second.offset < b.second.offset; });
+      const std::vector<std::byte>& bytes_of_file = whole[i];
+      CAIRN_TRY(detail::read_file_index(
+          st, m, fi, in_file, nullptr, data_file_of_rank,
+          [&](const auto& ranges, const char*, auto&& take) -> result<void> {
+            for (std::size_t k = 0; k < ranges.size(); ++k)
+              CAIRN_TRY(take(k, std::span<const std::byte>(bytes_of_file)
+                                    .subspan(ranges[k].first, ranges[k].second)));
+            return ok();
+          }));
+      whole[i] = {};
+    }
   }
   return ok();
 }
