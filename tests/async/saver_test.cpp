@@ -6,8 +6,10 @@
 #include <doctest/doctest.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <new>
+#include <thread>
 
 #include "cairn/storage/fault_injection.hpp"
 #include "tests/support/test_util.hpp"
@@ -200,6 +202,51 @@ TEST_CASE("async save: a failing background write reaches every rank, the old ch
     CHECK(e == errors[0]);  // the same error everywhere
   }
   CHECK(loads_as(disk, 4, 5));  // nothing committed: the previous checkpoint loads
+}
+
+TEST_CASE("async save: written() tells, without blocking, when the background write has ended") {
+  cairn::memory_storage mem;
+  cairn::save_options so;
+  so.overwrite = true;
+  cairn::run_ranks(2, [&](cairn::thread_communicator& comm) {
+    cairn::async_saver saver;
+    rank_tensors s(comm.rank(), 2, 3);
+    auto h = saver.save(s.sd, mem, comm, so);
+    REQUIRE(h);
+    // Poll as a training loop would between steps; the write ends without any call into cairn.
+    for (int i = 0; i < 60000 && !h->written(); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    REQUIRE(h->written());
+    CHECK(saver.in_flight());  // written, not committed: the next collective call commits it
+    REQUIRE(h->wait());
+    CHECK(h->written());
+    CHECK(!saver.in_flight());
+  });
+  CHECK(loads_as(mem, 2, 3));
+}
+
+TEST_CASE("async save: a saver destroyed with a save in flight reports the drop") {
+  cairn::memory_storage mem;
+  cairn::save_options so;
+  so.overwrite = true;
+  cairn::run_ranks(2, [&](cairn::thread_communicator& comm) {
+    rank_tensors s(comm.rank(), 2, 4);
+    cairn::save(s.sd, mem, comm, so);
+  });
+  std::vector<std::vector<cairn::error>> dropped(2);
+  cairn::run_ranks(2, [&](cairn::thread_communicator& comm) {
+    auto& mine = dropped[static_cast<std::size_t>(comm.rank())];
+    {
+      cairn::async_saver saver({.on_dropped = [&](const cairn::error& e) { mine.push_back(e); }});
+      rank_tensors s(comm.rank(), 2, 7);
+      REQUIRE(saver.save(s.sd, mem, comm, so));
+    }  // no finalize(): the save is dropped, and says so
+    REQUIRE(mine.size() == 1);
+    CHECK(mine[0].code == cairn::errc::incomplete_checkpoint);
+    CHECK(mine[0].rank == comm.rank());
+    CHECK(mine[0].message.find("not committed") != std::string::npos);
+  });
+  CHECK(loads_as(mem, 2, 4));  // the previous checkpoint stays the loadable one
 }
 
 TEST_CASE(

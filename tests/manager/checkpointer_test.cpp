@@ -8,9 +8,11 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cairn/cairn.hpp"
@@ -343,15 +345,26 @@ TEST_SUITE("checkpointer") {
     CHECK(latest_step(mem, 4) == 30);
   }
 
-  TEST_CASE("an async save dropped without finalize is never loaded") {
+  TEST_CASE("an async save dropped without finalize is never loaded, and is reported") {
     cairn::memory_storage mem;
+    std::vector<int> reported(2);
     cairn::run_ranks(2, [&](cairn::thread_communicator& comm) {
-      cairn::checkpointer ckpt(mem, comm, {.async = true});
+      cairn::checkpointer_options o{.async = true};
+      o.async_options.on_dropped = [&](const cairn::error& e) {
+        CHECK(e.code == cairn::errc::incomplete_checkpoint);
+        ++reported[static_cast<std::size_t>(comm.rank())];
+      };
+      cairn::checkpointer ckpt(mem, comm, o);
+      CHECK(!ckpt.written());  // nothing in flight
       for (std::int64_t s : {10, 20}) {
         model m(comm.rank(), 2, s);
         ckpt.save(m.sd, {.step = s});
       }
-    });  // step 20 is still in flight when the checkpointers go
+      for (int i = 0; i < 60000 && !ckpt.written(); ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      CHECK(ckpt.written());  // step 20 is on storage, not yet committed
+    });                       // step 20 is still in flight when the checkpointers go
+    CHECK(reported == std::vector<int>{1, 1});
     CHECK(pointer(mem) == "step00000010\n");
     CHECK(latest_step(mem, 2) == 10);
   }

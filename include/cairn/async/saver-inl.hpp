@@ -5,8 +5,10 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -47,6 +49,8 @@ struct async_saver::state {
   std::thread worker_;
   std::optional<result<save_stats>> last_;
   std::uint64_t seq_ = 0, committed_seq_ = 0;
+  /// The last save whose background write ended (saves are written in order).
+  std::atomic<std::uint64_t> written_seq_{0};
   planned_save spare_plan_;
   std::vector<cuda::stage_item> stage_items_;
   std::vector<std::size_t> stage_index_;
@@ -57,6 +61,20 @@ CAIRN_INLINE async_saver::async_saver(async_saver_options opt)
 
 CAIRN_INLINE async_saver::~async_saver() {
   if (s_->worker_.joinable()) s_->worker_.join();
+  if (!s_->flight_) return;
+  const state::flight& f = *s_->flight_;
+  std::string what = "async_saver destroyed with save " + std::to_string(f.seq) +
+                     " not committed (no finalize(), wait() or later save()): it was dropped, "
+                     "is not loadable, and the previous checkpoint stays the latest";
+  if (f.written.failure) what += "; its write had failed: " + f.written.failure->describe();
+  const error dropped = make_error(errc::incomplete_checkpoint, what).with_rank(f.plan.rank);
+  std::fprintf(stderr, "cairn: %s\n", dropped.describe().c_str());
+  if (s_->opt_.on_dropped) {
+    try {
+      s_->opt_.on_dropped(dropped);
+    } catch (...) {  // a destructor must not throw; the line above already reported it
+    }
+  }
 }
 
 CAIRN_INLINE result<save_stats> async_saver::finalize() {
@@ -156,6 +174,7 @@ CAIRN_INLINE result<save_handle> async_saver::save_leaves(const leaf_list& leave
       f->written.failure =
           detail::current_exception_error("writing an async save").with_rank(f->plan.rank);
     }
+    s_->written_seq_.store(f->seq, std::memory_order_release);
   });
   started.stall_ms = ms(t0, clock::now());
   return save_handle(this, seq, started);
@@ -167,6 +186,10 @@ CAIRN_INLINE result<save_stats> async_saver::wait_for(std::uint64_t seq) {
   return make_error(errc::invalid_argument,
                     "save_handle: this save was committed by a later call; its result was "
                     "returned there");
+}
+
+CAIRN_INLINE bool async_saver::written_through(std::uint64_t seq) const noexcept {
+  return s_->written_seq_.load(std::memory_order_acquire) >= seq;
 }
 
 CAIRN_INLINE bool async_saver::in_flight() const noexcept { return s_->flight_.has_value(); }

@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -52,6 +53,11 @@ struct async_saver_options {
   /// usable device, plain aligned host memory).
   cuda::staging_pool_options pool = {};
   const cuda::runtime_api* runtime = nullptr;
+  /// Called when the saver is destroyed with a save that was never committed (no `finalize`,
+  /// `wait` or later `save`): that save is dropped, not loadable, and the previous checkpoint
+  /// stays the latest. The error (errc::incomplete_checkpoint) names the save and this rank, and
+  /// the write's own error when it failed. The same line goes to stderr, set or not.
+  std::function<void(const error&)> on_dropped;
   /// A staging pool the caller owns (null: the saver allocates its own from `pool` and
   /// `runtime`). Give the same pool to synchronous `save` and `load` (`save_options::staging`,
   /// `load_options::staging`) and pinned memory is allocated once for all of them. The pool is
@@ -79,6 +85,9 @@ class save_handle {
   const async_save_stats& started() const noexcept { return started_; }
   /// Commits this save if it is still in flight and returns its result (collective).
   result<save_stats> wait();
+  /// Whether this rank's background write of the save has ended (well or not), without
+  /// blocking: `wait()` then only commits. True once the save is committed.
+  bool written() const noexcept;
 
  private:
   friend class async_saver;
@@ -100,7 +109,8 @@ class async_saver {
   async_saver(const async_saver&) = delete;
   async_saver& operator=(const async_saver&) = delete;
   /// Waits for the background write of a save that was never committed, and drops it: that
-  /// save is not committed (the previous checkpoint, if any, stays the loadable one).
+  /// save is not committed (the previous checkpoint, if any, stays the loadable one). The drop
+  /// is reported, never silent: a line on stderr and `async_saver_options::on_dropped`.
   ~async_saver();
 
   /// Plans the save (collective), stages this rank's bytes, starts writing them in the
@@ -143,11 +153,13 @@ class async_saver {
                                   const save_options& requested);
 
   result<save_stats> wait_for(std::uint64_t seq);
+  bool written_through(std::uint64_t seq) const noexcept;
 
   std::unique_ptr<state> s_;
 };
 
 inline result<save_stats> save_handle::wait() { return saver_->wait_for(seq_); }
+inline bool save_handle::written() const noexcept { return saver_->written_through(seq_); }
 
 }  // namespace cairn
 

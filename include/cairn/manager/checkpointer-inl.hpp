@@ -164,6 +164,7 @@ struct checkpointer::state {
   struct pending {
     std::string name;
     std::vector<std::string> tags;
+    std::optional<save_handle> handle;  ///< of the async save
   };
 
   state(std::shared_ptr<any_storage> owned,
@@ -275,7 +276,7 @@ CAIRN_INLINE result<saved_checkpoint> checkpointer::save_flattened(
       s.inflight_.reset();
       return started.err();
     }
-    s.pending_ = state::pending{out.name, tags};
+    s.pending_ = state::pending{out.name, tags, *started};
     return out;
   }
   // cairn::try_save, for leaves already visited.
@@ -322,6 +323,10 @@ CAIRN_INLINE result<loaded_checkpoint> checkpointer::load_flattened(const flatte
 }
 
 CAIRN_INLINE bool checkpointer::in_flight() const noexcept { return s_->pending_.has_value(); }
+
+CAIRN_INLINE bool checkpointer::written() const noexcept {
+  return s_->pending_ && s_->pending_->handle && s_->pending_->handle->written();
+}
 
 CAIRN_INLINE result<std::vector<checkpoint_entry>> checkpointer::list() const {
   return list_checkpoints(s_->root_, &s_->names_, s_->opt_.latest);

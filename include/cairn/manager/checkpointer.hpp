@@ -206,7 +206,8 @@ class checkpointer {
   checkpointer& operator=(const checkpointer&) = delete;
 
   /// An async save never committed (no `finalize`) is dropped: it is not loadable and `latest`
-  /// stays where it was.
+  /// stays where it was. The drop is reported (stderr, and
+  /// `checkpointer_options::async_options.on_dropped`).
   ~checkpointer();
 
   /// Saves `tree` as the checkpoint the template names for `at` (collective). Every rank must
@@ -239,6 +240,10 @@ class checkpointer {
 
   /// Whether an async save was started and not yet committed.
   bool in_flight() const noexcept;
+
+  /// Whether the async save in flight has been written by this rank, without blocking: the
+  /// next `save` or `finalize` then only commits and publishes it. False with none in flight.
+  bool written() const noexcept;
 
   /// The newest committed checkpoint (collective): the one the `latest` pointer names when it
   /// is committed, else the newest committed one whose name is of the template, found by one
