@@ -76,7 +76,15 @@ class nccl_communicator {
   /// every other rank's `buf` (each rank passes its own device buffer of the same size). Every
   /// rank calls it in the same order. Errors are errc::comm with NCCL's message.
   result<void> broadcast(void* buf, std::size_t bytes, int root, cudaStream_t stream) {
-    ncclResult_t r = ncclBroadcast(buf, buf, bytes, ncclUint8, root, comm_, stream);
+    return broadcast(buf, buf, bytes, root, stream);
+  }
+
+  /// Enqueues on `stream` a broadcast of `bytes` bytes of device memory from `root`'s `send`
+  /// into every rank's `recv`, the root's own included (`send` is read on `root` only; it may be
+  /// `recv`). Every rank calls it in the same order. Errors are errc::comm with NCCL's message.
+  result<void> broadcast(
+      const void* send, void* recv, std::size_t bytes, int root, cudaStream_t stream) {
+    ncclResult_t r = ncclBroadcast(send, recv, bytes, ncclUint8, root, comm_, stream);
     if (r != ncclSuccess)
       return make_error(errc::comm, std::string("ncclBroadcast: ") + ncclGetErrorString(r));
     return ok();
