@@ -2,11 +2,14 @@
 #include <doctest/doctest.h>
 
 #include <array>
+#include <atomic>
+#include <chrono>
 #include <map>
 #include <mutex>
 #include <optional>
 #include <random>
 #include <set>
+#include <thread>
 
 #include "cairn/storage/fault_injection.hpp"
 #include "cairn/strategies.hpp"
@@ -591,4 +594,41 @@ TEST_CASE("every rank reports the files it wrote, together they are the checkpoi
       if (strategy == &torch_dist) CHECK(files[0].back() == ".metadata");
     }
   }
+}
+
+TEST_CASE("a rank stalled before the save fails every rank's save, the last checkpoint loads") {
+  cairn::memory_storage mem;
+  const auto state = [](int r, std::vector<float>& w, cairn::state_dict& sd) {
+    sd.add("w", cairn::from_rank_offsets("w", std::span(w), {4}, {{0, r, 3}}));
+  };
+  cairn::run_ranks(3, [&](cairn::thread_communicator& comm) {
+    std::vector<float> w(4, 1.0f);
+    cairn::state_dict sd;
+    state(comm.rank(), w, sd);
+    cairn::save(sd, mem, comm);
+  });
+  std::vector<std::optional<cairn::error>> errors(3);
+  std::atomic<int> failed{0};
+  cairn::run_ranks(3, std::chrono::milliseconds(200), [&](cairn::thread_communicator& comm) {
+    std::vector<float> w(4, 2.0f);
+    cairn::state_dict sd;
+    state(comm.rank(), w, sd);
+    if (comm.rank() == 1)  // stalls until the others have given up on it
+      while (failed.load() < 2) std::this_thread::yield();
+    auto r = cairn::try_save(sd, mem, comm, {.overwrite = true});
+    if (!r) errors[static_cast<std::size_t>(comm.rank())] = r.err();
+    ++failed;
+  });
+  for (const auto& e : errors) {
+    REQUIRE(e);
+    CHECK(e->code == cairn::errc::comm);
+    CHECK(e->describe().find("rank(s) 1 did not arrive") != std::string::npos);
+  }
+  cairn::run_ranks(3, [&](cairn::thread_communicator& comm) {
+    std::vector<float> w(4, 0.0f);
+    cairn::state_dict sd;
+    state(comm.rank(), w, sd);
+    cairn::load(sd, mem, comm);
+    CHECK(w == std::vector<float>(4, 1.0f));  // the previous checkpoint, whole
+  });
 }

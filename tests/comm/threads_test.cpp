@@ -148,6 +148,34 @@ TEST_SUITE("comm thread ranks") {
     }
   }
 
+  TEST_CASE("a rank that stalls past the deadline fails every waiting rank, naming it") {
+    std::vector<std::string> errors(3);
+    std::atomic<int> failed{0};
+    cairn::run_ranks(3, std::chrono::milliseconds(100), [&](cairn::thread_communicator& c) {
+      if (c.rank() == 2)  // stalls until the others have given up on it
+        while (failed.load() < 2) std::this_thread::yield();
+      errors[static_cast<std::size_t>(c.rank())] = comm_error_of([&] { c.barrier(); });
+      ++failed;
+    });
+    for (const auto& e : errors) {
+      CHECK(e.find("rank(s) 2 did not arrive at barrier (collective #0) within 100 ms") !=
+            std::string::npos);
+      CHECK(e == errors[0]);  // the stalled rank, arriving late, gets the same error
+    }
+    CHECK(cairn::thread_group(2).deadline() == cairn::default_collective_deadline);
+    CHECK_THROWS_AS(cairn::thread_group(2, std::chrono::milliseconds(-1)), cairn::exception);
+  }
+
+  TEST_CASE("with no deadline a collective waits as long as it takes") {
+    cairn::thread_group g(2, std::chrono::milliseconds(0));
+    std::thread late([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      g.comm(1).barrier();
+    });
+    CHECK_NOTHROW(g.comm(0).barrier());
+    late.join();
+  }
+
   TEST_CASE("a rank that returns while others wait for it is an error, not a hang") {
     SUBCASE("returns while the others already wait") {
       try {

@@ -2,6 +2,7 @@
 // header-only; compiled once into cairn::compiled with CAIRN_SEPARATE_COMPILATION).
 #pragma once
 
+#include <algorithm>
 #include <memory>
 #include <thread>
 
@@ -24,16 +25,22 @@ CAIRN_INLINE std::string what_of(const std::exception_ptr& ep) {
 
 namespace cairn {
 
-CAIRN_INLINE thread_group::thread_group(int size)
+CAIRN_INLINE thread_group::thread_group(int size, std::chrono::milliseconds deadline)
     : size_(size),
+      deadline_(deadline),
       slots_(size > 0 ? static_cast<std::size_t>(size) : 0),
       messages_(slots_.size(), nullptr),
-      saw_abort_(size > 0 ? static_cast<std::size_t>(size) : 0, 0) {
+      saw_abort_(slots_.size(), 0),
+      arrived_here_(slots_.size(), 0) {
   if (size < 1) {
     throw exception(
         make_error(errc::invalid_argument,
                    "thread_group needs at least one rank, got " + std::to_string(size)));
   }
+  if (deadline.count() < 0)
+    throw exception(
+        make_error(errc::invalid_argument,
+                   "a negative collective deadline: " + std::to_string(deadline.count()) + " ms"));
 }
 
 CAIRN_INLINE void thread_group::abort(int rank, std::string_view what) {
@@ -129,15 +136,28 @@ CAIRN_INLINE void thread_group::enter(int rank,
   }
   slots_[static_cast<std::size_t>(rank)] = payload;
   messages_[static_cast<std::size_t>(rank)] = messages;
+  arrived_here_[static_cast<std::size_t>(rank)] = 1;
   const std::uint64_t gen = generation_;
   if (++arrived_ == size_) {
     arrived_ = 0;
+    std::fill(arrived_here_.begin(), arrived_here_.end(), 0);
     ++generation_;
     ++collectives_;
     cv_.notify_all();
     return;
   }
-  cv_.wait(lk, [&] { return generation_ != gen || aborted_; });
+  auto done = [&] { return generation_ != gen || aborted_; };
+  if (deadline_.count() == 0) {
+    cv_.wait(lk, done);
+  } else if (!cv_.wait_for(lk, deadline_, done)) {
+    std::string missing;
+    for (int r = 0; r < size_; ++r)
+      if (!arrived_here_[static_cast<std::size_t>(r)])
+        missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+    abort_locked("rank(s) " + missing + " did not arrive at " + describe(o) + " (collective #" +
+                 std::to_string(collectives_) + ") within " + std::to_string(deadline_.count()) +
+                 " ms; rank " + std::to_string(rank) + " waited");
+  }
   if (generation_ == gen) throw_aborted_locked(rank);
 }
 
@@ -211,8 +231,11 @@ CAIRN_INLINE void thread_communicator::check_root(int root, const char* collecti
 
 namespace cairn::detail {
 
-CAIRN_INLINE void run_ranks_erased(int n, void (*call)(void*, thread_communicator&), void* ctx) {
-  thread_group group(n);
+CAIRN_INLINE void run_ranks_erased(int n,
+                                   std::chrono::milliseconds deadline,
+                                   void (*call)(void*, thread_communicator&),
+                                   void* ctx) {
+  thread_group group(n, deadline);
   const auto un = static_cast<std::size_t>(n);
   std::vector<std::exception_ptr> errors(un);
   std::vector<char> is_cause(un, 0);

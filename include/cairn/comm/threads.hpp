@@ -29,11 +29,13 @@
 // Failure, instead of a hang: when a rank fails (its function throws, or a collective is
 // misused), the group is aborted and every rank waiting in, or later entering, a collective
 // throws `cairn::exception` (errc::comm, "rank 2 failed: <what>"). The same happens when a rank
-// returns while others still wait in a collective it will never join, and when ranks call
-// different collectives (or broadcast from different roots) at the same step. An aborted group
-// stays aborted.
+// returns while others still wait in a collective it will never join, when ranks call
+// different collectives (or broadcast from different roots) at the same step, and when a rank
+// waits in a collective longer than the group's deadline for the others to arrive (the message
+// names the ranks that did not arrive). An aborted group stays aborted.
 #pragma once
 
+#include <chrono>
 #include <concepts>
 #include <condition_variable>
 #include <cstddef>
@@ -56,6 +58,10 @@ namespace cairn {
 
 class thread_communicator;
 
+/// How long a rank waits in a collective for the others to arrive before the group fails, by
+/// default (`thread_group`, `run_ranks`): 10 minutes, NCCL's watchdog default.
+inline constexpr std::chrono::milliseconds default_collective_deadline{10 * 60 * 1000};
+
 namespace detail {
 
 // what() of the exception in `ep`, or "unknown exception".
@@ -71,13 +77,18 @@ CAIRN_INLINE std::string what_of(const std::exception_ptr& ep);
 /// outlive every handle and every thread that uses one.
 class thread_group {
  public:
-  /// A group of `size` ranks. Throws `cairn::exception` (errc::invalid_argument) if size < 1.
-  explicit thread_group(int size);
+  /// A group of `size` ranks. A rank that waits longer than `deadline` in a collective for the
+  /// others to arrive aborts the group, naming the ranks that did not arrive (every waiting rank
+  /// throws errc::comm); zero waits forever. Throws `cairn::exception`
+  /// (errc::invalid_argument) if size < 1 or the deadline is negative.
+  explicit thread_group(int size, std::chrono::milliseconds deadline = default_collective_deadline);
   thread_group(const thread_group&) = delete;
   thread_group& operator=(const thread_group&) = delete;
 
   /// The number of ranks.
   int size() const noexcept { return size_; }
+  /// How long a rank waits in a collective for the others (zero: forever).
+  std::chrono::milliseconds deadline() const noexcept { return deadline_; }
 
   /// The handle for `rank` (0 <= rank < size(); otherwise throws errc::invalid_argument).
   thread_communicator comm(int rank);
@@ -145,6 +156,7 @@ class thread_group {
   }
 
   const int size_;
+  const std::chrono::milliseconds deadline_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   int arrived_ = 0;                // ranks waiting in the current phase
@@ -158,6 +170,7 @@ class thread_group {
   std::vector<std::span<const std::byte>> slots_;    // read only between entry and exit
   std::vector<const std::vector<bytes>*> messages_;  // all_to_all: each rank's outgoing buffers
   std::vector<char> saw_abort_;
+  std::vector<char> arrived_here_;  // which ranks have entered the current entry phase
 };
 
 /// One rank's handle on a `thread_group`; models `communicator`. Cheap to copy (a pointer and
@@ -245,8 +258,12 @@ concept rank_function = std::invocable<F&, thread_communicator&>;
 template <class F>
 using rank_result_t = std::decay_t<std::invoke_result_t<F&, thread_communicator&>>;
 
-// The body of run_ranks, not a template: runs `call(ctx, comm)` on n threads.
-CAIRN_INLINE void run_ranks_erased(int n, void (*call)(void*, thread_communicator&), void* ctx);
+// The body of run_ranks, not a template: runs `call(ctx, comm)` on n threads of a group with
+// `deadline`.
+CAIRN_INLINE void run_ranks_erased(int n,
+                                   std::chrono::milliseconds deadline,
+                                   void (*call)(void*, thread_communicator&),
+                                   void* ctx);
 
 }  // namespace detail
 
@@ -263,13 +280,20 @@ CAIRN_INLINE void run_ranks_erased(int n, void (*call)(void*, thread_communicato
 /// });
 /// ```
 template <detail::rank_function F>
-void run_ranks(int n, F&& f) {
+void run_ranks(int n, std::chrono::milliseconds deadline, F&& f) {
   // Type-erase through a lambda holding a reference, so plain functions work as well as
   // callable objects (a function cannot be cast to void*).
   auto call = [&f](thread_communicator& c) { std::invoke(f, c); };
   using call_t = decltype(call);
   detail::run_ranks_erased(
-      n, [](void* ctx, thread_communicator& c) { (*static_cast<call_t*>(ctx))(c); }, &call);
+      n, deadline, [](void* ctx, thread_communicator& c) { (*static_cast<call_t*>(ctx))(c); },
+      &call);
+}
+
+/// `run_ranks` with the default collective deadline (`default_collective_deadline`).
+template <detail::rank_function F>
+void run_ranks(int n, F&& f) {
+  run_ranks(n, default_collective_deadline, std::forward<F>(f));
 }
 
 /// Like `run_ranks`, and returns what `f` returned on each rank (decayed), indexed by rank.
