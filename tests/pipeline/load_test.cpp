@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "cairn/cairn.hpp"
+#include "tests/support/leaf.hpp"
 #include "tests/support/message_check.hpp"
 #include "tests/support/test_util.hpp"
 
@@ -32,23 +33,6 @@ inline void save_sample(cairn::storage_ref st) {
     sd.add("rng", cairn::per_rank("rng", std::vector<std::byte>(3, std::byte(r + 1)), r, 2));
     cairn::save(sd, st, comm, {.block_size = 16});
   });
-}
-
-/// A tensor leaf over `data` for box `b` of tensor `key` (f32, `global`).
-inline cairn::tensor_leaf leaf(const std::string& key,
-                               std::vector<float>& data,
-                               const cairn::shape& global,
-                               const cairn::box& b) {
-  cairn::tensor_leaf t;
-  t.path = key;
-  t.sharding.key = key;
-  t.sharding.type = cairn::dtype::f32;
-  t.sharding.global_shape = global;
-  t.sharding.local_shape = b.size;
-  t.sharding.global_offset = b.offset;
-  t.data = reinterpret_cast<std::byte*>(data.data());
-  t.nbytes = data.size() * 4;
-  return t;
 }
 
 }  // namespace pipeline_load_test
@@ -75,7 +59,7 @@ TEST_CASE("matching_record checks dtype and shape, zeroing a padded target") {
   pipeline_load_test::save_sample(mem);
   auto m = cairn::read_metadata(mem).value();
   std::vector<float> buf(12, 7.0f);
-  auto t = pipeline_load_test::leaf("w", buf, {4, 3}, cairn::box{{0, 0}, {4, 3}});
+  auto t = cairn_test::f32_leaf("w", buf, {4, 3}, cairn::box{{0, 0}, {4, 3}});
   CHECK(cairn::detail::matching_record(t, m).value() == &m.tensors.at("w"));
 
   auto missing = t;
@@ -92,7 +76,7 @@ TEST_CASE("matching_record checks dtype and shape, zeroing a padded target") {
   CHECK(r.err().message.find("I32") != std::string::npos);
 
   std::vector<float> wide(4 * 5, 7.0f);
-  auto padded = pipeline_load_test::leaf("w", wide, {4, 5}, cairn::box{{0, 0}, {4, 5}});
+  auto padded = cairn_test::f32_leaf("w", wide, {4, 5}, cairn::box{{0, 0}, {4, 5}});
   auto s = cairn::detail::matching_record(padded, m);
   REQUIRE(!s);
   CHECK(s.err().code == cairn::errc::mismatch);
@@ -149,8 +133,8 @@ TEST_CASE("load_leaves_local reads verified blocks, leaves skipped pieces alone"
   auto m = cairn::read_metadata(mem).value();
   std::vector<float> col(4, -1.0f), row(3, -1.0f);
   cairn::leaf_list leaves;
-  leaves.tensors.push_back(pipeline_load_test::leaf("w", col, {4, 3}, cairn::box{{0, 1}, {4, 1}}));
-  leaves.tensors.push_back(pipeline_load_test::leaf("w", row, {4, 3}, cairn::box{{2, 0}, {1, 3}}));
+  leaves.tensors.push_back(cairn_test::f32_leaf("w", col, {4, 3}, cairn::box{{0, 1}, {4, 1}}));
+  leaves.tensors.push_back(cairn_test::f32_leaf("w", row, {4, 3}, cairn::box{{2, 0}, {1, 3}}));
   cairn::load_stats stats;
   REQUIRE(cairn::detail::load_leaves_local(leaves, mem, m, {}, stats, {{1, 0}}));
   CHECK(col == std::vector<float>{1, 4, 7, 10});
@@ -176,7 +160,7 @@ TEST_CASE("load_leaves_local reads verified blocks, leaves skipped pieces alone"
   mem.put(file, bytes).value();
   std::vector<float> all(12);
   cairn::leaf_list whole;
-  whole.tensors.push_back(pipeline_load_test::leaf("w", all, {4, 3}, cairn::box{{0, 0}, {4, 3}}));
+  whole.tensors.push_back(cairn_test::f32_leaf("w", all, {4, 3}, cairn::box{{0, 0}, {4, 3}}));
   auto bad = cairn::detail::load_leaves_local(whole, mem, m, {}, stats);
   REQUIRE(!bad);
   CHECK(bad.err().code == cairn::errc::corrupt);
@@ -193,9 +177,9 @@ TEST_CASE("apply_strict finds missing keys across ranks and drops unexpected one
     std::vector<float> a(12), b(40000);
     cairn::leaf_list leaves;
     if (comm.rank() == 0)
-      leaves.tensors.push_back(pipeline_load_test::leaf("w", a, {4, 3}, {{0, 0}, {4, 3}}));
+      leaves.tensors.push_back(cairn_test::f32_leaf("w", a, {4, 3}, {{0, 0}, {4, 3}}));
     else
-      leaves.tensors.push_back(pipeline_load_test::leaf("zzz", b, {40000}, {{0}, {40000}}));
+      leaves.tensors.push_back(cairn_test::f32_leaf("zzz", b, {40000}, {{0}, {40000}}));
     cairn::load_stats stats;
     cairn::load_options opt{.strict = cairn::strict_mode::return_all};
     REQUIRE(cairn::detail::apply_strict(leaves, m, comm, opt, stats));

@@ -15,26 +15,10 @@
 
 #include "cairn/cairn.hpp"
 #include "tests/support/counting_comm.hpp"
+#include "tests/support/leaf.hpp"
 #include "tests/support/message_check.hpp"
 
 namespace pipeline_share_test {
-
-/// A tensor leaf over `data` for box `b` of tensor `key` (f32, `global`).
-inline cairn::tensor_leaf leaf(const std::string& key,
-                               std::vector<float>& data,
-                               const cairn::shape& global,
-                               const cairn::box& b) {
-  cairn::tensor_leaf t;
-  t.path = key;
-  t.sharding.key = key;
-  t.sharding.type = cairn::dtype::f32;
-  t.sharding.global_shape = global;
-  t.sharding.local_shape = b.size;
-  t.sharding.global_offset = b.offset;
-  t.data = reinterpret_cast<std::byte*>(data.data());
-  t.nbytes = data.size() * 4;
-  return t;
-}
 
 /// Checks the routes of one group: every member but one has a parent; following parents from any
 /// member reaches the reader, each hop arriving in an earlier round; every member is sent the
@@ -129,13 +113,13 @@ TEST_CASE("pieces several ranks ask for alike are read by one and passed on to t
     const int r = comm.rank();
     std::vector<float> b(40000, -1.0f), b2(40000, -1.0f), half(20000, -1.0f), w(3, -1.0f);
     cairn::leaf_list leaves;
-    leaves.tensors.push_back(pipeline_share_test::leaf("b", b, {40000}, {{0}, {40000}}));
-    leaves.tensors.push_back(pipeline_share_test::leaf("b", b2, {40000}, {{0}, {40000}}));
+    leaves.tensors.push_back(cairn_test::f32_leaf("b", b, {40000}, {{0}, {40000}}));
+    leaves.tensors.push_back(cairn_test::f32_leaf("b", b2, {40000}, {{0}, {40000}}));
     // The first half of b, wanted by ranks 0 and 2 only.
     if (r % 2 == 0 && r < 4)
-      leaves.tensors.push_back(pipeline_share_test::leaf("b", half, {40000}, {{0}, {20000}}));
+      leaves.tensors.push_back(cairn_test::f32_leaf("b", half, {40000}, {{0}, {20000}}));
     // Small, and different on every rank: never shared.
-    leaves.tensors.push_back(pipeline_share_test::leaf("w", w, {2, 3}, {{r % 2, 0}, {1, 3}}));
+    leaves.tensors.push_back(cairn_test::f32_leaf("w", w, {2, 3}, {{r % 2, 0}, {1, 3}}));
     auto shared = cairn::detail::plan_shared_pieces(leaves, m, comm, {});
     REQUIRE(shared.size() == (r == 0 || r == 2 ? 2u : 1u));  // b's two local copies are one
     const auto whole = std::find_if(shared.begin(), shared.end(),
@@ -369,8 +353,8 @@ TEST_CASE("a peer that sends what its routes do not say is an error naming it an
   cairn::run_ranks(2, [&](cairn::thread_communicator& comm) {
     std::vector<float> x(16, 1.0f), y(16, 1.0f);
     cairn::leaf_list leaves;
-    leaves.tensors.push_back(pipeline_share_test::leaf("x", x, {16}, {{0}, {16}}));
-    leaves.tensors.push_back(pipeline_share_test::leaf("y", y, {16}, {{0}, {16}}));
+    leaves.tensors.push_back(cairn_test::f32_leaf("x", x, {16}, {{0}, {16}}));
+    leaves.tensors.push_back(cairn_test::f32_leaf("y", y, {16}, {{0}, {16}}));
     // Rank 0 sends x alone; rank 1 expects x and y from it.
     std::vector<cairn::detail::shared_piece> shared;
     auto piece = [&](std::size_t leaf, std::vector<float>& v) {

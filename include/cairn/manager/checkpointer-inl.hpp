@@ -164,7 +164,7 @@ struct checkpointer::state {
   struct pending {
     std::string name;
     std::vector<std::string> tags;
-    std::optional<save_handle> handle;  ///< of the async save
+    save_handle handle;  ///< of the async save
   };
 
   state(std::shared_ptr<any_storage> owned,
@@ -325,7 +325,7 @@ CAIRN_INLINE result<loaded_checkpoint> checkpointer::load_flattened(const flatte
 CAIRN_INLINE bool checkpointer::in_flight() const noexcept { return s_->pending_.has_value(); }
 
 CAIRN_INLINE bool checkpointer::written() const noexcept {
-  return s_->pending_ && s_->pending_->handle && s_->pending_->handle->written();
+  return s_->pending_ && s_->pending_->handle.written();
 }
 
 CAIRN_INLINE result<std::vector<checkpoint_entry>> checkpointer::list() const {

@@ -102,9 +102,8 @@ CAIRN_INLINE std::vector<std::vector<piece_route>> route_claims(
     }
     std::rotate(members.begin(), members.begin() + static_cast<std::ptrdiff_t>(reader),
                 members.begin() + static_cast<std::ptrdiff_t>(reader) + 1);
-    std::uint64_t volume = 1;
-    for (std::int64_t s : std::get<3>(id)) volume *= static_cast<std::uint64_t>(s);
-    load[static_cast<std::size_t>(members[0].first)] += volume * dtype_size(std::get<1>(id));
+    load[static_cast<std::size_t>(members[0].first)] +=
+        static_cast<std::uint64_t>(numel(std::get<3>(id))) * dtype_size(std::get<1>(id));
     // Member i > 0 arrives in round floor(log2 i) from member i - 2^round; member i sends on to
     // i + 2^j in every later round j (every round, for the reader) while there is one.
     const std::size_t g = members.size();
@@ -143,17 +142,17 @@ CAIRN_INLINE std::vector<shared_piece> plan_shared_pieces(const leaf_list& leave
   std::map<share_impl::piece_id, shared_piece> mine;
   for (std::size_t ti = 0; ti < leaves.tensors.size() && indexable; ++ti) {
     const tensor_leaf& t = leaves.tensors[ti];
-    auto it = m.tensors.find(t.sharding.key);
-    if (it == m.tensors.end()) continue;
-    const auto key = static_cast<std::uint32_t>(
+    const auto at =
         std::lower_bound(keys.begin(), keys.end(), t.sharding.key,
-                         [](const auto* kv, const std::string& k) { return kv->first < k; }) -
-        keys.begin());
+                         [](const auto* kv, const std::string& k) { return kv->first < k; });
+    if (at == keys.end() || (*at)->first != t.sharding.key) continue;  // not in the checkpoint
+    const auto key = static_cast<std::uint32_t>(at - keys.begin());
+    const shape& global = (*at)->second.global_shape;
     const std::size_t es = dtype_size(t.sharding.type);
     auto ps = pieces_of(t.sharding);
     for (std::size_t pi = 0; pi < ps.size(); ++pi) {
       const box& region = ps[pi].region;
-      if (!share_impl::box_fits(region.offset, region.size, it->second.global_shape)) continue;
+      if (!share_impl::box_fits(region.offset, region.size, global)) continue;
       const std::uint64_t n = static_cast<std::uint64_t>(region.volume()) * es;
       if (n < std::max<std::uint64_t>(opt.broadcast_min_bytes, 1)) continue;
       mine.emplace(share_impl::piece_id{key, t.sharding.type, region.offset, region.size},
