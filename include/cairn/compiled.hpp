@@ -24,6 +24,7 @@
 
 // The bodies.
 #include "cairn/async/saver-inl.hpp"
+#include "cairn/async/snapshot-inl.hpp"
 #include "cairn/comm/agree-inl.hpp"
 #include "cairn/comm/single-inl.hpp"
 #include "cairn/comm/threads-inl.hpp"

@@ -9,8 +9,10 @@
 #include <chrono>
 #include <cstdlib>
 #include <new>
+#include <optional>
 #include <thread>
 
+#include "cairn/storage/decorator.hpp"
 #include "cairn/storage/fault_injection.hpp"
 #include "tests/support/test_util.hpp"
 
@@ -202,6 +204,88 @@ TEST_CASE("async save: a failing background write reaches every rank, the old ch
     CHECK(e == errors[0]);  // the same error everywhere
   }
   CHECK(loads_as(disk, 4, 5));  // nothing committed: the previous checkpoint loads
+}
+
+namespace {
+
+/// Holds every write (put, open_writer) until `open()`, counting the calls that arrived: a test
+/// acts while background writes are known to be waiting.
+class gated_storage : public cairn::storage_decorator<cairn::memory_storage> {
+ public:
+  using decorator = cairn::storage_decorator<cairn::memory_storage>;
+  explicit gated_storage(cairn::memory_storage& m) : decorator(m) {}
+  std::atomic<int> arrived{0};
+  void open() { open_.store(true); }
+  cairn::result<void> put(std::string_view name, std::span<const std::byte> data) {
+    pass();
+    return decorator::put(name, data);
+  }
+  cairn::result<std::unique_ptr<cairn::object_writer>> open_writer(std::string_view name) {
+    pass();
+    return decorator::open_writer(name);
+  }
+
+ private:
+  void pass() {
+    ++arrived;
+    while (!open_.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  std::atomic<bool> open_{false};
+};
+
+}  // namespace
+
+TEST_CASE("async save: staged bytes changed before the write fail the save on every rank") {
+  cairn::memory_storage mem;
+  cairn::save_options so;
+  so.overwrite = true;
+  cairn::run_ranks(2, [&](cairn::thread_communicator& comm) {
+    rank_tensors s(comm.rank(), 2, 5);
+    cairn::save(s.sd, mem, comm, so);
+  });
+  gated_storage gated(mem);
+  std::vector<std::optional<cairn::error>> errors(2);
+  cairn::run_ranks(2, [&](cairn::thread_communicator& comm) {
+    cairn::async_saver saver;
+    rank_tensors s(comm.rank(), 2, 6);
+    auto h = saver.save(s.sd, gated, comm, so);
+    REQUIRE(h);
+    // Both background writers are past their checksums and waiting on the storage: a stray
+    // write into rank 0's staging pool now is what the snapshot check must catch.
+    while (gated.arrived.load() < 2) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    comm.barrier();
+    if (comm.rank() == 0) saver.pool().buffer()[3] ^= std::byte{0x40};
+    comm.barrier();
+    gated.open();
+    auto r = h->wait();
+    if (!r) errors[static_cast<std::size_t>(comm.rank())] = r.err();
+  });
+  for (const auto& e : errors) {
+    REQUIRE(e);
+    CHECK(e->code == cairn::errc::corrupt);
+    CHECK(e->rank == 0);
+    CHECK(!e->key.empty());
+    CHECK(e->message.find("changed between staging and the end of the write") != std::string::npos);
+  }
+  CHECK(loads_as(mem, 2, 5));  // nothing of the failed save is committed
+}
+
+TEST_CASE("async save: an unchanged staging pool passes the snapshot check") {
+  cairn::memory_storage mem;
+  gated_storage gated(mem);
+  gated.open();
+  cairn::save_options so;
+  so.overwrite = true;
+  cairn::run_ranks(2, [&](cairn::thread_communicator& comm) {
+    cairn::async_saver saver;
+    rank_tensors s(comm.rank(), 2, 8);
+    auto h = saver.save(s.sd, gated, comm, so);
+    REQUIRE(h);
+    s.fill(comm.rank(), 9);  // the caller's tensors are not the staged copy
+    REQUIRE(h->wait());
+  });
+  CHECK(gated.arrived.load() > 0);
+  CHECK(loads_as(mem, 2, 8));
 }
 
 TEST_CASE("async save: written() tells, without blocking, when the background write has ended") {

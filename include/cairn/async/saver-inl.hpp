@@ -2,6 +2,7 @@
 // compiled once into cairn::compiled with CAIRN_SEPARATE_COMPILATION).
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "cairn/async/saver.hpp"
+#include "cairn/async/snapshot.hpp"
 #include "cairn/comm/agree.hpp"
 #include "cairn/pipeline/save.hpp"
 #include "cairn/storage/buffer_pool.hpp"
@@ -54,6 +56,9 @@ struct async_saver::state {
   planned_save spare_plan_;
   std::vector<cuda::stage_item> stage_items_;
   std::vector<std::size_t> stage_index_;
+  /// Checksums of the staged bytes of the save in flight (taken and checked by the worker).
+  detail::staged_snapshot snapshot_;
+  std::vector<detail::staged_span> staged_spans_;
 };
 
 CAIRN_INLINE async_saver::async_saver(async_saver_options opt)
@@ -165,11 +170,27 @@ CAIRN_INLINE result<save_handle> async_saver::save_leaves(const leaf_list& leave
   const std::uint64_t seq = ++s_->seq_;
   s_->flight_.emplace(state::flight{seq, std::move(plan), {}, std::move(recorded), comm, opt});
   state::flight* f = &*s_->flight_;
+  std::vector<detail::staged_span>& spans = s_->staged_spans_;
+  spans.clear();
+  for (std::size_t i : which) {
+    const write_item& it = f->plan.items[i];
+    spans.push_back({it.src, static_cast<std::size_t>(it.nbytes), it.key});
+  }
   s_->worker_ = std::thread([this, f] {
     try {
+      // The staged bytes' checksums, before anything is written; checked again once the write
+      // has ended, so that what was persisted is what was staged.
+      const int threads = std::max(1, s_->opt_.staging_threads);
+      s_->snapshot_.seal(s_->staged_spans_, threads);
       writer_slot slot =
           writer_slots(s_->opt_.max_writers_per_node, s_->opt_.writer_lock_dir).acquire();
       f->written = detail::write_phase(f->plan, *f->st, f->opt, &s_->buffers_);
+      if (!f->written.failure) {
+        if (auto v = s_->snapshot_.verify(threads); !v) {
+          f->written.failure = std::move(v).err().with_rank(f->plan.rank);
+          detail::strategy_of(f->opt).abandon(f->plan, f->written, *f->st);
+        }
+      }
     } catch (...) {
       f->written.failure =
           detail::current_exception_error("writing an async save").with_rank(f->plan.rank);

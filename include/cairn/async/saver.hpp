@@ -18,6 +18,14 @@
 // next collective cairn call: `handle.wait()`, `saver.finalize()`, or the next `save`. Until
 // then the checkpoint is not committed (metadata.json is written last), and a background
 // write's error is held for that call, where every rank sees it.
+//
+// Staged bytes are a private copy (host tensors too), so the caller's memory never aliases the
+// checkpoint. The background thread takes checksums of the staged bytes before it writes
+// anything and checks them again once the write has ended: bytes changed in the pool in
+// between (a stray write, a buffer reused too early) fail the save on every rank with
+// errc::corrupt naming the key, and nothing of it is committed. (A change in the moment
+// between the end of the copy and those first checksums is not seen: taking them on the
+// training thread would lengthen the stall.)
 #pragma once
 
 #include <cstdint>
