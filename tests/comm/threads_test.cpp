@@ -244,3 +244,66 @@ TEST_CASE("run_ranks accepts a plain function") {
   cairn::run_ranks(3, plain_rank_function);
   CHECK(plain_function_calls == 3);
 }
+
+TEST_SUITE("thread_communicator duplicates") {
+  TEST_CASE("a duplicate runs collectives on another thread while the original is in use") {
+    cairn::run_ranks(3, [&](cairn::thread_communicator& c) {
+      std::unique_ptr<cairn::thread_communicator> d = c.duplicate();
+      REQUIRE(d);
+      CHECK(d->rank() == c.rank());
+      CHECK(d->size() == c.size());
+      CHECK(&d->group() != &c.group());
+      std::vector<cairn::bytes> on_duplicate;
+      std::thread other([&] {
+        const std::byte mine{static_cast<unsigned char>(10 + d->rank())};
+        for (int i = 0; i < 50; ++i) on_duplicate = d->all_gather(std::span(&mine, 1));
+      });
+      std::vector<cairn::bytes> on_original;
+      const std::byte mine{static_cast<unsigned char>(c.rank())};
+      for (int i = 0; i < 50; ++i) on_original = c.all_gather(std::span(&mine, 1));
+      other.join();
+      for (int r = 0; r < 3; ++r) {
+        CHECK(on_original[static_cast<std::size_t>(r)] ==
+              cairn::bytes{std::byte(static_cast<unsigned char>(r))});
+        CHECK(on_duplicate[static_cast<std::size_t>(r)] ==
+              cairn::bytes{std::byte(static_cast<unsigned char>(10 + r))});
+      }
+      // The k-th duplicate of every rank is the same group; the next one is another.
+      auto d2 = c.duplicate();
+      CHECK(&d2->group() != &d->group());
+      d2->barrier();
+    });
+  }
+
+  TEST_CASE("a duplicate outlives its group and is aborted with it") {
+    std::unique_ptr<cairn::thread_communicator> kept;
+    std::string error;
+    {
+      cairn::thread_group g(2);
+      std::unique_ptr<cairn::thread_communicator> d0 = g.comm(0).duplicate();
+      kept = g.comm(1).duplicate();
+      g.abort(0, "injected");
+      error = comm_error_of([&] { d0->barrier(); });
+    }  // the group goes; the duplicate's group lives on in its handles
+    CHECK(error.find("the group it duplicates was aborted") != std::string::npos);
+    CHECK(kept->group().aborted());
+  }
+
+  TEST_CASE("the comm_ref of a communicator without duplicate() gives none") {
+    struct plain {
+      cairn::single_communicator inner;
+      int rank() const { return 0; }
+      int size() const { return 1; }
+      std::vector<cairn::bytes> all_gather(std::span<const std::byte> in) {
+        return inner.all_gather(in);
+      }
+      void broadcast(cairn::bytes& b, int root) { inner.broadcast(b, root); }
+      void barrier() {}
+    } p;
+    CHECK(cairn::comm_ref(p).duplicate() == nullptr);
+    cairn::single_communicator one;
+    std::shared_ptr<cairn::comm_ref> d = cairn::comm_ref(one).duplicate();
+    REQUIRE(d);
+    CHECK(d->size() == 1);
+  }
+}

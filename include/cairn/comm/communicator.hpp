@@ -6,9 +6,11 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "cairn/core/bytes.hpp"
@@ -50,6 +52,17 @@ concept scalable_communicator = communicator<C> &&
   { c.all_to_all(to) } -> std::same_as<std::vector<bytes>>;
 };
 
+/// A communicator that can make a copy of itself for another thread of the same rank: the same
+/// ranks, its own messages (never mixed with the original's), usable while the original is in
+/// use. `duplicate()` is collective (every rank calls it, in the same order as its other
+/// duplicates) and returns null when this communicator cannot be used that way (an MPI library
+/// initialized without MPI_THREAD_MULTIPLE). An async save commits on such a copy from its
+/// background thread.
+template <class C>
+concept duplicable_communicator = communicator<C> && requires(const C& c) {
+  { c.duplicate() } -> std::same_as<std::unique_ptr<C>>;
+};
+
 namespace detail {
 
 /// `gather` built from `all_gather`, for a communicator without one.
@@ -87,6 +100,14 @@ std::vector<bytes> all_to_all_by_all_gather(C& c, const std::vector<bytes>& to) 
 
 }  // namespace detail
 
+class comm_ref;
+
+namespace detail {
+/// `comm_ref::duplicate` for a communicator of type C at `c` (defined below comm_ref).
+template <class C>
+std::shared_ptr<comm_ref> duplicate_erased(const void* c);
+}  // namespace detail
+
 /// A non-owning, type-erased reference to any `communicator`. The referenced communicator
 /// must outlive it.
 class comm_ref {
@@ -116,6 +137,9 @@ class comm_ref {
   /// Whether gather and all_to_all are native (their traffic does not grow with the world on
   /// every rank) rather than built from all_gather.
   bool scalable() const { return vt_->scalable; }
+  /// A copy of the communicator for another thread of this rank, owned by the pointer (see
+  /// `duplicable_communicator`; collective), or null when it has none.
+  std::shared_ptr<comm_ref> duplicate() const { return vt_->duplicate(self_); }
 
  private:
   struct vtable {
@@ -126,6 +150,7 @@ class comm_ref {
     void (*barrier)(void*);
     std::vector<bytes> (*gather)(void*, std::span<const std::byte>, int);
     std::vector<bytes> (*all_to_all)(void*, const std::vector<bytes>&);
+    std::shared_ptr<comm_ref> (*duplicate)(const void*);
     bool scalable;
   };
   template <class C>
@@ -147,10 +172,34 @@ class comm_ref {
         else
           return detail::all_to_all_by_all_gather(*static_cast<C*>(c), to);
       },
+      [](const void* c) { return detail::duplicate_erased<C>(c); },
       scalable_communicator<C>,
   };
   void* self_;
   const vtable* vt_;
 };
+
+namespace detail {
+
+template <class C>
+std::shared_ptr<comm_ref> duplicate_erased(const void* c) {
+  if constexpr (duplicable_communicator<C>) {
+    std::unique_ptr<C> copy = static_cast<const C*>(c)->duplicate();
+    if (!copy) return nullptr;
+    // One allocation holds the copy and the reference to it.
+    struct owned {
+      std::unique_ptr<C> comm;
+      comm_ref ref;
+    };
+    C& target = *copy;
+    auto o = std::make_shared<owned>(owned{std::move(copy), comm_ref(target)});
+    return std::shared_ptr<comm_ref>(o, &o->ref);
+  } else {
+    (void)c;
+    return nullptr;
+  }
+}
+
+}  // namespace detail
 
 }  // namespace cairn

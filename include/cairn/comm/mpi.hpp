@@ -15,6 +15,7 @@
 #include <climits>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -62,6 +63,17 @@ class mpi_communicator {
   int size() const noexcept { return size_; }
   /// The duplicated MPI communicator cairn uses.
   MPI_Comm native() const noexcept { return comm_; }
+
+  /// Another duplicate of this communicator (MPI_Comm_dup, collective), for a thread of this
+  /// rank other than the one using this one: only when MPI was initialized with
+  /// MPI_THREAD_MULTIPLE (`mpi_environment` asks for it), else null. Every rank of a job gets
+  /// the same thread level, so every rank makes the same choice.
+  std::unique_ptr<mpi_communicator> duplicate() const {
+    int provided = MPI_THREAD_SINGLE;
+    MPI_Query_thread(&provided);
+    if (provided != MPI_THREAD_MULTIPLE) return nullptr;
+    return std::make_unique<mpi_communicator>(comm_);
+  }
 
   /// Every rank's buffer, by rank: MPI_Allgather of the sizes, then MPI_Allgatherv of the
   /// bytes (or per-rank broadcasts when the total exceeds MPI's int counts).
@@ -249,18 +261,28 @@ class mpi_communicator {
   int size_ = 1;
 };
 
-/// Initializes MPI (with thread support: cairn's background threads never call MPI) and
-/// finalizes it at scope exit, unless the program had already initialized it.
+/// Initializes MPI and finalizes it at scope exit, unless the program had already initialized
+/// it. It asks for MPI_THREAD_MULTIPLE, so that an async save commits from its background
+/// thread on a duplicate communicator (`mpi_communicator::duplicate`) as soon as every rank
+/// has written; with a lower level (what the library provides, or what a program that
+/// initialized MPI itself asked for) the commit waits for the next collective call on the
+/// training thread.
 class mpi_environment {
  public:
   mpi_environment(int& argc, char**& argv) {
     int initialized = 0;
     MPI_Initialized(&initialized);
     if (initialized) return;
-    int provided = 0;
-    detail::mpi_check(MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided),
+    int provided = MPI_THREAD_SINGLE;
+    detail::mpi_check(MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided),
                       "MPI_Init_thread");
     owns_ = true;
+  }
+  /// The thread level MPI provided (MPI_Query_thread), whoever initialized it.
+  int thread_level() const noexcept {
+    int level = MPI_THREAD_SINGLE;
+    MPI_Query_thread(&level);
+    return level;
   }
   ~mpi_environment() {
     if (owns_) MPI_Finalize();
@@ -273,5 +295,6 @@ class mpi_environment {
 };
 
 static_assert(scalable_communicator<mpi_communicator>);
+static_assert(duplicable_communicator<mpi_communicator>);
 
 }  // namespace cairn

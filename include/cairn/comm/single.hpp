@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -38,9 +39,15 @@ class single_communicator {
 
   /// `to[0]`, sent to itself.
   std::vector<bytes> all_to_all(const std::vector<bytes>& to);
+
+  /// Another single communicator (it shares nothing, so any thread may use it).
+  std::unique_ptr<single_communicator> duplicate() const {
+    return std::make_unique<single_communicator>();
+  }
 };
 
 static_assert(scalable_communicator<single_communicator>);
+static_assert(duplicable_communicator<single_communicator>);
 
 }  // namespace cairn
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <algorithm>
+#include <iterator>
 #include <memory>
 #include <thread>
 
@@ -106,6 +107,29 @@ CAIRN_INLINE void thread_group::abort_locked(std::string message) {
   aborted_ = true;
   abort_message_ = std::move(message);
   cv_.notify_all();
+  // Lock order: a group, then its duplicates (a duplicate never locks the group it copies).
+  for (auto& d : duplicates_)
+    if (auto g = d.lock()) g->abort(-1, "the group it duplicates was aborted: " + abort_message_);
+}
+
+CAIRN_INLINE std::shared_ptr<thread_group> thread_group::next_duplicate(int rank) {
+  check_rank(rank);
+  std::lock_guard lk(mu_);
+  if (duplicates_taken_.empty()) duplicates_taken_.assign(static_cast<std::size_t>(size_), 0);
+  const std::size_t k = duplicates_taken_[static_cast<std::size_t>(rank)]++;
+  auto it = std::find_if(open_duplicates_.begin(), open_duplicates_.end(),
+                         [&](const auto& o) { return o.first == k; });
+  if (it == open_duplicates_.end()) {
+    auto g = std::make_shared<thread_group>(size_, deadline_);
+    if (aborted_) g->abort(-1, "the group it duplicates was aborted: " + abort_message_);
+    std::erase_if(duplicates_, [](const std::weak_ptr<thread_group>& d) { return d.expired(); });
+    duplicates_.push_back(g);
+    open_duplicates_.push_back({k, open_duplicate{std::move(g), 0}});
+    it = std::prev(open_duplicates_.end());
+  }
+  std::shared_ptr<thread_group> g = it->second.group;
+  if (++it->second.taken == size_) open_duplicates_.erase(it);  // the handles own it now
+  return g;
 }
 
 CAIRN_INLINE void thread_group::throw_aborted_locked(int rank) {

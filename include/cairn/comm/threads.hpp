@@ -42,6 +42,7 @@
 #include <cstdint>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <span>
@@ -114,6 +115,12 @@ class thread_group {
   /// the cause.
   bool saw_abort(int rank) const;
 
+  /// The group of `rank`'s next duplicate: the k-th call of each rank returns the same group of
+  /// this size and deadline (made by the first rank to ask), owned by the handles that use it.
+  /// Aborting this group aborts its live duplicates (not the other way round).
+  /// `thread_communicator::duplicate` calls it.
+  std::shared_ptr<thread_group> next_duplicate(int rank);
+
  private:
   friend class thread_communicator;
 
@@ -171,10 +178,20 @@ class thread_group {
   std::vector<const std::vector<bytes>*> messages_;  // all_to_all: each rank's outgoing buffers
   std::vector<char> saw_abort_;
   std::vector<char> arrived_here_;  // which ranks have entered the current entry phase
+  // Duplicates not yet taken by every rank (by their number), every live duplicate (to abort
+  // them with this group), and how many duplicates each rank took.
+  struct open_duplicate {
+    std::shared_ptr<thread_group> group;
+    int taken = 0;
+  };
+  std::vector<std::pair<std::size_t, open_duplicate>> open_duplicates_;
+  std::vector<std::weak_ptr<thread_group>> duplicates_;
+  std::vector<std::size_t> duplicates_taken_;
 };
 
-/// One rank's handle on a `thread_group`; models `communicator`. Cheap to copy (a pointer and
-/// an int). See the top of this header for the collectives' protocol and their MPI mapping.
+/// One rank's handle on a `thread_group`; models `communicator`. Cheap to copy (a pointer, an
+/// int, and for a duplicate's handle the group it keeps alive). See the top of this header for the
+/// collectives' protocol and their MPI mapping.
 class thread_communicator {
  public:
   /// The handle of `rank` in `group` (0 <= rank < group.size()).
@@ -208,6 +225,16 @@ class thread_communicator {
 
   /// Returns once every rank has entered it. Throws errc::comm if the group is aborted.
   void barrier() { group_->enter(rank_, {thread_group::op_kind::barrier, -1}, {}); }
+  /// This rank's handle on a new group of the same ranks (`thread_group::next_duplicate`),
+  /// which it keeps alive: another thread of this rank may run collectives on it while this
+  /// one is in use. Every rank calls it, in the same order as its other duplicates (it does not
+  /// wait for them).
+  std::unique_ptr<thread_communicator> duplicate() const {
+    std::shared_ptr<thread_group> g = group_->next_duplicate(rank_);
+    auto c = std::make_unique<thread_communicator>(*g, rank_);
+    c->owned_ = std::move(g);
+    return c;
+  }
 
  private:
   // One collective that returns a buffer per rank: deposits `payload` (and `messages`), and
@@ -242,11 +269,13 @@ class thread_communicator {
 
   thread_group* group_;
   int rank_;
+  std::shared_ptr<thread_group> owned_;  // a duplicate's group, kept alive by its handles
 };
 
 inline thread_communicator thread_group::comm(int rank) { return thread_communicator(*this, rank); }
 
 static_assert(scalable_communicator<thread_communicator>);
+static_assert(duplicable_communicator<thread_communicator>);
 
 namespace detail {
 
