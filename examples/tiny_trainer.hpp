@@ -142,7 +142,9 @@ inline cairn::checkpointer_options checkpointing(int world) {
 /// Trains on `comm`'s ranks until step `stop`: from the latest checkpoint in `o.dir` when
 /// `resume` (from scratch otherwise), saving every `o.save_every` steps when `save_steps`; at
 /// the end saves the weights to `final_dir` if given. A run that saves stops without
-/// finalizing, as a killed job would: its last save, still in flight, never commits.
+/// finalizing, its last save in flight: the checkpointer's destructor waits for it, committed
+/// from the background thread (a job killed at that point resumes from the save before; the
+/// crash trials of tests/system/crash check that).
 inline void train(cairn::comm_ref comm,
                   const options& o,
                   std::int64_t stop,

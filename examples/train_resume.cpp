@@ -3,7 +3,8 @@
 //
 // The model (tiny_trainer.hpp) trains on 4 ranks and saves every few steps into
 // DIR/step_NNNNNN through a cairn::checkpointer (async, keeping the last two, DIR/latest naming
-// the newest committed); the run is "interrupted" part-way with a save in flight, resumes with
+// the newest committed); the run is interrupted part-way with a save in flight (which commits in
+// the background as the checkpointers close), resumes with
 // load_latest on 2 ranks and on 3 ranks (uneven row blocks), finishes, and compares the final
 // weights with an uninterrupted 4-rank run. It prints one line per resume: "resume 4 -> 2: match"
 // (or MISMATCH and exits 1).
@@ -34,8 +35,8 @@ int main(int argc, char** argv) {
       tiny::train(c, o, o.interrupt_at, true, false, nullptr, "train 4 ranks");
     });
     std::printf(
-        "interrupted at step %lld, the last save still in flight (never committed); latest "
-        "names %s\n",
+        "interrupted at step %lld with the last save in flight: it committed in the background "
+        "as the checkpointers closed; latest names %s\n",
         static_cast<long long>(o.interrupt_at), tiny::latest_checkpoint(o).c_str());
     bool all = true;
     for (int world : {2, 3}) {

@@ -2,9 +2,10 @@
 // memory (kernels.cu trains them) and the state tree points straight at them: a
 // cairn::checkpointer saves every few steps in the background (training stalls only while the
 // weights are copied into its pinned staging pool), keeps the last two checkpoints and moves
-// DIR/latest once each commits; after a "crash", a new checkpointer resumes with load_latest,
-// which loads through the pool and copies back into device memory. Without a usable GPU the
-// weights live in host memory and the same calls take the host path (it says so once).
+// DIR/latest once each commits (from its background thread); after the run stops with a save in
+// flight (which the checkpointer finishes as it closes), a new checkpointer resumes with
+// load_latest, which loads through the pool and copies back into device memory. Without a usable
+// GPU the weights live in host memory and the same calls take the host path (it says so once).
 //
 //   cuda_trainer [--dir DIR]     prints "resume: match" and exits 0, or MISMATCH and exits 1
 #include <cairn/cairn.hpp>
@@ -116,8 +117,8 @@ int main(int argc, char** argv) {
 
     weight w1(use_device, 0), w2(use_device, 1);
     model_state state = state_of(w1, w2);
-    std::vector<float> at_10[2];
-    {  // The first run: saves at steps 5, 10 and 15, then crashes.
+    std::vector<float> at_15[2];
+    {  // The first run: saves at steps 5, 10 and 15, then stops with the last save in flight.
       cairn::checkpointer ckpt(dir.string(), comm, opt);
       for (int step = 0; step < 15; ++step) {
         w1.step(step);
@@ -131,10 +132,12 @@ int main(int argc, char** argv) {
         std::printf("save %s: training stalled %.1f ms (%zu bytes staged)%s%s\n",
                     saved.name.c_str(), ms, 2 * weight_bytes, saved.committed ? "; committed " : "",
                     saved.committed ? saved.committed->name.c_str() : "");
-        if (step + 1 == 10) at_10[0] = w1.values(), at_10[1] = w2.values();
+        if (step + 1 == 15) at_15[0] = w1.values(), at_15[1] = w2.values();
       }
-      std::printf("crash: the save of step 15 never committed; latest names step0010\n");
-    }  // the checkpointer dies without finalize(): the save in flight is dropped
+      w1.step(15);  // training goes on: the checkpoint holds the values staged at step 15
+      w2.step(15);
+      std::printf("stop: the save of step 15 is in flight; the checkpointer finishes it\n");
+    }  // the checkpointer closes without finalize(): it waits for the save, committed
 
     // The second run: fresh weights, then resume from the newest committed checkpoint.
     weight r1(use_device, 7), r2(use_device, 8);
@@ -145,8 +148,8 @@ int main(int argc, char** argv) {
       std::printf("resume: MISMATCH (no checkpoint found)\n");
       return 1;
     }
-    const bool match = loaded->name == "step0010" && resumed.step == 10 &&
-                       r1.values() == at_10[0] && r2.values() == at_10[1];
+    const bool match = loaded->name == "step0015" && resumed.step == 15 &&
+                       r1.values() == at_15[0] && r2.values() == at_15[1];
     std::printf("resume: %s (%s, step %lld)\n", match ? "match" : "MISMATCH", loaded->name.c_str(),
                 static_cast<long long>(resumed.step));
     return match ? 0 : 1;

@@ -374,7 +374,8 @@ int run(const options& o) {
   }
   if (log) std::fclose(log);
   if (o.phase == "train") {
-    // A crash: the checkpointer is never finalized, so the save in flight never commits.
+    // Stopped with a save in flight, never finalized: the checkpointer's destructor waits for
+    // it, committed from the background thread (MPI_THREAD_MULTIPLE).
     if (rank == 0)
       std::printf("[%s] interrupted at step %" PRId64 " with a save in flight\n", label.c_str(),
                   t.state.step);

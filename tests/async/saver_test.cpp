@@ -14,6 +14,7 @@
 
 #include "cairn/storage/decorator.hpp"
 #include "cairn/storage/fault_injection.hpp"
+#include "tests/support/counting_comm.hpp"
 #include "tests/support/test_util.hpp"
 
 // Counts heap allocations larger than 1 MiB while armed (every thread of the process). The
@@ -301,7 +302,7 @@ TEST_CASE("async save: written() tells, without blocking, when the background wr
     for (int i = 0; i < 60000 && !h->written(); ++i)
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     REQUIRE(h->written());
-    CHECK(saver.in_flight());  // written, not committed: the next collective call commits it
+    CHECK(saver.in_flight());  // written; its result is not collected until wait()
     REQUIRE(h->wait());
     CHECK(h->written());
     CHECK(!saver.in_flight());
@@ -309,7 +310,74 @@ TEST_CASE("async save: written() tells, without blocking, when the background wr
   CHECK(loads_as(mem, 2, 3));
 }
 
-TEST_CASE("async save: a saver destroyed with a save in flight reports the drop") {
+TEST_CASE("async save: loadable before any further call, done() tells without blocking") {
+  cairn::memory_storage mem;
+  cairn::save_options so;
+  so.overwrite = true;
+  std::atomic<int> loaded_early{0};
+  cairn::run_ranks(2, [&](cairn::thread_communicator& comm) {
+    cairn::async_saver saver;
+    rank_tensors s(comm.rank(), 2, 3);
+    auto h = saver.save(s.sd, mem, comm, so);
+    REQUIRE(h);
+    CHECK(saver.commits_in_background());
+    for (int i = 0; i < 60000 && !h->done(); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    REQUIRE(h->done());
+    CHECK(h->written());
+    comm.barrier();
+    // Neither rank called wait(), finalize() or save() again: the checkpoint loads already.
+    if (comm.rank() == 0 && loads_as(mem, 2, 3)) ++loaded_early;
+    comm.barrier();
+    REQUIRE(h->wait());  // only collects the result
+  });
+  CHECK(loaded_early == 1);
+}
+
+TEST_CASE("async save: a saver destroyed with a save in flight commits it in the background") {
+  cairn::memory_storage mem;
+  cairn::save_options so;
+  so.overwrite = true;
+  std::vector<std::vector<cairn::error>> dropped(2);
+  cairn::run_ranks(2, [&](cairn::thread_communicator& comm) {
+    auto& mine = dropped[static_cast<std::size_t>(comm.rank())];
+    cairn::async_saver saver({.on_dropped = [&](const cairn::error& e) { mine.push_back(e); }});
+    rank_tensors s(comm.rank(), 2, 7);
+    REQUIRE(saver.save(s.sd, mem, comm, so));
+  });  // no finalize(): the destructor waits, the save is committed
+  CHECK(dropped[0].empty());
+  CHECK(dropped[1].empty());
+  CHECK(loads_as(mem, 2, 7));
+}
+
+TEST_CASE("async save: a save that fails in the background and is never collected is reported") {
+  temp_dir dir;
+  cairn::file_storage disk(dir.path);
+  cairn::save_options so;
+  so.overwrite = true;
+  cairn::run_ranks(2, [&](cairn::thread_communicator& comm) {
+    rank_tensors s(comm.rank(), 2, 4);
+    cairn::save(s.sd, disk, comm, so);
+  });
+  cairn::faulty_storage<cairn::file_storage> faulty(disk);
+  faulty.fail_after_writes(1);
+  std::vector<std::vector<cairn::error>> dropped(2);
+  cairn::run_ranks(2, [&](cairn::thread_communicator& comm) {
+    auto& mine = dropped[static_cast<std::size_t>(comm.rank())];
+    cairn::async_saver saver({.on_dropped = [&](const cairn::error& e) { mine.push_back(e); }});
+    rank_tensors s(comm.rank(), 2, 8);
+    REQUIRE(saver.save(s.sd, faulty, comm, so));
+  });
+  for (const auto& mine : dropped) {
+    REQUIRE(mine.size() == 1);
+    CHECK(mine[0].code == cairn::errc::incomplete_checkpoint);
+    CHECK(mine[0].message.find("failed in the background") != std::string::npos);
+    CHECK(mine[0].message.find("injected failure") != std::string::npos);
+  }
+  CHECK(loads_as(disk, 2, 4));  // the previous checkpoint stays the loadable one
+}
+
+TEST_CASE("async save: without a duplicate communicator, a destroyed saver reports the drop") {
   cairn::memory_storage mem;
   cairn::save_options so;
   so.overwrite = true;
@@ -318,12 +386,20 @@ TEST_CASE("async save: a saver destroyed with a save in flight reports the drop"
     cairn::save(s.sd, mem, comm, so);
   });
   std::vector<std::vector<cairn::error>> dropped(2);
-  cairn::run_ranks(2, [&](cairn::thread_communicator& comm) {
+  cairn::run_ranks(2, [&](cairn::thread_communicator& thread_comm) {
+    // A communicator of the user's without duplicate(): the commit waits for the next call.
+    std::vector<collective_use> log;
+    counting_comm comm{thread_comm, &log};
     auto& mine = dropped[static_cast<std::size_t>(comm.rank())];
     {
       cairn::async_saver saver({.on_dropped = [&](const cairn::error& e) { mine.push_back(e); }});
       rank_tensors s(comm.rank(), 2, 7);
-      REQUIRE(saver.save(s.sd, mem, comm, so));
+      auto h = saver.save(s.sd, mem, comm, so);
+      REQUIRE(h);
+      CHECK(!saver.commits_in_background());
+      for (int i = 0; i < 60000 && !h->written(); ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      CHECK(!h->done());
     }  // no finalize(): the save is dropped, and says so
     REQUIRE(mine.size() == 1);
     CHECK(mine[0].code == cairn::errc::incomplete_checkpoint);

@@ -18,6 +18,7 @@
 #include "cairn/cairn.hpp"
 #include "cairn/storage/decorator.hpp"
 #include "cairn/storage/prefixed.hpp"
+#include "tests/support/counting_comm.hpp"
 #include "tests/support/message_check.hpp"
 #include "tests/support/test_util.hpp"
 
@@ -345,10 +346,46 @@ TEST_SUITE("checkpointer") {
     CHECK(latest_step(mem, 4) == 30);
   }
 
-  TEST_CASE("an async save dropped without finalize is never loaded, and is reported") {
+  TEST_CASE("an async save commits, moves latest and prunes from the background thread") {
     cairn::memory_storage mem;
     std::vector<int> reported(2);
+    std::atomic<int> latest_seen_before_next_call{0};
     cairn::run_ranks(2, [&](cairn::thread_communicator& comm) {
+      cairn::checkpointer_options o{.keep_last = 1, .async = true};
+      o.async_options.on_dropped = [&](const cairn::error&) {
+        ++reported[static_cast<std::size_t>(comm.rank())];
+      };
+      cairn::checkpointer ckpt(mem, comm, o);
+      CHECK(!ckpt.done());  // nothing in flight
+      for (std::int64_t s : {10, 20}) {
+        model m(comm.rank(), 2, s);
+        ckpt.save(m.sd, {.step = s});
+        // No call into cairn on this thread: the background thread commits and publishes.
+        for (int i = 0; i < 60000 && !ckpt.done(); ++i)
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        REQUIRE(ckpt.done());
+        CHECK(ckpt.written());
+        CHECK(ckpt.in_flight());  // settled, its result not yet collected
+        comm.barrier();           // both ranks are done
+        if (comm.rank() == 0 && pointer(mem) == "step000000" + std::to_string(s) + "\n")
+          ++latest_seen_before_next_call;
+        comm.barrier();
+      }
+      // step 20 is never finalized: committed in the background, it stays.
+    });
+    CHECK(latest_seen_before_next_call == 2);
+    CHECK(reported == std::vector<int>{0, 0});
+    CHECK(latest_step(mem, 2) == 20);
+    CHECK(checkpoint_names(mem) == std::vector<std::string>{"step00000020"});  // keep_last = 1
+  }
+
+  TEST_CASE("without a duplicate communicator, an async save never finalized is reported") {
+    cairn::memory_storage mem;
+    std::vector<int> reported(2);
+    cairn::run_ranks(2, [&](cairn::thread_communicator& thread_comm) {
+      // A communicator of the user's without duplicate(): commits wait for the next call.
+      std::vector<cairn_test::collective_use> log;
+      cairn_test::counting_comm comm{thread_comm, &log};
       cairn::checkpointer_options o{.async = true};
       o.async_options.on_dropped = [&](const cairn::error& e) {
         CHECK(e.code == cairn::errc::incomplete_checkpoint);
@@ -363,7 +400,8 @@ TEST_SUITE("checkpointer") {
       for (int i = 0; i < 60000 && !ckpt.written(); ++i)
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
       CHECK(ckpt.written());  // step 20 is on storage, not yet committed
-    });                       // step 20 is still in flight when the checkpointers go
+      CHECK(!ckpt.done());
+    });  // step 20 is still in flight when the checkpointers go
     CHECK(reported == std::vector<int>{1, 1});
     CHECK(pointer(mem) == "step00000010\n");
     CHECK(latest_step(mem, 2) == 10);

@@ -31,6 +31,14 @@ struct async_saver::state {
     std::unique_ptr<detail::recording_storage> st;  ///< the caller's storage, recording
     comm_ref comm;
     save_options opt;
+    /// Where the background thread commits: a duplicate of `comm` made for this save (it
+    /// lives as long as the flight); null: the commit waits for the next collective call on the
+    /// caller's thread.
+    std::shared_ptr<comm_ref> commit_comm;
+    /// Runs after a successful commit, on the thread that committed, with its communicator.
+    detail::after_commit_fn after_commit;
+    /// The result of a background commit (set by the worker before `done_seq_`).
+    std::optional<result<save_stats>> outcome;
   };
 
   explicit state(async_saver_options opt)
@@ -53,6 +61,11 @@ struct async_saver::state {
   std::uint64_t seq_ = 0, committed_seq_ = 0;
   /// The last save whose background write ended (saves are written in order).
   std::atomic<std::uint64_t> written_seq_{0};
+  /// The last save whose result is known on this rank (committed in the background or by
+  /// `finalize`, or failed).
+  std::atomic<std::uint64_t> done_seq_{0};
+  /// Whether the last save started commits from the background thread.
+  bool background_commit_ = false;
   planned_save spare_plan_;
   std::vector<cuda::stage_item> stage_items_;
   std::vector<std::size_t> stage_index_;
@@ -64,14 +77,45 @@ struct async_saver::state {
 CAIRN_INLINE async_saver::async_saver(async_saver_options opt)
     : s_(std::make_unique<state>(std::move(opt))) {}
 
+namespace detail {
+
+/// Commits a save whose background write has ended, on `comm`, then runs its after-commit step.
+CAIRN_INLINE result<save_stats> commit_flight(planned_save& plan,
+                                              written_save& written,
+                                              recording_storage& st,
+                                              comm_ref comm,
+                                              const save_options& opt,
+                                              const after_commit_fn& after) {
+  try {
+    CAIRN_TRY_ASSIGN(save_stats stats, commit_phase(plan, written, st, comm, opt));
+    stats.files = st.names();
+    if (after) after(stats, comm);
+    return stats;
+  } catch (...) {
+    return current_exception_error("committing an async save").with_rank(comm.rank());
+  }
+}
+
+}  // namespace detail
+
 CAIRN_INLINE async_saver::~async_saver() {
   if (s_->worker_.joinable()) s_->worker_.join();
   if (!s_->flight_) return;
   const state::flight& f = *s_->flight_;
-  std::string what = "async_saver destroyed with save " + std::to_string(f.seq) +
-                     " not committed (no finalize(), wait() or later save()): it was dropped, "
-                     "is not loadable, and the previous checkpoint stays the latest";
-  if (f.written.failure) what += "; its write had failed: " + f.written.failure->describe();
+  if (f.outcome && *f.outcome) return;  // committed in the background: nothing was lost
+  std::string what;
+  if (f.outcome) {
+    what = "async_saver destroyed after save " + std::to_string(f.seq) +
+           " failed in the background (no finalize() or wait() collected it): it is not "
+           "loadable, and the previous checkpoint stays the latest; " +
+           f.outcome->err().describe();
+  } else {
+    what = "async_saver destroyed with save " + std::to_string(f.seq) +
+           " not committed (no finalize(), wait() or later save(), and no duplicate "
+           "communicator to commit it in the background): it was dropped, is not loadable, "
+           "and the previous checkpoint stays the latest";
+    if (f.written.failure) what += "; its write had failed: " + f.written.failure->describe();
+  }
   const error dropped = make_error(errc::incomplete_checkpoint, what).with_rank(f.plan.rank);
   std::fprintf(stderr, "cairn: %s\n", dropped.describe().c_str());
   if (s_->opt_.on_dropped) {
@@ -89,18 +133,12 @@ CAIRN_INLINE result<save_stats> async_saver::finalize() {
   }
   state::flight& f = *s_->flight_;
   if (s_->worker_.joinable()) s_->worker_.join();
-  result<save_stats> r = [&]() -> result<save_stats> {
-    try {
-      CAIRN_TRY_ASSIGN(save_stats stats,
-                       detail::commit_phase(f.plan, f.written, *f.st, f.comm, f.opt));
-      stats.files = f.st->names();
-      return stats;
-    } catch (...) {
-      return detail::current_exception_error("committing an async save").with_rank(f.comm.rank());
-    }
-  }();
+  result<save_stats> r =
+      f.outcome ? std::move(*f.outcome)
+                : detail::commit_flight(f.plan, f.written, *f.st, f.comm, f.opt, f.after_commit);
   s_->pool_->reset();
   s_->committed_seq_ = f.seq;
+  s_->done_seq_.store(f.seq, std::memory_order_release);
   s_->spare_plan_ = std::move(f.plan);
   s_->flight_.reset();
   s_->last_ = r;
@@ -110,7 +148,8 @@ CAIRN_INLINE result<save_stats> async_saver::finalize() {
 CAIRN_INLINE result<save_handle> async_saver::save_leaves(const leaf_list& leaves,
                                                           storage_ref st,
                                                           comm_ref comm,
-                                                          const save_options& requested) {
+                                                          const save_options& requested,
+                                                          detail::after_commit_fn after_commit) {
   const save_options opt = detail::effective_options(requested);
   using clock = std::chrono::steady_clock;
   auto ms = [](clock::time_point a, clock::time_point b) {
@@ -128,6 +167,10 @@ CAIRN_INLINE result<save_handle> async_saver::save_leaves(const leaf_list& leave
     // A failure of the previous save is that save's: report it here, where every rank sees it.
     if (auto prev = finalize(); !prev) return std::move(prev).err();
   }
+  // The communicator the background thread commits on (collective): one per save, so that
+  // it never outlives, or mixes with, the communicator the save was given.
+  std::shared_ptr<comm_ref> commit_comm = comm.duplicate();
+  s_->background_commit_ = commit_comm != nullptr;
   // Reuse the last plan's storage (its vectors keep their capacity).
   planned_save plan = std::move(s_->spare_plan_);
   auto recorded = std::make_unique<detail::recording_storage>(st);
@@ -168,7 +211,15 @@ CAIRN_INLINE result<save_handle> async_saver::save_leaves(const leaf_list& leave
   started.plan_reused = plan.stats.plan_reused;
 
   const std::uint64_t seq = ++s_->seq_;
-  s_->flight_.emplace(state::flight{seq, std::move(plan), {}, std::move(recorded), comm, opt});
+  s_->flight_.emplace(state::flight{seq,
+                                    std::move(plan),
+                                    {},
+                                    std::move(recorded),
+                                    comm,
+                                    opt,
+                                    std::move(commit_comm),
+                                    std::move(after_commit),
+                                    std::nullopt});
   state::flight* f = &*s_->flight_;
   std::vector<detail::staged_span>& spans = s_->staged_spans_;
   spans.clear();
@@ -196,6 +247,12 @@ CAIRN_INLINE result<save_handle> async_saver::save_leaves(const leaf_list& leave
           detail::current_exception_error("writing an async save").with_rank(f->plan.rank);
     }
     s_->written_seq_.store(f->seq, std::memory_order_release);
+    // Commit (and publish) as soon as every rank has written, not at the next call.
+    if (f->commit_comm) {
+      f->outcome = detail::commit_flight(f->plan, f->written, *f->st, *f->commit_comm, f->opt,
+                                         f->after_commit);
+      s_->done_seq_.store(f->seq, std::memory_order_release);
+    }
   });
   started.stall_ms = ms(t0, clock::now());
   return save_handle(this, seq, started);
@@ -211,6 +268,14 @@ CAIRN_INLINE result<save_stats> async_saver::wait_for(std::uint64_t seq) {
 
 CAIRN_INLINE bool async_saver::written_through(std::uint64_t seq) const noexcept {
   return s_->written_seq_.load(std::memory_order_acquire) >= seq;
+}
+
+CAIRN_INLINE bool async_saver::done_through(std::uint64_t seq) const noexcept {
+  return s_->done_seq_.load(std::memory_order_acquire) >= seq;
+}
+
+CAIRN_INLINE bool async_saver::commits_in_background() const noexcept {
+  return s_->background_commit_;
 }
 
 CAIRN_INLINE bool async_saver::in_flight() const noexcept { return s_->flight_.has_value(); }

@@ -14,10 +14,17 @@
 // `async_saver::save` plans, copies every byte this rank writes into the staging pool (device
 // memory through cudaMemcpyAsync, host memory with a few threads of memcpy) and starts the
 // write on a background thread; it returns when the copy is done, so the caller may change its
-// tensors at once. The commit needs every rank, so it happens on the caller's thread, at the
-// next collective cairn call: `handle.wait()`, `saver.finalize()`, or the next `save`. Until
-// then the checkpoint is not committed (metadata.json is written last), and a background
-// write's error is held for that call, where every rank sees it.
+// tensors at once. The commit needs every rank: the background thread runs it as soon as its
+// write has ended, on a duplicate of the caller's communicator that the saver makes for each
+// save (`comm_ref::duplicate`: thread ranks, one process, MPI initialized with
+// MPI_THREAD_MULTIPLE), so the checkpoint is loadable as soon as every rank has written and
+// the training thread does no commit work. `handle.done()` tells, without blocking, when that
+// has happened. Without a duplicate (an MPI library at a lower thread level, a communicator
+// of the user's without `duplicate()`), the commit happens on the caller's thread at the next
+// collective cairn call: `handle.wait()`, `saver.finalize()`, or the next `save`. Either way
+// the checkpoint is not committed before every rank has written (metadata.json is written
+// last), and an error of any rank is returned by `wait()`, `finalize()` or the next `save` on
+// every rank.
 //
 // Staged bytes are a private copy (host tensors too), so the caller's memory never aliases the
 // checkpoint. The background thread takes checksums of the staged bytes before it writes
@@ -61,10 +68,12 @@ struct async_saver_options {
   /// usable device, plain aligned host memory).
   cuda::staging_pool_options pool = {};
   const cuda::runtime_api* runtime = nullptr;
-  /// Called when the saver is destroyed with a save that was never committed (no `finalize`,
-  /// `wait` or later `save`): that save is dropped, not loadable, and the previous checkpoint
-  /// stays the latest. The error (errc::incomplete_checkpoint) names the save and this rank, and
-  /// the write's own error when it failed. The same line goes to stderr, set or not.
+  /// Called when the saver is destroyed with a save whose result nobody collected (no
+  /// `finalize`, `wait` or later `save`) and that is not committed: it failed in the
+  /// background, or nothing commits in the background. That save is not loadable, and the
+  /// previous checkpoint stays the latest. The error (errc::incomplete_checkpoint) names the
+  /// save and this rank, and the save's own error when it failed. The same line goes to
+  /// stderr, set or not.
   std::function<void(const error&)> on_dropped;
   /// A staging pool the caller owns (null: the saver allocates its own from `pool` and
   /// `runtime`). Give the same pool to synchronous `save` and `load` (`save_options::staging`,
@@ -85,17 +94,30 @@ struct async_save_stats {
 
 class async_saver;
 
-/// A save started by `async_saver::save`. `wait()` commits it (collective: every rank calls it,
-/// or `finalize()`, or starts the next save) and returns its statistics or the error of any rank.
+namespace detail {
+/// What runs once a save has committed, on the thread that committed it, with the
+/// communicator it committed on (the checkpointer moves its pointers and applies retention).
+using after_commit_fn = std::function<void(const save_stats&, comm_ref)>;
+}  // namespace detail
+
+/// A save started by `async_saver::save`. `wait()` returns its statistics or the error of any
+/// rank, committing it first when the background thread could not (collective: every rank
+/// calls it, or `finalize()`, or starts the next save).
 class save_handle {
  public:
   /// The statistics of the synchronous part.
   const async_save_stats& started() const noexcept { return started_; }
-  /// Commits this save if it is still in flight and returns its result (collective).
+  /// Waits for this save (committing it when the background thread does not) and returns its
+  /// result (collective).
   result<save_stats> wait();
   /// Whether this rank's background write of the save has ended (well or not), without
-  /// blocking: `wait()` then only commits. True once the save is committed.
+  /// blocking. True once the save is done.
   bool written() const noexcept;
+  /// Whether the save's outcome is settled on this rank, without blocking: committed (loadable)
+  /// or failed, by the background thread or by `wait()`/`finalize()`. `wait()` then returns at
+  /// once. Stays false until `wait()` when the saver commits on the caller's thread
+  /// (`async_saver::commits_in_background()` is false).
+  bool done() const noexcept;
 
  private:
   friend class async_saver;
@@ -116,9 +138,10 @@ class async_saver {
   explicit async_saver(async_saver_options opt = {});
   async_saver(const async_saver&) = delete;
   async_saver& operator=(const async_saver&) = delete;
-  /// Waits for the background write of a save that was never committed, and drops it: that
-  /// save is not committed (the previous checkpoint, if any, stays the loadable one). The drop
-  /// is reported, never silent: a line on stderr and `async_saver_options::on_dropped`.
+  /// Waits for the save in flight. Committed in the background, it stays committed. One that
+  /// could not commit (it failed, or nothing commits in the background and no `finalize` came)
+  /// is not loadable, the previous checkpoint stays the latest, and that is reported, never
+  /// silently: a line on stderr and `async_saver_options::on_dropped`.
   ~async_saver();
 
   /// Plans the save (collective), stages this rank's bytes, starts writing them in the
@@ -137,12 +160,16 @@ class async_saver {
     }
   }
 
-  /// Commits the save in flight, if any (collective), and returns its result; with none in
-  /// flight, the result of the last one committed.
+  /// Waits for the save in flight, if any, commits it when the background thread did not
+  /// (collective), and returns its result; with none in flight, the result of the last one.
   result<save_stats> finalize();
 
-  /// Whether a save was started and not yet committed.
+  /// Whether a save was started and its result not yet collected (by `finalize`, `wait` or
+  /// the next `save`).
   bool in_flight() const noexcept;
+  /// Whether the last save started commits from the background thread (its communicator made
+  /// a duplicate for it), rather than at the next collective call.
+  bool commits_in_background() const noexcept;
   /// The staging pool (its capacity and allocation count show the reuse).
   const cuda::staging_pool& pool() const noexcept;
   /// Whether staging copies device memory through CUDA (a usable device).
@@ -158,16 +185,19 @@ class async_saver {
   result<save_handle> save_leaves(const leaf_list& leaves,
                                   storage_ref st,
                                   comm_ref comm,
-                                  const save_options& requested);
+                                  const save_options& requested,
+                                  detail::after_commit_fn after_commit = {});
 
   result<save_stats> wait_for(std::uint64_t seq);
   bool written_through(std::uint64_t seq) const noexcept;
+  bool done_through(std::uint64_t seq) const noexcept;
 
   std::unique_ptr<state> s_;
 };
 
 inline result<save_stats> save_handle::wait() { return saver_->wait_for(seq_); }
 inline bool save_handle::written() const noexcept { return saver_->written_through(seq_); }
+inline bool save_handle::done() const noexcept { return saver_->done_through(seq_); }
 
 }  // namespace cairn
 

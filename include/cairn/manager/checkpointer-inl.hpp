@@ -161,10 +161,13 @@ CAIRN_INLINE result<void> remove_checkpoint(storage_ref root, const std::string&
 }
 
 struct checkpointer::state {
+  /// How publishing a committed async save went (set by the thread that committed it).
+  using publish_slot = std::shared_ptr<std::optional<result<committed_checkpoint>>>;
   struct pending {
     std::string name;
     std::vector<std::string> tags;
     save_handle handle;  ///< of the async save
+    publish_slot published;
   };
 
   state(std::shared_ptr<any_storage> owned,
@@ -226,13 +229,16 @@ CAIRN_INLINE checkpointer::checkpointer(std::shared_ptr<any_storage> owned,
   }
 }
 
-CAIRN_INLINE checkpointer::~checkpointer() = default;
+CAIRN_INLINE checkpointer::~checkpointer() {
+  // First: the saver's background thread may still be publishing, which reads this state.
+  if (s_) s_->saver_.reset();
+}
 
 template <class Decide>
-result<bytes> checkpointer::decided_on_root(Decide&& decide) {
+result<bytes> checkpointer::decided_on_root(comm_ref comm, Decide&& decide) {
   std::optional<error> failure;
   bytes payload;
-  if (s_->comm_.rank() == 0) {
+  if (comm.rank() == 0) {
     result<bytes> r = decide();
     if (r) {
       payload = std::move(*r);
@@ -240,7 +246,7 @@ result<bytes> checkpointer::decided_on_root(Decide&& decide) {
       failure = r.err();
     }
   }
-  auto [status, got] = announce(s_->comm_, 0, failure, payload);
+  auto [status, got] = announce(comm, 0, failure, payload);
   if (status) return *status;
   return std::move(got);
 }
@@ -264,10 +270,16 @@ CAIRN_INLINE result<saved_checkpoint> checkpointer::save_flattened(
   if (!sub) return sub.err();  // the same on every rank: the name was agreed
   if (s.saver_) {
     s.inflight_ = std::make_unique<prefixed_storage>(std::move(*sub));
+    // Published by whichever thread commits: the background one, or this one at `finalize`.
+    auto published = std::make_shared<std::optional<result<committed_checkpoint>>>();
+    auto publish_after = [this, name = out.name, tags, published](const save_stats& stats,
+                                                                  comm_ref on) {
+      *published = publish(name, tags, stats, on);
+    };
     // async_saver::save, for leaves already visited.
     result<save_handle> started = [&]() -> result<save_handle> {
       try {
-        return s.saver_->save_leaves(leaves(), *s.inflight_, s.comm_, so);
+        return s.saver_->save_leaves(leaves(), *s.inflight_, s.comm_, so, publish_after);
       } catch (...) {
         return detail::current_exception_error("starting an async save").with_rank(s.comm_.rank());
       }
@@ -276,7 +288,7 @@ CAIRN_INLINE result<saved_checkpoint> checkpointer::save_flattened(
       s.inflight_.reset();
       return started.err();
     }
-    s.pending_ = state::pending{out.name, tags, *started};
+    s.pending_ = state::pending{out.name, tags, *started, std::move(published)};
     return out;
   }
   // cairn::try_save, for leaves already visited.
@@ -288,14 +300,14 @@ CAIRN_INLINE result<saved_checkpoint> checkpointer::save_flattened(
     }
   }();
   if (!stats) return stats.err();
-  CAIRN_TRY_ASSIGN(out.committed, publish(out.name, tags, std::move(*stats)));
+  CAIRN_TRY_ASSIGN(out.committed, publish(out.name, tags, std::move(*stats), s.comm_));
   return out;
 }
 
 CAIRN_INLINE result<loaded_checkpoint> checkpointer::load_flattened(const flatten_fn& leaves,
                                                                     std::string_view name,
                                                                     const load_options& opt) {
-  CAIRN_TRY_ASSIGN(bytes got, decided_on_root([&]() -> result<bytes> {
+  CAIRN_TRY_ASSIGN(bytes got, decided_on_root(s_->comm_, [&]() -> result<bytes> {
                      CAIRN_TRY_ASSIGN(auto found, resolve_name(std::string(name)));
                      return detail::encode_message(
                          detail::resolved_message{std::move(found.first), found.second});
@@ -328,6 +340,10 @@ CAIRN_INLINE bool checkpointer::written() const noexcept {
   return s_->pending_ && s_->pending_->handle.written();
 }
 
+CAIRN_INLINE bool checkpointer::done() const noexcept {
+  return s_->pending_ && s_->pending_->handle.done();
+}
+
 CAIRN_INLINE result<std::vector<checkpoint_entry>> checkpointer::list() const {
   return list_checkpoints(s_->root_, &s_->names_, s_->opt_.latest);
 }
@@ -347,12 +363,14 @@ CAIRN_INLINE result<std::optional<committed_checkpoint>> checkpointer::finalize(
   auto stats = s_->saver_->finalize();
   s_->inflight_.reset();
   if (!stats) return stats.err();
-  CAIRN_TRY_ASSIGN(committed_checkpoint c, publish(p.name, p.tags, std::move(*stats)));
+  if (!*p.published)  // committed without publishing (cannot happen: kept for safety)
+    *p.published = publish(p.name, p.tags, std::move(*stats), s_->comm_);
+  CAIRN_TRY_ASSIGN(committed_checkpoint c, std::move(**p.published));
   return std::optional<committed_checkpoint>(std::move(c));
 }
 
 CAIRN_INLINE result<std::optional<std::pair<std::string, bool>>> checkpointer::find_latest() {
-  CAIRN_TRY_ASSIGN(bytes got, decided_on_root([&]() -> result<bytes> {
+  CAIRN_TRY_ASSIGN(bytes got, decided_on_root(s_->comm_, [&]() -> result<bytes> {
                      CAIRN_TRY_ASSIGN(auto found, resolve_latest());
                      return detail::encode_message(detail::latest_message(std::move(found)));
                    }));
@@ -412,8 +430,11 @@ CAIRN_INLINE result<std::string> checkpointer::agree_on_name(const checkpoint_co
 }
 
 CAIRN_INLINE result<committed_checkpoint> checkpointer::publish(
-    const std::string& name, const std::vector<std::string>& tags, save_stats stats) {
-  CAIRN_TRY_ASSIGN(bytes got, decided_on_root([&]() -> result<bytes> {
+    const std::string& name,
+    const std::vector<std::string>& tags,
+    save_stats stats,
+    comm_ref comm) {
+  CAIRN_TRY_ASSIGN(bytes got, decided_on_root(comm, [&]() -> result<bytes> {
                      CAIRN_TRY_ASSIGN(committed_checkpoint done, catch_and_publish(name, tags));
                      return detail::encode_message(detail::published_message{
                          std::move(done.deleted), std::move(done.retention_errors)});

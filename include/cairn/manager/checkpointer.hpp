@@ -43,8 +43,10 @@ struct checkpointer_options {
   int keep_last = 0;
   /// Also keep every checkpoint whose step is a multiple of `keep_every` (0: none for this).
   std::int64_t keep_every = 0;
-  /// Save in the background: `save` returns after staging; the checkpoint commits (and
-  /// `latest` moves) at the next `save` or at `finalize`.
+  /// Save in the background: `save` returns after staging; the checkpoint commits, `latest`
+  /// moves and retention runs from the background thread once every rank has written (where
+  /// the communicator has a duplicate: see `async_saver`), else at the next `save` or at
+  /// `finalize`.
   bool async = false;
   /// Replace a committed checkpoint of the same name (OLMo-core's `save_overwrite`); without
   /// it such a save fails and the checkpoint stays.
@@ -205,9 +207,10 @@ class checkpointer {
   checkpointer(const checkpointer&) = delete;
   checkpointer& operator=(const checkpointer&) = delete;
 
-  /// An async save never committed (no `finalize`) is dropped: it is not loadable and `latest`
-  /// stays where it was. The drop is reported (stderr, and
-  /// `checkpointer_options::async_options.on_dropped`).
+  /// Waits for an async save in flight: committed and published in the background, it stays.
+  /// One that could not commit (it failed, or nothing commits in the background and no
+  /// `finalize` came) is not loadable and `latest` stays where it was; that is reported
+  /// (stderr, and `checkpointer_options::async_options.on_dropped`).
   ~checkpointer();
 
   /// Saves `tree` as the checkpoint the template names for `at` (collective). Every rank must
@@ -233,17 +236,24 @@ class checkpointer {
     return std::move(*r);
   }
 
-  /// Commits the async save in flight, if any, and publishes it (collective); returns it, or
-  /// nullopt when none was in flight. Call it before the program ends: a save never committed
-  /// is not loadable.
+  /// Waits for the async save in flight, if any, commits and publishes it when the background
+  /// thread did not (collective); returns it, or nullopt when none was in flight. Call it
+  /// before the program ends to learn how the last save went.
   result<std::optional<committed_checkpoint>> finalize();
 
-  /// Whether an async save was started and not yet committed.
+  /// Whether an async save was started and its result not yet collected (by `finalize` or the
+  /// next `save`).
   bool in_flight() const noexcept;
 
-  /// Whether the async save in flight has been written by this rank, without blocking: the
-  /// next `save` or `finalize` then only commits and publishes it. False with none in flight.
+  /// Whether the async save in flight has been written by this rank, without blocking. False
+  /// with none in flight.
   bool written() const noexcept;
+
+  /// Whether the async save in flight is settled on this rank, without blocking: committed,
+  /// `latest` moved and retention run by the background thread (or failed); the next `save`
+  /// or `finalize` then only collects the result. False with none in flight, and until
+  /// `finalize` where nothing commits in the background.
+  bool done() const noexcept;
 
   /// The newest committed checkpoint (collective): the one the `latest` pointer names when it
   /// is committed, else the newest committed one whose name is of the template, found by one
@@ -313,7 +323,7 @@ class checkpointer {
   /// Collective: `decide()` runs on rank 0 alone (storage reads and writes only, no collective);
   /// every rank receives its bytes, or its error.
   template <class Decide>
-  result<bytes> decided_on_root(Decide&& decide);
+  result<bytes> decided_on_root(comm_ref comm, Decide&& decide);
 
   /// Collective: the name of the checkpoint at `at`, the same on every rank with the same
   /// tags, or an error naming the ranks that differ (or whose name is not valid).
@@ -326,7 +336,8 @@ class checkpointer {
   /// reported in the result.
   result<committed_checkpoint> publish(const std::string& name,
                                        const std::vector<std::string>& tags,
-                                       save_stats stats);
+                                       save_stats stats,
+                                       comm_ref comm);
 
   result<committed_checkpoint> catch_and_publish(const std::string& name,
                                                  const std::vector<std::string>& tags);

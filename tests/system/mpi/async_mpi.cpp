@@ -1,12 +1,16 @@
-// async_saver under mpirun: a save returns after staging and commits at wait(); a storage
-// failure in one process's background write reaches every process, and the previous
-// checkpoint stays loadable.
+// async_saver under mpirun: a save returns after staging and commits from the background
+// thread (loadable before wait()); a storage failure in one process's background write reaches
+// every process, and the previous checkpoint stays loadable.
 #include <doctest/doctest.h>
 
+#include <atomic>
+#include <chrono>
 #include <filesystem>
+#include <thread>
 
 #include "cairn/async/saver.hpp"
 #include "cairn/comm/mpi.hpp"
+#include "cairn/storage/decorator.hpp"
 #include "cairn/storage/fault_injection.hpp"
 #include "tests/support/test_util.hpp"
 
@@ -27,7 +31,7 @@ struct state {
 
 }  // namespace
 
-TEST_CASE("async save under MPI: commit at wait, background failures reach every process") {
+TEST_CASE("async save under MPI: background failures reach every process") {
   cairn::mpi_communicator comm(MPI_COMM_WORLD);
   const int rank = comm.rank(), world = comm.size();
   std::string dir = shared_temp_dir(comm);
@@ -60,6 +64,110 @@ TEST_CASE("async save under MPI: commit at wait, background failures reach every
   cairn::load(back.sd, disk, comm);
   state want(rank, world, 1.0f);
   CHECK(back.w == want.w);
+  comm.barrier();
+  if (rank == 0) std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("async save under MPI: committed from the background thread, loadable before wait") {
+  // mpi_main's mpi_environment asked for MPI_THREAD_MULTIPLE; Open MPI provides it.
+  int level = MPI_THREAD_SINGLE;
+  MPI_Query_thread(&level);
+  REQUIRE(level == MPI_THREAD_MULTIPLE);
+  cairn::mpi_communicator comm(MPI_COMM_WORLD);
+  const int rank = comm.rank(), world = comm.size();
+  std::string dir = shared_temp_dir(comm);
+  cairn::file_storage disk(dir);
+  cairn::save_options so;
+  so.overwrite = true;
+
+  cairn::async_saver saver;
+  state s(rank, world, 5.0f);
+  auto h = saver.save(s.sd, disk, comm, so);
+  REQUIRE(h);
+  CHECK(saver.commits_in_background());
+  // No call into cairn on this thread until the save is settled: the background thread
+  // commits on its own duplicate of the communicator.
+  for (int i = 0; i < 600000 && !h->done(); ++i)
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  REQUIRE(h->done());
+  // Loadable now, on the training thread's communicator, before wait().
+  state back(rank, world, 0.0f);
+  std::fill(back.w.begin(), back.w.end(), 0.0f);
+  cairn::load(back.sd, disk, comm);
+  CHECK(back.w == state(rank, world, 5.0f).w);
+  REQUIRE(h->wait());
+
+  // Destroyed without finalize(): the next save is committed all the same.
+  {
+    cairn::async_saver other;
+    state s2(rank, world, 6.0f);
+    REQUIRE(other.save(s2.sd, disk, comm, so));
+  }
+  cairn::load(back.sd, disk, comm);
+  CHECK(back.w == state(rank, world, 6.0f).w);
+  comm.barrier();
+  if (rank == 0) std::filesystem::remove_all(dir);
+}
+
+namespace {
+
+/// Holds this process's writes (put, open_writer) until `open()`, counting the calls that
+/// arrived.
+class gated_storage : public cairn::storage_decorator<cairn::file_storage> {
+ public:
+  using decorator = cairn::storage_decorator<cairn::file_storage>;
+  explicit gated_storage(cairn::file_storage& f) : decorator(f) {}
+  std::atomic<int> arrived{0};
+  void open() { open_.store(true); }
+  cairn::result<void> put(std::string_view name, std::span<const std::byte> data) {
+    pass();
+    return decorator::put(name, data);
+  }
+  cairn::result<std::unique_ptr<cairn::object_writer>> open_writer(std::string_view name) {
+    pass();
+    return decorator::open_writer(name);
+  }
+
+ private:
+  void pass() {
+    ++arrived;
+    while (!open_.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  std::atomic<bool> open_{false};
+};
+
+}  // namespace
+
+TEST_CASE("async save under MPI: staged bytes changed before the write fail every process") {
+  cairn::mpi_communicator comm(MPI_COMM_WORLD);
+  const int rank = comm.rank(), world = comm.size();
+  std::string dir = shared_temp_dir(comm);
+  cairn::file_storage disk(dir);
+  cairn::save_options so;
+  so.overwrite = true;
+  state first(rank, world, 1.0f);
+  cairn::save(first.sd, disk, comm, so);
+
+  gated_storage gated(disk);
+  cairn::async_saver saver;
+  state s(rank, world, 2.0f);
+  auto h = saver.save(s.sd, gated, comm, so);
+  REQUIRE(h);
+  // This process's background writer has taken its checksums and waits on the storage.
+  while (gated.arrived.load() < 1) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  comm.barrier();
+  if (rank == 0) saver.pool().buffer()[5] ^= std::byte{0x10};  // a stray write into the pool
+  gated.open();
+  auto r = h->wait();
+  REQUIRE(!r);
+  CHECK(r.err().code == cairn::errc::corrupt);
+  CHECK(r.err().rank == 0);
+  CHECK(r.err().key == "w");
+
+  state back(rank, world, 0.0f);
+  std::fill(back.w.begin(), back.w.end(), 0.0f);
+  cairn::load(back.sd, disk, comm);
+  CHECK(back.w == state(rank, world, 1.0f).w);  // nothing of the failed save committed
   comm.barrier();
   if (rank == 0) std::filesystem::remove_all(dir);
 }
