@@ -3,6 +3,7 @@
 // used by non-template code.
 #pragma once
 
+#include <chrono>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
@@ -18,6 +19,11 @@
 #include "cairn/detail/message.hpp"
 
 namespace cairn {
+
+/// How long a rank waits in a collective for the others to arrive before it fails, naming the
+/// ranks that did not come, by default (`thread_group`, `run_ranks`, `mpi_communicator`):
+/// 10 minutes, NCCL's watchdog default. Zero waits forever.
+inline constexpr std::chrono::milliseconds default_collective_deadline{10 * 60 * 1000};
 
 /// A group of ranks that run collectives together.
 ///
@@ -59,7 +65,7 @@ concept scalable_communicator = communicator<C> &&
 /// initialized without MPI_THREAD_MULTIPLE). An async save commits on such a copy from its
 /// background thread.
 template <class C>
-concept duplicable_communicator = communicator<C> && requires(const C& c) {
+concept duplicable_communicator = communicator<C> && requires(C& c) {
   { c.duplicate() } -> std::same_as<std::unique_ptr<C>>;
 };
 
@@ -105,7 +111,7 @@ class comm_ref;
 namespace detail {
 /// `comm_ref::duplicate` for a communicator of type C at `c` (defined below comm_ref).
 template <class C>
-std::shared_ptr<comm_ref> duplicate_erased(const void* c);
+std::shared_ptr<comm_ref> duplicate_erased(void* c);
 }  // namespace detail
 
 /// A non-owning, type-erased reference to any `communicator`. The referenced communicator
@@ -150,7 +156,7 @@ class comm_ref {
     void (*barrier)(void*);
     std::vector<bytes> (*gather)(void*, std::span<const std::byte>, int);
     std::vector<bytes> (*all_to_all)(void*, const std::vector<bytes>&);
-    std::shared_ptr<comm_ref> (*duplicate)(const void*);
+    std::shared_ptr<comm_ref> (*duplicate)(void*);
     bool scalable;
   };
   template <class C>
@@ -172,7 +178,7 @@ class comm_ref {
         else
           return detail::all_to_all_by_all_gather(*static_cast<C*>(c), to);
       },
-      [](const void* c) { return detail::duplicate_erased<C>(c); },
+      [](void* c) { return detail::duplicate_erased<C>(c); },
       scalable_communicator<C>,
   };
   void* self_;
@@ -182,9 +188,9 @@ class comm_ref {
 namespace detail {
 
 template <class C>
-std::shared_ptr<comm_ref> duplicate_erased(const void* c) {
+std::shared_ptr<comm_ref> duplicate_erased(void* c) {
   if constexpr (duplicable_communicator<C>) {
-    std::unique_ptr<C> copy = static_cast<const C*>(c)->duplicate();
+    std::unique_ptr<C> copy = static_cast<C*>(c)->duplicate();
     if (!copy) return nullptr;
     // One allocation holds the copy and the reference to it.
     struct owned {

@@ -59,10 +59,6 @@ namespace cairn {
 
 class thread_communicator;
 
-/// How long a rank waits in a collective for the others to arrive before the group fails, by
-/// default (`thread_group`, `run_ranks`): 10 minutes, NCCL's watchdog default.
-inline constexpr std::chrono::milliseconds default_collective_deadline{10 * 60 * 1000};
-
 namespace detail {
 
 // what() of the exception in `ep`, or "unknown exception".
