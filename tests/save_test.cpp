@@ -5,12 +5,17 @@
 #include <atomic>
 #include <chrono>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <random>
 #include <set>
+#include <stdexcept>
+#include <string>
 #include <thread>
+#include <vector>
 
+#include "cairn/storage/decorator.hpp"
 #include "cairn/storage/fault_injection.hpp"
 #include "cairn/strategies.hpp"
 #include "tests/support/test_util.hpp"
@@ -631,4 +636,135 @@ TEST_CASE("a rank stalled before the save fails every rank's save, the last chec
     cairn::load(sd, mem, comm);
     CHECK(w == std::vector<float>(4, 1.0f));  // the previous checkpoint, whole
   });
+}
+
+namespace {
+
+thread_local int stalled_here = 0;  // set on the thread of the rank whose storage stalls
+
+/// Memory storage whose writers open only once `release` is true, on the stalled rank's
+/// thread: a disk that hangs under one rank.
+class hanging_storage : public cairn::storage_decorator<cairn::memory_storage> {
+ public:
+  using decorator = cairn::storage_decorator<cairn::memory_storage>;
+  explicit hanging_storage(cairn::memory_storage& m) : decorator(m) {}
+  std::atomic<bool> release{false};
+  cairn::result<std::unique_ptr<cairn::object_writer>> open_writer(std::string_view name) {
+    if (stalled_here)
+      while (!release.load()) std::this_thread::yield();
+    return decorator::open_writer(name);
+  }
+};
+
+/// The three ranks' errors of `f` on a group with a 200 ms deadline, where `f` gets the rank's
+/// communicator and a function that stalls rank 1 until the other two have failed.
+template <class F>
+std::vector<std::optional<cairn::error>> errors_with_rank_1_stalled(F&& f) {
+  std::vector<std::optional<cairn::error>> errors(3);
+  std::atomic<int> failed{0};
+  cairn::run_ranks(3, std::chrono::milliseconds(200), [&](cairn::thread_communicator& comm) {
+    auto wait_for_others = [&] {
+      while (failed.load() < 2) std::this_thread::yield();
+    };
+    cairn::result<void> r = f(comm, wait_for_others);
+    if (!r) errors[static_cast<std::size_t>(comm.rank())] = r.err();
+    ++failed;
+  });
+  return errors;
+}
+
+void save_base(cairn::memory_storage& mem, float value) {
+  cairn::run_ranks(3, [&](cairn::thread_communicator& comm) {
+    std::vector<float> w(4, value);
+    cairn::state_dict sd;
+    sd.add("w", cairn::from_rank_offsets("w", std::span(w), {4}, {{0, comm.rank(), 3}}));
+    cairn::save(sd, mem, comm, {.overwrite = true});
+  });
+}
+
+bool loads_value(cairn::memory_storage& mem, float value) {
+  std::atomic<int> bad{0};
+  cairn::run_ranks(3, [&](cairn::thread_communicator& comm) {
+    std::vector<float> w(4, -1.0f);
+    cairn::state_dict sd;
+    sd.add("w", cairn::from_rank_offsets("w", std::span(w), {4}, {{0, comm.rank(), 3}}));
+    cairn::load(sd, mem, comm);
+    if (w != std::vector<float>(4, value)) ++bad;
+  });
+  return bad == 0;
+}
+
+}  // namespace
+
+TEST_CASE("a rank whose write hangs fails every rank's save at the commit, naming it") {
+  cairn::memory_storage mem;
+  save_base(mem, 1.0f);
+  hanging_storage hanging(mem);
+  auto errors = errors_with_rank_1_stalled([&](cairn::thread_communicator& comm, auto wait) {
+    std::vector<float> w(4, 2.0f);
+    cairn::state_dict sd;
+    sd.add("w", cairn::from_rank_offsets("w", std::span(w), {4}, {{0, comm.rank(), 3}}));
+    stalled_here = comm.rank() == 1;
+    std::thread release;
+    if (stalled_here)  // the disk comes back once the others have given up
+      release = std::thread([&, wait] {
+        wait();
+        hanging.release = true;
+      });
+    auto r = cairn::try_save(sd, hanging, comm, {.overwrite = true});
+    if (release.joinable()) release.join();
+    stalled_here = 0;
+    if (!r) return cairn::result<void>(r.err());
+    return cairn::result<void>(cairn::ok());
+  });
+  for (const auto& e : errors) {
+    REQUIRE(e);
+    CHECK(e->code == cairn::errc::comm);
+    CHECK(e->describe().find("rank(s) 1 did not arrive") != std::string::npos);
+  }
+  CHECK(loads_value(mem, 1.0f));
+}
+
+TEST_CASE("a rank stalled before the load fails every rank's load, naming it") {
+  cairn::memory_storage mem;
+  save_base(mem, 3.0f);
+  auto errors = errors_with_rank_1_stalled([&](cairn::thread_communicator& comm, auto wait) {
+    std::vector<float> w(4, 0.0f);
+    cairn::state_dict sd;
+    sd.add("w", cairn::from_rank_offsets("w", std::span(w), {4}, {{0, comm.rank(), 3}}));
+    if (comm.rank() == 1) wait();
+    auto r = cairn::try_load(sd, mem, comm);
+    if (!r) return cairn::result<void>(r.err());
+    return cairn::result<void>(cairn::ok());
+  });
+  for (const auto& e : errors) {
+    REQUIRE(e);
+    CHECK(e->code == cairn::errc::comm);
+    CHECK(e->describe().find("rank(s) 1 did not arrive") != std::string::npos);
+  }
+  CHECK(loads_value(mem, 3.0f));
+}
+
+TEST_CASE("a rank that dies during the save fails every other rank's save, naming it") {
+  cairn::memory_storage mem;
+  save_base(mem, 4.0f);
+  std::vector<std::optional<cairn::error>> errors(3);
+  CHECK_THROWS_AS(
+      cairn::run_ranks(
+          3, std::chrono::milliseconds(200),
+          [&](cairn::thread_communicator& comm) {
+            std::vector<float> w(4, 5.0f);
+            cairn::state_dict sd;
+            sd.add("w", cairn::from_rank_offsets("w", std::span(w), {4}, {{0, comm.rank(), 3}}));
+            if (comm.rank() == 1) throw std::runtime_error("rank 1 was killed");
+            auto r = cairn::try_save(sd, mem, comm, {.overwrite = true});
+            if (!r) errors[static_cast<std::size_t>(comm.rank())] = r.err();
+          }),
+      std::runtime_error);
+  for (int r : {0, 2}) {
+    REQUIRE(errors[static_cast<std::size_t>(r)]);
+    CHECK(errors[static_cast<std::size_t>(r)]->code == cairn::errc::comm);
+    CHECK(errors[static_cast<std::size_t>(r)]->describe().find("rank 1") != std::string::npos);
+  }
+  CHECK(loads_value(mem, 4.0f));
 }

@@ -271,6 +271,42 @@ TEST_CASE("async save: staged bytes changed before the write fail the save on ev
   CHECK(loads_as(mem, 2, 5));  // nothing of the failed save is committed
 }
 
+TEST_CASE("async save: a rank whose background write hangs fails every rank's commit, named") {
+  cairn::memory_storage mem;
+  cairn::save_options so;
+  so.overwrite = true;
+  cairn::run_ranks(4, [&](cairn::thread_communicator& comm) {
+    rank_tensors s(comm.rank(), 4, 5);
+    cairn::save(s.sd, mem, comm, so);
+  });
+  std::vector<std::optional<cairn::error>> errors(4);
+  std::atomic<int> failed{0};
+  cairn::run_ranks(4, std::chrono::milliseconds(200), [&](cairn::thread_communicator& comm) {
+    gated_storage mine(mem);  // rank 1's disk hangs until the others have given up on it
+    if (comm.rank() != 1) mine.open();
+    cairn::async_saver saver;
+    rank_tensors s(comm.rank(), 4, 6);
+    auto h = saver.save(s.sd, mine, comm, so);
+    REQUIRE(h);
+    if (comm.rank() == 1) {
+      while (failed.load() < 3) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      mine.open();
+    }
+    auto r = h->wait();  // the commit ran (or failed) on the background thread's duplicate
+    if (!r) errors[static_cast<std::size_t>(comm.rank())] = r.err();
+    ++failed;
+  });
+  for (int r : {0, 2, 3}) {
+    REQUIRE(errors[static_cast<std::size_t>(r)]);
+    CHECK(errors[static_cast<std::size_t>(r)]->code == cairn::errc::comm);
+    CHECK(errors[static_cast<std::size_t>(r)]->describe().find("rank(s) 1 did not arrive") !=
+          std::string::npos);
+  }
+  REQUIRE(errors[1]);  // it came back to an aborted group
+  CHECK(errors[1]->code == cairn::errc::comm);
+  CHECK(loads_as(mem, 4, 5));  // nothing of the failed save is committed
+}
+
 TEST_CASE("async save: an unchanged staging pool passes the snapshot check") {
   cairn::memory_storage mem;
   gated_storage gated(mem);
