@@ -12,9 +12,9 @@
 #include <optional>
 #include <thread>
 
-#include "cairn/storage/decorator.hpp"
 #include "cairn/storage/fault_injection.hpp"
 #include "tests/support/counting_comm.hpp"
+#include "tests/support/gated_storage.hpp"
 #include "tests/support/test_util.hpp"
 
 // Counts heap allocations larger than 1 MiB while armed (every thread of the process). The
@@ -209,30 +209,7 @@ TEST_CASE("async save: a failing background write reaches every rank, the old ch
 
 namespace {
 
-/// Holds every write (put, open_writer) until `open()`, counting the calls that arrived: a test
-/// acts while background writes are known to be waiting.
-class gated_storage : public cairn::storage_decorator<cairn::memory_storage> {
- public:
-  using decorator = cairn::storage_decorator<cairn::memory_storage>;
-  explicit gated_storage(cairn::memory_storage& m) : decorator(m) {}
-  std::atomic<int> arrived{0};
-  void open() { open_.store(true); }
-  cairn::result<void> put(std::string_view name, std::span<const std::byte> data) {
-    pass();
-    return decorator::put(name, data);
-  }
-  cairn::result<std::unique_ptr<cairn::object_writer>> open_writer(std::string_view name) {
-    pass();
-    return decorator::open_writer(name);
-  }
-
- private:
-  void pass() {
-    ++arrived;
-    while (!open_.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  std::atomic<bool> open_{false};
-};
+using gated_memory = cairn_test::gated_storage<cairn::memory_storage>;
 
 }  // namespace
 
@@ -244,7 +221,7 @@ TEST_CASE("async save: staged bytes changed before the write fail the save on ev
     rank_tensors s(comm.rank(), 2, 5);
     cairn::save(s.sd, mem, comm, so);
   });
-  gated_storage gated(mem);
+  gated_memory gated(mem);
   std::vector<std::optional<cairn::error>> errors(2);
   cairn::run_ranks(2, [&](cairn::thread_communicator& comm) {
     cairn::async_saver saver;
@@ -282,7 +259,7 @@ TEST_CASE("async save: a rank whose background write hangs fails every rank's co
   std::vector<std::optional<cairn::error>> errors(4);
   std::atomic<int> failed{0};
   cairn::run_ranks(4, std::chrono::milliseconds(200), [&](cairn::thread_communicator& comm) {
-    gated_storage mine(mem);  // rank 1's disk hangs until the others have given up on it
+    gated_memory mine(mem);  // rank 1's disk hangs until the others have given up on it
     if (comm.rank() != 1) mine.open();
     cairn::async_saver saver;
     rank_tensors s(comm.rank(), 4, 6);
@@ -309,7 +286,7 @@ TEST_CASE("async save: a rank whose background write hangs fails every rank's co
 
 TEST_CASE("async save: an unchanged staging pool passes the snapshot check") {
   cairn::memory_storage mem;
-  gated_storage gated(mem);
+  gated_memory gated(mem);
   gated.open();
   cairn::save_options so;
   so.overwrite = true;

@@ -10,8 +10,8 @@
 
 #include "cairn/async/saver.hpp"
 #include "cairn/comm/mpi.hpp"
-#include "cairn/storage/decorator.hpp"
 #include "cairn/storage/fault_injection.hpp"
+#include "tests/support/gated_storage.hpp"
 #include "tests/support/test_util.hpp"
 
 using namespace cairn_test;
@@ -111,30 +111,7 @@ TEST_CASE("async save under MPI: committed from the background thread, loadable 
 
 namespace {
 
-/// Holds this process's writes (put, open_writer) until `open()`, counting the calls that
-/// arrived.
-class gated_storage : public cairn::storage_decorator<cairn::file_storage> {
- public:
-  using decorator = cairn::storage_decorator<cairn::file_storage>;
-  explicit gated_storage(cairn::file_storage& f) : decorator(f) {}
-  std::atomic<int> arrived{0};
-  void open() { open_.store(true); }
-  cairn::result<void> put(std::string_view name, std::span<const std::byte> data) {
-    pass();
-    return decorator::put(name, data);
-  }
-  cairn::result<std::unique_ptr<cairn::object_writer>> open_writer(std::string_view name) {
-    pass();
-    return decorator::open_writer(name);
-  }
-
- private:
-  void pass() {
-    ++arrived;
-    while (!open_.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  std::atomic<bool> open_{false};
-};
+using gated_disk = cairn_test::gated_storage<cairn::file_storage>;
 
 }  // namespace
 
@@ -148,7 +125,7 @@ TEST_CASE("async save under MPI: staged bytes changed before the write fail ever
   state first(rank, world, 1.0f);
   cairn::save(first.sd, disk, comm, so);
 
-  gated_storage gated(disk);
+  gated_disk gated(disk);
   cairn::async_saver saver;
   state s(rank, world, 2.0f);
   auto h = saver.save(s.sd, gated, comm, so);
