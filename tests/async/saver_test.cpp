@@ -302,6 +302,29 @@ TEST_CASE("async save: an unchanged staging pool passes the snapshot check") {
   CHECK(loads_as(mem, 2, 8));
 }
 
+TEST_CASE("async save: a host budget smaller than a rank's bytes fails every rank, unstaged") {
+  cairn::memory_storage mem;
+  cairn::save_options so;
+  so.overwrite = true;
+  cairn::run_ranks(2, [&](cairn::thread_communicator& comm) {
+    rank_tensors s(comm.rank(), 2, 5);
+    cairn::save(s.sd, mem, comm, so);
+  });
+  cairn::run_ranks(2, [&](cairn::thread_communicator& comm) {
+    // Rank 0 stages about 512 KiB (w, v, b); a budget of 256 KiB on rank 0 alone fails both.
+    cairn::async_saver saver({.host_budget = comm.rank() == 0 ? std::size_t{256} << 10 : 0});
+    rank_tensors s(comm.rank(), 2, 6);
+    auto h = saver.save(s.sd, mem, comm, so);
+    REQUIRE(!h);
+    CHECK(h.err().rank == 0);
+    CHECK(h.err().code == cairn::errc::resource);  // rank 0's error, on every rank
+    CHECK(h.err().message.find("more than its host_budget of 262144") != std::string::npos);
+    if (comm.rank() == 0) CHECK(saver.pool().capacity() == 0);  // nothing was allocated
+    CHECK(!saver.in_flight());
+  });
+  CHECK(loads_as(mem, 2, 5));
+}
+
 TEST_CASE("async save: written() tells, without blocking, when the background write has ended") {
   cairn::memory_storage mem;
   cairn::save_options so;

@@ -190,7 +190,19 @@ CAIRN_INLINE result<save_handle> async_saver::save_leaves(const leaf_list& leave
   }
   std::optional<error> stage_failure;
   s_->pool_->reset();
-  if (auto staged = s_->stager_.stage(items); !staged) {
+  std::vector<std::size_t> sizes;
+  sizes.reserve(items.size());
+  for (const auto& it : items) sizes.push_back(it.bytes);
+  const std::size_t needed = cuda::staging_pool::bytes_for(sizes);
+  if (s_->opt_.host_budget > 0 && needed > s_->opt_.host_budget) {
+    stage_failure = make_error(
+        errc::resource,
+        "async_saver: this rank would stage " + std::to_string(needed) +
+            " bytes, more than its host_budget of " + std::to_string(s_->opt_.host_budget) +
+            " (async_saver_options::host_budget); nothing was staged or written. Raise the "
+            "budget, save fewer bytes per rank (more ranks, a distributed optimizer), or save "
+            "synchronously");
+  } else if (auto staged = s_->stager_.stage(items); !staged) {
     stage_failure = std::move(staged).err();
   } else {
     for (std::size_t k = 0; k < which.size(); ++k) plan.items[which[k]].src = (*staged)[k].data();

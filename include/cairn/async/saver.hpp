@@ -35,6 +35,7 @@
 // training thread would lengthen the stall.)
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -75,6 +76,11 @@ struct async_saver_options {
   /// save and this rank, and the save's own error when it failed. The same line goes to
   /// stderr, set or not.
   std::function<void(const error&)> on_dropped;
+  /// Host memory this rank may stage for one save, in bytes (0: no limit). A save that would
+  /// stage more fails on every rank with errc::resource naming both sizes, before anything is
+  /// allocated, staged or written (the previous checkpoint stays): a clear error instead of a
+  /// node killed for memory. Staging in buckets within a smaller budget is not built yet.
+  std::size_t host_budget = 0;
   /// A staging pool the caller owns (null: the saver allocates its own from `pool` and
   /// `runtime`). Give the same pool to synchronous `save` and `load` (`save_options::staging`,
   /// `load_options::staging`) and pinned memory is allocated once for all of them. The pool is
