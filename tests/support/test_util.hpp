@@ -157,4 +157,14 @@ inline grid random_grid(std::mt19937& rng, const cairn::shape& global, int ranks
   return g;
 }
 
+/// Whether a deadline error ("rank(s) 1, 3 did not arrive at ...") names `rank` among the ranks
+/// that did not arrive. Tests check membership, not the whole list: on a loaded machine another
+/// rank may also be slower to arrive than a short deadline.
+inline bool names_missing(const std::string& message, int rank) {
+  const auto from = message.find("rank(s) "), to = message.find(" did not arrive");
+  if (from == std::string::npos || to == std::string::npos || to < from) return false;
+  const std::string named = ", " + message.substr(from + 8, to - from - 8) + ",";
+  return named.find(", " + std::to_string(rank) + ",") != std::string::npos;
+}
+
 }  // namespace cairn_test
