@@ -52,8 +52,7 @@ inline void mpi_check(int rc, const char* what) {
 /// stragglers. A straggler that comes later finds the reports and fails as soon as it enters a
 /// collective. After a timeout the communicator is unusable (every call throws); the buffers
 /// of the collective left pending stay allocated (and the MPI communicators unfreed) for good,
-/// since MPI may still use them; collectives of more than 2 GiB use the caller's buffers. A
-/// deadline of zero waits forever (blocking MPI calls).
+/// since MPI may still use them. A deadline of zero waits forever (blocking MPI calls).
 ///
 ///     cairn::mpi_environment env(argc, argv);   // or MPI_Init_thread in the trainer
 ///     cairn::mpi_communicator comm(MPI_COMM_WORLD);
@@ -130,7 +129,6 @@ class mpi_communicator {
     });
     std::uint64_t total = 0;
     for (auto s : b.sizes) total += s;
-    std::vector<bytes> out(static_cast<std::size_t>(size_));
     if (total <= static_cast<std::uint64_t>(INT_MAX)) {
       const layout l = layout_of(b.sizes);
       b.send.assign(in.begin(), in.end());
@@ -141,12 +139,13 @@ class mpi_communicator {
       });
       return end(split(b.recv, l));
     }
-    const std::vector<std::uint64_t> sizes = b.sizes;
+    b.parts.assign(static_cast<std::size_t>(size_), {});
     for (int r = 0; r < size_; ++r) {
-      out[r] = r == rank_ ? bytes(in.begin(), in.end()) : bytes(sizes[r]);
-      broadcast_bytes(out[r], r);
+      auto& part = b.parts[static_cast<std::size_t>(r)];
+      part = r == rank_ ? bytes(in.begin(), in.end()) : bytes(b.sizes[static_cast<std::size_t>(r)]);
+      broadcast_bytes(part, r);
     }
-    return end(std::move(out));
+    return end(std::move(b.parts));
   }
 
   /// Copies `buf` from `root` to every rank (MPI_Ibcast of the size, then of the bytes).
@@ -187,7 +186,6 @@ class mpi_communicator {
     wait_for("MPI_Ibcast", [&](MPI_Request* r) {
       return MPI_Ibcast(b.flag.data(), 1, MPI_UINT64_T, root, comm_, r);
     });
-    std::vector<bytes> out(b.sizes.size());
     if (b.flag[0]) {
       const layout l = layout_of(b.sizes);
       b.send.assign(in.begin(), in.end());
@@ -201,18 +199,19 @@ class mpi_communicator {
     if (rank_ != root) {
       b.send.assign(in.begin(), in.end());
       send_bytes(b.send, root);
-      return end(std::move(out));
+      return end(std::vector<bytes>());
     }
-    const std::vector<std::uint64_t> sizes = b.sizes;
+    b.parts.assign(static_cast<std::size_t>(size_), {});
     for (int r = 0; r < size_; ++r) {
+      auto& part = b.parts[static_cast<std::size_t>(r)];
       if (r == root) {
-        out[r].assign(in.begin(), in.end());
+        part.assign(in.begin(), in.end());
         continue;
       }
-      out[r].resize(sizes[r]);
-      recv_bytes(out[r], r);
+      part.resize(b.sizes[static_cast<std::size_t>(r)]);
+      recv_bytes(part, r);
     }
-    return end(std::move(out));
+    return end(std::move(b.parts));
   }
 
   /// What every rank sent to this one, by sender; `to[r]` goes to rank r: MPI_Ialltoall of the
@@ -240,17 +239,18 @@ class mpi_communicator {
     wait_for("MPI_Iallreduce", [&](MPI_Request* r) {
       return MPI_Iallreduce(b.flag.data(), b.flag.data() + 1, 1, MPI_UINT64_T, MPI_MIN, comm_, r);
     });
-    std::vector<bytes> out(n);
     if (!b.flag[1]) {
-      const std::vector<std::uint64_t> recv_sizes = b.sizes;
-      out[static_cast<std::size_t>(rank_)] = to[static_cast<std::size_t>(rank_)];
+      b.parts.assign(n, {});
+      b.parts[static_cast<std::size_t>(rank_)] = to[static_cast<std::size_t>(rank_)];
       for (int k = 1; k < size_; ++k) {
         int dst = (rank_ + k) % size_, src = (rank_ - k + size_) % size_;
-        out[static_cast<std::size_t>(src)].resize(recv_sizes[static_cast<std::size_t>(src)]);
-        exchange_bytes(to[static_cast<std::size_t>(dst)], dst, out[static_cast<std::size_t>(src)],
-                       src);
+        // Sent from a copy: a timed-out send may still read it after the caller's `to` is gone.
+        const bytes& message = to[static_cast<std::size_t>(dst)];
+        b.send.assign(message.begin(), message.end());
+        b.parts[static_cast<std::size_t>(src)].resize(b.sizes[static_cast<std::size_t>(src)]);
+        exchange_bytes(b.send, dst, b.parts[static_cast<std::size_t>(src)], src);
       }
-      return end(std::move(out));
+      return end(std::move(b.parts));
     }
     const layout sl = layout_of(b.mine), rl = layout_of(b.sizes);
     b.send.clear();
@@ -281,6 +281,7 @@ class mpi_communicator {
   struct op_buffers {
     std::vector<std::uint64_t> mine, sizes, flag;
     bytes send, recv;
+    std::vector<bytes> parts;  // per-rank messages of collectives over 2 GiB
     MPI_Comm comms[2] = {MPI_COMM_NULL, MPI_COMM_NULL};  // duplicate()'s new communicators
   };
 
