@@ -98,6 +98,18 @@ CAIRN_INLINE result<save_stats> commit_flight(planned_save& plan,
 
 }  // namespace detail
 
+namespace detail {
+
+/// The staging-pool bytes `items` take (with alignment), as the stager will acquire them.
+CAIRN_INLINE std::size_t staged_bytes(std::span<const cuda::stage_item> items) {
+  std::vector<std::size_t> sizes;
+  sizes.reserve(items.size());
+  for (const auto& it : items) sizes.push_back(it.bytes);
+  return cuda::staging_pool::bytes_for(sizes);
+}
+
+}  // namespace detail
+
 CAIRN_INLINE async_saver::~async_saver() {
   if (s_->worker_.joinable()) s_->worker_.join();
   if (!s_->flight_) return;
@@ -190,11 +202,8 @@ CAIRN_INLINE result<save_handle> async_saver::save_leaves(const leaf_list& leave
   }
   std::optional<error> stage_failure;
   s_->pool_->reset();
-  std::vector<std::size_t> sizes;
-  sizes.reserve(items.size());
-  for (const auto& it : items) sizes.push_back(it.bytes);
-  const std::size_t needed = cuda::staging_pool::bytes_for(sizes);
-  if (s_->opt_.host_budget > 0 && needed > s_->opt_.host_budget) {
+  const std::size_t needed = s_->opt_.host_budget > 0 ? detail::staged_bytes(items) : 0;
+  if (needed > s_->opt_.host_budget) {
     stage_failure = make_error(
         errc::resource,
         "async_saver: this rank would stage " + std::to_string(needed) +

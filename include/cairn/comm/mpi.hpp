@@ -68,11 +68,8 @@ class mpi_communicator {
           errc::invalid_argument,
           "a negative collective deadline: " + std::to_string(deadline.count()) + " ms"));
     detail::mpi_check(MPI_Comm_dup(parent, &comm_), "MPI_Comm_dup");
-    MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
     detail::mpi_check(MPI_Comm_dup(comm_, &watch_), "MPI_Comm_dup");
-    MPI_Comm_set_errhandler(watch_, MPI_ERRORS_RETURN);
-    MPI_Comm_rank(comm_, &rank_);
-    MPI_Comm_size(comm_, &size_);
+    adopt();
   }
   ~mpi_communicator() {
     int finalized = 0;
@@ -107,11 +104,11 @@ class mpi_communicator {
     int provided = MPI_THREAD_SINGLE;
     MPI_Query_thread(&provided);
     if (provided != MPI_THREAD_MULTIPLE) return nullptr;
-    begin("duplicate");
+    start("duplicate");
     auto& b = buffers();
     for (MPI_Comm* c : {&b.comms[0], &b.comms[1]})
       wait_for("MPI_Comm_idup", [&](MPI_Request* r) { return MPI_Comm_idup(comm_, c, r); });
-    end(0);
+    finish();
     return std::unique_ptr<mpi_communicator>(
         new mpi_communicator(b.comms[0], b.comms[1], deadline_));
   }
@@ -119,7 +116,7 @@ class mpi_communicator {
   /// Every rank's buffer, by rank: MPI_Iallgather of the sizes, then MPI_Iallgatherv of the
   /// bytes (or per-rank broadcasts when the total exceeds MPI's int counts).
   std::vector<bytes> all_gather(std::span<const std::byte> in) {
-    begin("all_gather");
+    start("all_gather");
     auto& b = buffers();
     b.mine = {in.size()};
     b.sizes.assign(static_cast<std::size_t>(size_), 0);
@@ -137,7 +134,7 @@ class mpi_communicator {
         return MPI_Iallgatherv(b.send.data(), static_cast<int>(b.send.size()), MPI_BYTE,
                                b.recv.data(), l.counts.data(), l.displs.data(), MPI_BYTE, comm_, r);
       });
-      return end(split(b.recv, l));
+      return finish(split(b.recv, l));
     }
     b.parts.assign(static_cast<std::size_t>(size_), {});
     for (int r = 0; r < size_; ++r) {
@@ -145,13 +142,13 @@ class mpi_communicator {
       part = r == rank_ ? bytes(in.begin(), in.end()) : bytes(b.sizes[static_cast<std::size_t>(r)]);
       broadcast_bytes(part, r);
     }
-    return end(std::move(b.parts));
+    return finish(std::move(b.parts));
   }
 
   /// Copies `buf` from `root` to every rank (MPI_Ibcast of the size, then of the bytes).
   void broadcast(bytes& buf, int root) {
     check_root(root, "broadcast");
-    begin("broadcast");
+    start("broadcast");
     auto& b = buffers();
     b.mine = {buf.size()};
     wait_for("MPI_Ibcast", [&](MPI_Request* r) {
@@ -164,7 +161,7 @@ class mpi_communicator {
     }
     broadcast_bytes(b.recv, root);
     buf = std::move(b.recv);
-    end(0);
+    finish();
   }
 
   /// Every rank's buffer on `root`, by rank (an empty vector elsewhere): MPI_Igather of the
@@ -172,7 +169,7 @@ class mpi_communicator {
   /// counts).
   std::vector<bytes> gather(std::span<const std::byte> in, int root) {
     check_root(root, "gather");
-    begin("gather");
+    start("gather");
     auto& b = buffers();
     b.mine = {in.size()};
     b.sizes.assign(rank_ == root ? static_cast<std::size_t>(size_) : 0, 0);
@@ -194,12 +191,12 @@ class mpi_communicator {
         return MPI_Igatherv(b.send.data(), static_cast<int>(b.send.size()), MPI_BYTE, b.recv.data(),
                             l.counts.data(), l.displs.data(), MPI_BYTE, root, comm_, r);
       });
-      return end(rank_ == root ? split(b.recv, l) : std::vector<bytes>());
+      return finish(rank_ == root ? split(b.recv, l) : std::vector<bytes>());
     }
     if (rank_ != root) {
       b.send.assign(in.begin(), in.end());
-      send_bytes(b.send, root);
-      return end(std::vector<bytes>());
+      exchange_bytes(b.send, root, {}, MPI_PROC_NULL);
+      return finish(std::vector<bytes>());
     }
     b.parts.assign(static_cast<std::size_t>(size_), {});
     for (int r = 0; r < size_; ++r) {
@@ -209,9 +206,9 @@ class mpi_communicator {
         continue;
       }
       part.resize(b.sizes[static_cast<std::size_t>(r)]);
-      recv_bytes(part, r);
+      exchange_bytes({}, MPI_PROC_NULL, part, r);
     }
-    return end(std::move(b.parts));
+    return finish(std::move(b.parts));
   }
 
   /// What every rank sent to this one, by sender; `to[r]` goes to rank r: MPI_Ialltoall of the
@@ -221,7 +218,7 @@ class mpi_communicator {
       throw exception(make_error(errc::invalid_argument, "all_to_all needs one buffer per rank (" +
                                                              std::to_string(size_) + "), got " +
                                                              std::to_string(to.size())));
-    begin("all_to_all");
+    start("all_to_all");
     auto& b = buffers();
     const auto n = static_cast<std::size_t>(size_);
     b.mine.assign(n, 0);
@@ -250,7 +247,7 @@ class mpi_communicator {
         b.parts[static_cast<std::size_t>(src)].resize(b.sizes[static_cast<std::size_t>(src)]);
         exchange_bytes(b.send, dst, b.parts[static_cast<std::size_t>(src)], src);
       }
-      return end(std::move(b.parts));
+      return finish(std::move(b.parts));
     }
     const layout sl = layout_of(b.mine), rl = layout_of(b.sizes);
     b.send.clear();
@@ -261,14 +258,14 @@ class mpi_communicator {
       return MPI_Ialltoallv(b.send.data(), sl.counts.data(), sl.displs.data(), MPI_BYTE,
                             b.recv.data(), rl.counts.data(), rl.displs.data(), MPI_BYTE, comm_, r);
     });
-    return end(split(b.recv, rl));
+    return finish(split(b.recv, rl));
   }
 
   /// Returns once every rank has entered it (MPI_Ibarrier).
   void barrier() {
-    begin("barrier");
+    start("barrier");
     wait_for("MPI_Ibarrier", [&](MPI_Request* r) { return MPI_Ibarrier(comm_, r); });
-    end(0);
+    finish();
   }
 
  private:
@@ -288,6 +285,10 @@ class mpi_communicator {
   /// Adopts communicators made by `duplicate()`.
   mpi_communicator(MPI_Comm comm, MPI_Comm watch, std::chrono::milliseconds deadline)
       : comm_(comm), watch_(watch), deadline_(deadline) {
+    adopt();
+  }
+  /// MPI errors on both communicators return instead of aborting; rank and size are read.
+  void adopt() {
     MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
     MPI_Comm_set_errhandler(watch_, MPI_ERRORS_RETURN);
     MPI_Comm_rank(comm_, &rank_);
@@ -327,7 +328,7 @@ class mpi_communicator {
 
   /// Starts collective `what`: fails at once after a timeout here, or when another rank has
   /// reported one (this rank is then the one that came late).
-  void begin(const char* what) {
+  void start(const char* what) {
     if (!broken_.empty()) throw exception(make_error(errc::comm, broken_).with_rank(rank_));
     what_ = what;
     if (!current_) current_ = std::make_unique<op_buffers>();
@@ -351,12 +352,12 @@ class mpi_communicator {
          " (deadline " + std::to_string(deadline_.count()) + " ms): this rank came late, to " +
          what_ + " (collective #" + std::to_string(collectives_) + ")");
   }
-  template <class T>
-  T end(T&& v) {
+  /// Ends the collective in progress (returning its result, for those that have one).
+  void finish() { ++collectives_; }
+  std::vector<bytes> finish(std::vector<bytes> result) {
     ++collectives_;
-    return std::forward<T>(v);
+    return result;
   }
-  void end(int) { ++collectives_; }
 
   /// Posts one non-blocking MPI call through `post(&request)` and waits for it until the
   /// deadline (blocking forever with a deadline of zero).
@@ -461,42 +462,23 @@ class mpi_communicator {
     throw exception(make_error(errc::comm, std::move(message)).with_rank(rank_));
   }
 
-  void send_bytes(std::span<const std::byte> b, int dst) {
+  // Sends `out` to `dst` while receiving `in` (already sized) from `src`, either of them empty,
+  // in messages of at most `step` bytes: the sends are posted first, so that two ranks
+  // exchanging cannot deadlock.
+  void exchange_bytes(std::span<const std::byte> out, int dst, std::span<std::byte> in, int src) {
     std::vector<MPI_Request> reqs;
-    for (std::size_t off = 0; off < b.size(); off += step) {
-      int n = static_cast<int>(std::min(step, b.size() - off));
-      reqs.emplace_back();
-      detail::mpi_check(MPI_Isend(b.data() + off, n, MPI_BYTE, dst, tag, comm_, &reqs.back()),
-                        "MPI_Isend");
-    }
-    wait_all(reqs.data(), static_cast<int>(reqs.size()), "MPI_Isend");
-  }
-  void recv_bytes(bytes& b, int src) {
-    std::vector<MPI_Request> reqs;
-    for (std::size_t off = 0; off < b.size(); off += step) {
-      int n = static_cast<int>(std::min(step, b.size() - off));
-      reqs.emplace_back();
-      detail::mpi_check(MPI_Irecv(b.data() + off, n, MPI_BYTE, src, tag, comm_, &reqs.back()),
-                        "MPI_Irecv");
-    }
-    wait_all(reqs.data(), static_cast<int>(reqs.size()), "MPI_Irecv");
-  }
-  // Sends `out` to `dst` while receiving `in` (already sized) from `src`, each in 1 GiB
-  // messages: the sends are posted first, so that two ranks exchanging cannot deadlock.
-  void exchange_bytes(std::span<const std::byte> out, int dst, bytes& in, int src) {
-    std::vector<MPI_Request> reqs;
-    for (std::size_t off = 0; off < out.size(); off += step) {
-      int n = static_cast<int>(std::min(step, out.size() - off));
-      reqs.emplace_back();
-      detail::mpi_check(MPI_Isend(out.data() + off, n, MPI_BYTE, dst, tag, comm_, &reqs.back()),
-                        "MPI_Isend");
-    }
-    for (std::size_t off = 0; off < in.size(); off += step) {
-      int n = static_cast<int>(std::min(step, in.size() - off));
-      reqs.emplace_back();
-      detail::mpi_check(MPI_Irecv(in.data() + off, n, MPI_BYTE, src, tag, comm_, &reqs.back()),
-                        "MPI_Irecv");
-    }
+    auto in_steps = [&](std::size_t size, auto post) {
+      for (std::size_t off = 0; off < size; off += step) {
+        reqs.emplace_back();
+        post(off, static_cast<int>(std::min(step, size - off)), &reqs.back());
+      }
+    };
+    in_steps(out.size(), [&](std::size_t off, int n, MPI_Request* r) {
+      detail::mpi_check(MPI_Isend(out.data() + off, n, MPI_BYTE, dst, tag, comm_, r), "MPI_Isend");
+    });
+    in_steps(in.size(), [&](std::size_t off, int n, MPI_Request* r) {
+      detail::mpi_check(MPI_Irecv(in.data() + off, n, MPI_BYTE, src, tag, comm_, r), "MPI_Irecv");
+    });
     wait_all(reqs.data(), static_cast<int>(reqs.size()), "MPI_Isend/MPI_Irecv");
   }
   void broadcast_bytes(bytes& buf, int root) {

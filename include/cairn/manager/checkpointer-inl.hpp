@@ -271,7 +271,7 @@ CAIRN_INLINE result<saved_checkpoint> checkpointer::save_flattened(
   if (s.saver_) {
     s.inflight_ = std::make_unique<prefixed_storage>(std::move(*sub));
     // Published by whichever thread commits: the background one, or this one at `finalize`.
-    auto published = std::make_shared<std::optional<result<committed_checkpoint>>>();
+    auto published = std::make_shared<state::publish_slot::element_type>();
     auto publish_after = [this, name = out.name, tags, published](const save_stats& stats,
                                                                   comm_ref on) {
       *published = publish(name, tags, stats, on);
@@ -363,8 +363,7 @@ CAIRN_INLINE result<std::optional<committed_checkpoint>> checkpointer::finalize(
   auto stats = s_->saver_->finalize();
   s_->inflight_.reset();
   if (!stats) return stats.err();
-  if (!*p.published)  // committed without publishing (cannot happen: kept for safety)
-    *p.published = publish(p.name, p.tags, std::move(*stats), s_->comm_);
+  // Committed: the thread that committed published it too (commit_flight runs publish_after).
   CAIRN_TRY_ASSIGN(committed_checkpoint c, std::move(**p.published));
   return std::optional<committed_checkpoint>(std::move(c));
 }
