@@ -601,44 +601,35 @@ TEST_CASE("every rank reports the files it wrote, together they are the checkpoi
   }
 }
 
-TEST_CASE("a rank stalled before the save fails every rank's save, the last checkpoint loads") {
-  cairn::memory_storage mem;
-  const auto state = [](int r, std::vector<float>& w, cairn::state_dict& sd) {
-    sd.add("w", cairn::from_rank_offsets("w", std::span(w), {4}, {{0, r, 3}}));
-  };
-  cairn::run_ranks(3, [&](cairn::thread_communicator& comm) {
-    std::vector<float> w(4, 1.0f);
-    cairn::state_dict sd;
-    state(comm.rank(), w, sd);
-    cairn::save(sd, mem, comm);
-  });
-  std::vector<std::optional<cairn::error>> errors(3);
-  std::atomic<int> failed{0};
-  cairn::run_ranks(3, std::chrono::milliseconds(1000), [&](cairn::thread_communicator& comm) {
-    std::vector<float> w(4, 2.0f);
-    cairn::state_dict sd;
-    state(comm.rank(), w, sd);
-    if (comm.rank() == 1)  // stalls until the others have given up on it
-      while (failed.load() < 2) std::this_thread::yield();
-    auto r = cairn::try_save(sd, mem, comm, {.overwrite = true});
-    if (!r) errors[static_cast<std::size_t>(comm.rank())] = r.err();
-    ++failed;
-  });
-  for (const auto& e : errors) {
-    REQUIRE(e);
-    CHECK(e->code == cairn::errc::comm);
-    CHECK(cairn_test::names_missing(e->describe(), 1));
+namespace {
+
+/// One rank's part of a 12-element tensor "w" in blocks of 4 over 3 ranks, every element `value`.
+struct w_block {
+  std::vector<float> w;
+  cairn::state_dict sd;
+  w_block(int rank, float value) : w(4, value) {
+    sd.add("w", cairn::from_rank_offsets("w", std::span(w), {4}, {{0, rank, 3}}));
   }
+};
+
+/// Saves `value` on 3 ranks: the checkpoint the failures below must leave loadable.
+void save_base(cairn::memory_storage& mem, float value) {
   cairn::run_ranks(3, [&](cairn::thread_communicator& comm) {
-    std::vector<float> w(4, 0.0f);
-    cairn::state_dict sd;
-    state(comm.rank(), w, sd);
-    cairn::load(sd, mem, comm);
-    CHECK(w == std::vector<float>(4, 1.0f));  // the previous checkpoint, whole
+    w_block b(comm.rank(), value);
+    cairn::save(b.sd, mem, comm, {.overwrite = true});
   });
 }
 
-namespace {
+/// Whether every rank loads `value` back.
+bool loads_value(cairn::memory_storage& mem, float value) {
+  std::atomic<int> bad{0};
+  cairn::run_ranks(3, [&](cairn::thread_communicator& comm) {
+    w_block b(comm.rank(), -1.0f);
+    cairn::load(b.sd, mem, comm);
+    if (b.w != std::vector<float>(4, value)) ++bad;
+  });
+  return bad == 0;
+}
 
 thread_local int stalled_here = 0;  // set on the thread of the rank whose storage stalls
 
@@ -656,54 +647,46 @@ class hanging_storage : public cairn::storage_decorator<cairn::memory_storage> {
   }
 };
 
-/// The three ranks' errors of `f` on a group with a 1 s deadline, where `f` gets the rank's
-/// communicator and a function that stalls rank 1 until the other two have failed.
+/// Runs `f(comm, wait)` on 3 ranks with a 1 s deadline, where `wait()` stalls rank 1 until the
+/// other two have failed, and checks that every rank failed with errc::comm naming rank 1.
 template <class F>
-std::vector<std::optional<cairn::error>> errors_with_rank_1_stalled(F&& f) {
+void every_rank_names_rank_1(F&& f) {
   std::vector<std::optional<cairn::error>> errors(3);
   std::atomic<int> failed{0};
   cairn::run_ranks(3, std::chrono::milliseconds(1000), [&](cairn::thread_communicator& comm) {
     auto wait_for_others = [&] {
       while (failed.load() < 2) std::this_thread::yield();
     };
-    cairn::result<void> r = f(comm, wait_for_others);
+    auto r = f(comm, wait_for_others);
     if (!r) errors[static_cast<std::size_t>(comm.rank())] = r.err();
     ++failed;
   });
-  return errors;
-}
-
-void save_base(cairn::memory_storage& mem, float value) {
-  cairn::run_ranks(3, [&](cairn::thread_communicator& comm) {
-    std::vector<float> w(4, value);
-    cairn::state_dict sd;
-    sd.add("w", cairn::from_rank_offsets("w", std::span(w), {4}, {{0, comm.rank(), 3}}));
-    cairn::save(sd, mem, comm, {.overwrite = true});
-  });
-}
-
-bool loads_value(cairn::memory_storage& mem, float value) {
-  std::atomic<int> bad{0};
-  cairn::run_ranks(3, [&](cairn::thread_communicator& comm) {
-    std::vector<float> w(4, -1.0f);
-    cairn::state_dict sd;
-    sd.add("w", cairn::from_rank_offsets("w", std::span(w), {4}, {{0, comm.rank(), 3}}));
-    cairn::load(sd, mem, comm);
-    if (w != std::vector<float>(4, value)) ++bad;
-  });
-  return bad == 0;
+  for (const auto& e : errors) {
+    REQUIRE(e);
+    CHECK(e->code == cairn::errc::comm);
+    CHECK(cairn_test::names_missing(e->describe(), 1));
+  }
 }
 
 }  // namespace
+
+TEST_CASE("a rank stalled before the save fails every rank's save, the last checkpoint loads") {
+  cairn::memory_storage mem;
+  save_base(mem, 1.0f);
+  every_rank_names_rank_1([&](cairn::thread_communicator& comm, auto wait) {
+    w_block b(comm.rank(), 2.0f);
+    if (comm.rank() == 1) wait();  // stalls until the others have given up on it
+    return cairn::try_save(b.sd, mem, comm, {.overwrite = true});
+  });
+  CHECK(loads_value(mem, 1.0f));  // the previous checkpoint, whole
+}
 
 TEST_CASE("a rank whose write hangs fails every rank's save at the commit, naming it") {
   cairn::memory_storage mem;
   save_base(mem, 1.0f);
   hanging_storage hanging(mem);
-  auto errors = errors_with_rank_1_stalled([&](cairn::thread_communicator& comm, auto wait) {
-    std::vector<float> w(4, 2.0f);
-    cairn::state_dict sd;
-    sd.add("w", cairn::from_rank_offsets("w", std::span(w), {4}, {{0, comm.rank(), 3}}));
+  every_rank_names_rank_1([&](cairn::thread_communicator& comm, auto wait) {
+    w_block b(comm.rank(), 2.0f);
     stalled_here = comm.rank() == 1;
     std::thread release;
     if (stalled_here)  // the disk comes back once the others have given up
@@ -711,37 +694,22 @@ TEST_CASE("a rank whose write hangs fails every rank's save at the commit, namin
         wait();
         hanging.release = true;
       });
-    auto r = cairn::try_save(sd, hanging, comm, {.overwrite = true});
+    auto r = cairn::try_save(b.sd, hanging, comm, {.overwrite = true});
     if (release.joinable()) release.join();
     stalled_here = 0;
-    if (!r) return cairn::result<void>(r.err());
-    return cairn::result<void>(cairn::ok());
+    return r;
   });
-  for (const auto& e : errors) {
-    REQUIRE(e);
-    CHECK(e->code == cairn::errc::comm);
-    CHECK(cairn_test::names_missing(e->describe(), 1));
-  }
   CHECK(loads_value(mem, 1.0f));
 }
 
 TEST_CASE("a rank stalled before the load fails every rank's load, naming it") {
   cairn::memory_storage mem;
   save_base(mem, 3.0f);
-  auto errors = errors_with_rank_1_stalled([&](cairn::thread_communicator& comm, auto wait) {
-    std::vector<float> w(4, 0.0f);
-    cairn::state_dict sd;
-    sd.add("w", cairn::from_rank_offsets("w", std::span(w), {4}, {{0, comm.rank(), 3}}));
+  every_rank_names_rank_1([&](cairn::thread_communicator& comm, auto wait) {
+    w_block b(comm.rank(), 0.0f);
     if (comm.rank() == 1) wait();
-    auto r = cairn::try_load(sd, mem, comm);
-    if (!r) return cairn::result<void>(r.err());
-    return cairn::result<void>(cairn::ok());
+    return cairn::try_load(b.sd, mem, comm);
   });
-  for (const auto& e : errors) {
-    REQUIRE(e);
-    CHECK(e->code == cairn::errc::comm);
-    CHECK(cairn_test::names_missing(e->describe(), 1));
-  }
   CHECK(loads_value(mem, 3.0f));
 }
 
@@ -749,18 +717,16 @@ TEST_CASE("a rank that dies during the save fails every other rank's save, namin
   cairn::memory_storage mem;
   save_base(mem, 4.0f);
   std::vector<std::optional<cairn::error>> errors(3);
-  CHECK_THROWS_AS(
-      cairn::run_ranks(
-          3, std::chrono::milliseconds(1000),
-          [&](cairn::thread_communicator& comm) {
-            std::vector<float> w(4, 5.0f);
-            cairn::state_dict sd;
-            sd.add("w", cairn::from_rank_offsets("w", std::span(w), {4}, {{0, comm.rank(), 3}}));
-            if (comm.rank() == 1) throw std::runtime_error("rank 1 was killed");
-            auto r = cairn::try_save(sd, mem, comm, {.overwrite = true});
-            if (!r) errors[static_cast<std::size_t>(comm.rank())] = r.err();
-          }),
-      std::runtime_error);
+  CHECK_THROWS_AS(cairn::run_ranks(3, std::chrono::milliseconds(1000),
+                                   [&](cairn::thread_communicator& comm) {
+                                     w_block b(comm.rank(), 5.0f);
+                                     if (comm.rank() == 1)
+                                       throw std::runtime_error("rank 1 was killed");
+                                     auto r = cairn::try_save(b.sd, mem, comm, {.overwrite = true});
+                                     if (!r)
+                                       errors[static_cast<std::size_t>(comm.rank())] = r.err();
+                                   }),
+                  std::runtime_error);
   for (int r : {0, 2}) {
     REQUIRE(errors[static_cast<std::size_t>(r)]);
     CHECK(errors[static_cast<std::size_t>(r)]->code == cairn::errc::comm);

@@ -112,6 +112,14 @@ bool loads_as(cairn::storage_ref st, int world, float base) {
   return bad == 0;
 }
 
+/// Saves fill(base) on `world` ranks, synchronously: the checkpoint a later save must leave.
+void save_on(cairn::storage_ref st, int world, float base, const cairn::save_options& so) {
+  cairn::run_ranks(world, [&](cairn::thread_communicator& comm) {
+    rank_tensors s(comm.rank(), world, base);
+    cairn::save(s.sd, st, comm, so);
+  });
+}
+
 }  // namespace
 
 TEST_CASE("async save: the checkpoint holds the values at the time save returned") {
@@ -182,10 +190,7 @@ TEST_CASE("async save: a failing background write reaches every rank, the old ch
   so.overwrite = true;
   so.block_size = 16 << 10;
   // A good checkpoint first.
-  cairn::run_ranks(4, [&](cairn::thread_communicator& comm) {
-    rank_tensors s(comm.rank(), 4, 5);
-    cairn::save(s.sd, disk, comm, so);
-  });
+  save_on(disk, 4, 5, so);
   cairn::faulty_storage<cairn::file_storage> faulty(disk);
   faulty.fail_after_writes(3);  // some rank's background write fails part-way
   std::vector<std::string> errors(4);
@@ -217,10 +222,7 @@ TEST_CASE("async save: staged bytes changed before the write fail the save on ev
   cairn::memory_storage mem;
   cairn::save_options so;
   so.overwrite = true;
-  cairn::run_ranks(2, [&](cairn::thread_communicator& comm) {
-    rank_tensors s(comm.rank(), 2, 5);
-    cairn::save(s.sd, mem, comm, so);
-  });
+  save_on(mem, 2, 5, so);
   gated_memory gated(mem);
   std::vector<std::optional<cairn::error>> errors(2);
   cairn::run_ranks(2, [&](cairn::thread_communicator& comm) {
@@ -252,10 +254,7 @@ TEST_CASE("async save: a rank whose background write hangs fails every rank's co
   cairn::memory_storage mem;
   cairn::save_options so;
   so.overwrite = true;
-  cairn::run_ranks(4, [&](cairn::thread_communicator& comm) {
-    rank_tensors s(comm.rank(), 4, 5);
-    cairn::save(s.sd, mem, comm, so);
-  });
+  save_on(mem, 4, 5, so);
   std::vector<std::optional<cairn::error>> errors(4);
   std::atomic<int> failed{0};
   cairn::run_ranks(4, std::chrono::milliseconds(1000), [&](cairn::thread_communicator& comm) {
@@ -305,10 +304,7 @@ TEST_CASE("async save: a host budget smaller than a rank's bytes fails every ran
   cairn::memory_storage mem;
   cairn::save_options so;
   so.overwrite = true;
-  cairn::run_ranks(2, [&](cairn::thread_communicator& comm) {
-    rank_tensors s(comm.rank(), 2, 5);
-    cairn::save(s.sd, mem, comm, so);
-  });
+  save_on(mem, 2, 5, so);
   cairn::run_ranks(2, [&](cairn::thread_communicator& comm) {
     // Rank 0 stages about 512 KiB (w, v, b); a budget of 256 KiB on rank 0 alone fails both.
     cairn::async_saver saver({.host_budget = comm.rank() == 0 ? std::size_t{256} << 10 : 0});
@@ -334,9 +330,7 @@ TEST_CASE("async save: written() tells, without blocking, when the background wr
     auto h = saver.save(s.sd, mem, comm, so);
     REQUIRE(h);
     // Poll as a training loop would between steps; the write ends without any call into cairn.
-    for (int i = 0; i < 60000 && !h->written(); ++i)
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    REQUIRE(h->written());
+    REQUIRE(poll_until([&] { return h->written(); }));
     CHECK(saver.in_flight());  // written; its result is not collected until wait()
     REQUIRE(h->wait());
     CHECK(h->written());
@@ -356,9 +350,7 @@ TEST_CASE("async save: loadable before any further call, done() tells without bl
     auto h = saver.save(s.sd, mem, comm, so);
     REQUIRE(h);
     CHECK(saver.commits_in_background());
-    for (int i = 0; i < 60000 && !h->done(); ++i)
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    REQUIRE(h->done());
+    REQUIRE(poll_until([&] { return h->done(); }));
     CHECK(h->written());
     comm.barrier();
     // Neither rank called wait(), finalize() or save() again: the checkpoint loads already.
@@ -390,10 +382,7 @@ TEST_CASE("async save: a save that fails in the background and is never collecte
   cairn::file_storage disk(dir.path);
   cairn::save_options so;
   so.overwrite = true;
-  cairn::run_ranks(2, [&](cairn::thread_communicator& comm) {
-    rank_tensors s(comm.rank(), 2, 4);
-    cairn::save(s.sd, disk, comm, so);
-  });
+  save_on(disk, 2, 4, so);
   cairn::faulty_storage<cairn::file_storage> faulty(disk);
   faulty.fail_after_writes(1);
   std::vector<std::vector<cairn::error>> dropped(2);
@@ -416,10 +405,7 @@ TEST_CASE("async save: without a duplicate communicator, a destroyed saver repor
   cairn::memory_storage mem;
   cairn::save_options so;
   so.overwrite = true;
-  cairn::run_ranks(2, [&](cairn::thread_communicator& comm) {
-    rank_tensors s(comm.rank(), 2, 4);
-    cairn::save(s.sd, mem, comm, so);
-  });
+  save_on(mem, 2, 4, so);
   std::vector<std::vector<cairn::error>> dropped(2);
   cairn::run_ranks(2, [&](cairn::thread_communicator& thread_comm) {
     // A communicator of the user's without duplicate(): the commit waits for the next call.
@@ -432,8 +418,7 @@ TEST_CASE("async save: without a duplicate communicator, a destroyed saver repor
       auto h = saver.save(s.sd, mem, comm, so);
       REQUIRE(h);
       CHECK(!saver.commits_in_background());
-      for (int i = 0; i < 60000 && !h->written(); ++i)
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      CHECK(poll_until([&] { return h->written(); }));
       CHECK(!h->done());
     }  // no finalize(): the save is dropped, and says so
     REQUIRE(mine.size() == 1);

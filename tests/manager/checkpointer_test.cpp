@@ -361,9 +361,7 @@ TEST_SUITE("checkpointer") {
         model m(comm.rank(), 2, s);
         ckpt.save(m.sd, {.step = s});
         // No call into cairn on this thread: the background thread commits and publishes.
-        for (int i = 0; i < 60000 && !ckpt.done(); ++i)
-          std::this_thread::sleep_for(std::chrono::milliseconds(1));
-        REQUIRE(ckpt.done());
+        REQUIRE(cairn_test::poll_until([&] { return ckpt.done(); }));
         CHECK(ckpt.written());
         CHECK(ckpt.in_flight());  // settled, its result not yet collected
         comm.barrier();           // both ranks are done
@@ -397,9 +395,8 @@ TEST_SUITE("checkpointer") {
         model m(comm.rank(), 2, s);
         ckpt.save(m.sd, {.step = s});
       }
-      for (int i = 0; i < 60000 && !ckpt.written(); ++i)
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      CHECK(ckpt.written());  // step 20 is on storage, not yet committed
+      // step 20 is on storage, not yet committed
+      CHECK(cairn_test::poll_until([&] { return ckpt.written(); }));
       CHECK(!ckpt.done());
     });  // step 20 is still in flight when the checkpointers go
     CHECK(reported == std::vector<int>{1, 1});

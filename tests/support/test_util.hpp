@@ -3,6 +3,7 @@
 #pragma once
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -10,6 +11,7 @@
 #include <random>
 #include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cairn/cairn.hpp"
@@ -155,6 +157,18 @@ inline grid random_grid(std::mt19937& rng, const cairn::shape& global, int ranks
     g.cuts.push_back(random_cuts(rng, global[a], counts[a]));
   }
   return g;
+}
+
+/// Polls `ready` every 100 us, as a training loop polls between steps, until it holds or
+/// `limit` has passed; whether it held.
+template <class Ready>
+bool poll_until(Ready&& ready, std::chrono::milliseconds limit = std::chrono::minutes(1)) {
+  const auto until = std::chrono::steady_clock::now() + limit;
+  while (!ready()) {
+    if (std::chrono::steady_clock::now() >= until) return false;
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  return true;
 }
 
 /// Whether a deadline error ("rank(s) 1, 3 did not arrive at ...") names `rank` among the ranks

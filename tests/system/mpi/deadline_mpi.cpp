@@ -13,6 +13,7 @@
 #include "cairn/load.hpp"
 #include "cairn/save.hpp"
 #include "cairn/storage/decorator.hpp"
+#include "tests/support/row_block.hpp"
 #include "tests/support/test_util.hpp"
 
 using namespace cairn_test;
@@ -20,15 +21,9 @@ using namespace std::chrono_literals;
 
 namespace {
 
-/// A [32 * world, 64] f32 weight in row blocks; values from `base` and the global index.
-struct deadline_state {
-  std::vector<float> w;
-  cairn::state_dict sd;
-  deadline_state(int rank, int world, float base) : w(32 * 64) {
-    for (std::size_t i = 0; i < w.size(); ++i)
-      w[i] = base + static_cast<float>(static_cast<std::size_t>(rank) * w.size() + i);
-    sd.add("w", cairn::from_rank_offsets("w", std::span(w), {32, 64}, {{0, rank, world}}));
-  }
+/// A [32 * world, 64] f32 weight in row blocks.
+struct deadline_state : row_block {
+  deadline_state(int rank, int world, float base) : row_block(rank, world, base, 32, 64) {}
 };
 
 /// Holds this process's writers for `stall` before opening them: a slow disk.
@@ -48,16 +43,16 @@ class slow_storage : public cairn::storage_decorator<cairn::file_storage> {
 
 constexpr auto test_deadline = 1000ms;
 
-/// Runs `f` with a communicator of `deadline` over the world; checks that every process but
-/// the last failed with errc::comm naming the last one within twice the deadline (plus the
-/// grace to collect reports), and that the last one failed too. Returns the checkpoint dir.
+/// Runs `f(comm, stalled)` with a communicator of `test_deadline` over the world; checks that
+/// every process but the last failed with errc::comm naming the last one within twice the
+/// deadline (plus the grace to collect reports), and that the last one failed too.
 template <class F>
-void stalled_last(const char* phase, const std::string& dir, F&& f) {
+void stalled_last(const char* phase, F&& f) {
   cairn::mpi_communicator comm(MPI_COMM_WORLD, test_deadline);
   const int rank = comm.rank(), world = comm.size();
   const bool stalled = rank == world - 1;
   const auto t0 = std::chrono::steady_clock::now();
-  cairn::result<void> r = f(comm, stalled);
+  auto r = f(comm, stalled);
   const auto waited = std::chrono::steady_clock::now() - t0;
   INFO(std::string(phase));
   REQUIRE(!r);
@@ -69,7 +64,6 @@ void stalled_last(const char* phase, const std::string& dir, F&& f) {
   } else {
     CHECK(r.err().describe().find("this rank came late") != std::string::npos);
   }
-  (void)dir;
 }
 
 }  // namespace
@@ -88,44 +82,32 @@ TEST_CASE("MPI deadlines: a stalled process fails every process, naming it; the 
   }
 
   // Plan: the last process stalls before it enters the save.
-  stalled_last("plan", dir,
-               [&](cairn::mpi_communicator& comm, bool stalled) -> cairn::result<void> {
-                 deadline_state s(rank, world, 2.0f);
-                 if (stalled) std::this_thread::sleep_for(5 * test_deadline / 2);
-                 auto r = cairn::try_save(s.sd, disk, comm, so);
-                 if (!r) return r.err();
-                 return cairn::ok();
-               });
+  stalled_last("plan", [&](cairn::mpi_communicator& comm, bool stalled) {
+    deadline_state s(rank, world, 2.0f);
+    if (stalled) std::this_thread::sleep_for(5 * test_deadline / 2);
+    return cairn::try_save(s.sd, disk, comm, so);
+  });
   world_comm.barrier();
 
   // Write: the last process's disk stalls before its data file opens; the others wait for it in
   // the commit.
-  stalled_last("write", dir,
-               [&](cairn::mpi_communicator& comm, bool stalled) -> cairn::result<void> {
-                 deadline_state s(rank, world, 3.0f);
-                 slow_storage slow(disk, stalled ? 5 * test_deadline / 2 : 0ms);
-                 auto r = cairn::try_save(s.sd, slow, comm, so);
-                 if (!r) return r.err();
-                 return cairn::ok();
-               });
+  stalled_last("write", [&](cairn::mpi_communicator& comm, bool stalled) {
+    deadline_state s(rank, world, 3.0f);
+    slow_storage slow(disk, stalled ? 5 * test_deadline / 2 : 0ms);
+    return cairn::try_save(s.sd, slow, comm, so);
+  });
   world_comm.barrier();
 
   // Load: the last process stalls before it enters the load.
-  stalled_last("load", dir,
-               [&](cairn::mpi_communicator& comm, bool stalled) -> cairn::result<void> {
-                 deadline_state s(rank, world, 0.0f);
-                 if (stalled) std::this_thread::sleep_for(5 * test_deadline / 2);
-                 auto r = cairn::try_load(s.sd, disk, comm);
-                 if (!r) return r.err();
-                 return cairn::ok();
-               });
+  stalled_last("load", [&](cairn::mpi_communicator& comm, bool stalled) {
+    deadline_state s(rank, world, 0.0f);
+    if (stalled) std::this_thread::sleep_for(5 * test_deadline / 2);
+    return cairn::try_load(s.sd, disk, comm);
+  });
   world_comm.barrier();
 
   // Nothing of the failed saves was committed: the first checkpoint loads whole.
-  deadline_state back(rank, world, 0.0f);
-  std::fill(back.w.begin(), back.w.end(), 0.0f);
-  cairn::load(back.sd, disk, world_comm);
-  CHECK(back.w == deadline_state(rank, world, 1.0f).w);
+  CHECK(loads_rows(disk, world_comm, 1.0f, 32, 64));
   world_comm.barrier();
   if (rank == 0) std::filesystem::remove_all(dir);
 }
