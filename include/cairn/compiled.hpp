@@ -40,6 +40,7 @@
 #include "cairn/core/sharded_tensor-inl.hpp"
 #include "cairn/cuda/memory_resource-inl.hpp"
 #include "cairn/cuda/staging_pool-inl.hpp"
+#include "cairn/cuda/staging_window-inl.hpp"
 #include "cairn/format/commit-inl.hpp"
 #include "cairn/format/dcp/metadata-inl.hpp"
 #include "cairn/format/dcp/reader-inl.hpp"

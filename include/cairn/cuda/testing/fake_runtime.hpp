@@ -42,17 +42,19 @@ class fake_runtime {
  public:
   /// What the fake has seen, for assertions.
   struct counters {
-    int host_allocs = 0;         ///< successful cudaHostAlloc calls
-    int host_frees = 0;          ///< successful cudaFreeHost calls
-    int memcpy_calls = 0;        ///< cudaMemcpyAsync calls accepted
-    int d2h = 0;                 ///< device-to-host copies accepted
-    int h2d = 0;                 ///< host-to-device copies accepted
-    std::size_t bytes = 0;       ///< bytes of accepted copies
-    int pointer_queries = 0;     ///< cudaPointerGetAttributes calls
-    int streams_created = 0;     ///< cudaStreamCreate calls that succeeded
-    int events_created = 0;      ///< cudaEventCreate calls that succeeded
-    int synchronizes = 0;        ///< event or stream synchronizations
-    int device_count_calls = 0;  ///< cudaGetDeviceCount calls
+    int host_allocs = 0;                ///< successful cudaHostAlloc calls
+    int host_frees = 0;                 ///< successful cudaFreeHost calls
+    int memcpy_calls = 0;               ///< cudaMemcpyAsync calls accepted
+    int d2h = 0;                        ///< device-to-host copies accepted
+    int h2d = 0;                        ///< host-to-device copies accepted
+    std::size_t bytes = 0;              ///< bytes of accepted copies
+    int pointer_queries = 0;            ///< cudaPointerGetAttributes calls
+    int streams_created = 0;            ///< cudaStreamCreate calls that succeeded
+    int events_created = 0;             ///< cudaEventCreate calls that succeeded
+    int synchronizes = 0;               ///< event or stream synchronizations
+    int device_count_calls = 0;         ///< cudaGetDeviceCount calls
+    std::size_t pinned_bytes = 0;       ///< bytes of pinned host memory allocated now
+    std::size_t peak_pinned_bytes = 0;  ///< the most pinned bytes allocated at once
   };
 
   /// A fake with `device_count` devices.
@@ -299,6 +301,8 @@ class fake_runtime {
     *p = ::operator new (std::max<std::size_t>(n, 1), std::align_val_t{4096});
     pinned_[reinterpret_cast<std::uintptr_t>(*p)] = n;
     ++stats_.host_allocs;
+    stats_.pinned_bytes += n;
+    stats_.peak_pinned_bytes = std::max(stats_.peak_pinned_bytes, stats_.pinned_bytes);
     return 0;
   }
   status free_host(void* p) {
@@ -307,6 +311,7 @@ class fake_runtime {
     if (it == pinned_.end())
       return misuse("cudaFreeHost of a pointer cudaHostAlloc did not return");
     ::operator delete (p, std::align_val_t{4096});
+    stats_.pinned_bytes -= it->second;
     pinned_.erase(it);
     ++stats_.host_frees;
     return 0;
