@@ -22,6 +22,10 @@ struct runtime_api;
 class staging_pool;
 }  // namespace cuda
 
+/// The staging window of a synchronous save of device tensors when neither
+/// `save_options::staging_window` nor an allocated shared pool sets one (bytes).
+inline constexpr std::uint64_t default_staging_window = std::uint64_t{256} << 20;
+
 class save_plan_cache;
 class load_plan_cache;
 class save_strategy;
@@ -89,6 +93,14 @@ struct save_options {
   /// needs it, and again only when one needs more). Null: a pool private to the call, allocated
   /// and freed by it. Unused without device tensors.
   cuda::staging_pool* staging = nullptr;
+  /// The most host staging memory (bytes) a synchronous save of tensors in device memory uses
+  /// at once: the writer copies them piece by piece through a window of this size instead of
+  /// staging the rank's whole device state (native, torch_dist and safetensors strategies; a
+  /// strategy of your own that does not declare `reads_device_items` gets the whole state
+  /// staged first). 0, the default: the capacity of `staging` when it has been allocated, else
+  /// `default_staging_window`; never more than the rank's device tensors need. At least one
+  /// checksum block (`block_size`) when set.
+  std::uint64_t staging_window = 0;
   /// The format the checkpoint is written in (null: cairn's native format). See
   /// `cairn/strategies.hpp` for torch_dist (PyTorch DCP) and the safetensors formats, and
   /// `save_strategy` to write your own. Every rank must pass the same strategy.
@@ -159,6 +171,11 @@ struct load_options {
   /// Host staging memory for tensors in device memory (see `save_options::staging`). Null: a
   /// pool private to the call.
   cuda::staging_pool* staging = nullptr;
+  /// The most host staging memory (bytes) a load into device tensors uses at once: what is
+  /// read goes to the device piece by piece through a window of this size. 0, the default: the
+  /// capacity of `staging` when it has been allocated, else `default_staging_window`; never
+  /// more than the rank's device tensors need.
+  std::uint64_t staging_window = 0;
   /// A tensor piece that several ranks ask for alike (data-parallel replicas of a
   /// tensor-parallel shard, a tensor every rank holds whole) is read from storage by one of them
   /// and passed on to the others through the communicator, along a binomial tree (log2 of the

@@ -300,13 +300,14 @@ TEST_CASE("async save: an unchanged staging pool passes the snapshot check") {
   CHECK(loads_as(mem, 2, 8));
 }
 
-TEST_CASE("async save: a host budget smaller than a rank's bytes fails every rank, unstaged") {
+TEST_CASE("async save: over a rank's host budget, it is written in buckets before save returns") {
   cairn::memory_storage mem;
   cairn::save_options so;
   so.overwrite = true;
   save_on(mem, 2, 5, so);
+  // Rank 0 stages about 512 KiB (w, v, b). A budget of 256 KiB cannot hold one 1 MiB checksum
+  // block: every rank fails, with rank 0's error, before anything is staged or written.
   cairn::run_ranks(2, [&](cairn::thread_communicator& comm) {
-    // Rank 0 stages about 512 KiB (w, v, b); a budget of 256 KiB on rank 0 alone fails both.
     cairn::async_saver saver({.host_budget = comm.rank() == 0 ? std::size_t{256} << 10 : 0});
     rank_tensors s(comm.rank(), 2, 6);
     auto h = saver.save(s.sd, mem, comm, so);
@@ -314,10 +315,29 @@ TEST_CASE("async save: a host budget smaller than a rank's bytes fails every ran
     CHECK(h.err().rank == 0);
     CHECK(h.err().code == cairn::errc::resource);  // rank 0's error, on every rank
     CHECK(h.err().message.find("more than its host_budget of 262144") != std::string::npos);
+    CHECK(h.err().message.find("one checksum block") != std::string::npos);
     if (comm.rank() == 0) CHECK(saver.pool().capacity() == 0);  // nothing was allocated
     CHECK(!saver.in_flight());
   });
   CHECK(loads_as(mem, 2, 5));
+  // With 64 KiB blocks it fits in buckets: rank 0's part is written before save() returns (so
+  // its tensors may change at once, unstaged), rank 1's is staged and written in the background.
+  so.block_size = 64 << 10;
+  cairn::run_ranks(2, [&](cairn::thread_communicator& comm) {
+    cairn::async_saver saver({.host_budget = comm.rank() == 0 ? std::size_t{256} << 10 : 0});
+    rank_tensors s(comm.rank(), 2, 7);
+    auto h = saver.save(s.sd, mem, comm, so);
+    REQUIRE(h);
+    CHECK(h->started().bucketed == (comm.rank() == 0));
+    if (comm.rank() == 0) {
+      CHECK(h->started().staged_bytes == 0);
+      CHECK(saver.pool().capacity() == 0);  // host tensors are written in place
+      CHECK(h->written());
+    }
+    s.fill(comm.rank(), 9);
+    REQUIRE(h->wait());
+  });
+  CHECK(loads_as(mem, 2, 7));
 }
 
 TEST_CASE("async save: written() tells, without blocking, when the background write has ended") {

@@ -18,6 +18,7 @@
 #include "cairn/async/snapshot.hpp"
 #include "cairn/comm/agree.hpp"
 #include "cairn/pipeline/save.hpp"
+#include "cairn/pipeline/stage.hpp"
 #include "cairn/storage/buffer_pool.hpp"
 #include "cairn/storage/writer_slots.hpp"
 
@@ -72,6 +73,8 @@ struct async_saver::state {
   /// Checksums of the staged bytes of the save in flight (taken and checked by the worker).
   detail::staged_snapshot snapshot_;
   std::vector<detail::staged_span> staged_spans_;
+  /// Whether a bucketed save was reported on stderr (once per saver).
+  bool said_bucketed_ = false;
 };
 
 CAIRN_INLINE async_saver::async_saver(async_saver_options opt)
@@ -203,14 +206,15 @@ CAIRN_INLINE result<save_handle> async_saver::save_leaves(const leaf_list& leave
   std::optional<error> stage_failure;
   s_->pool_->reset();
   const std::size_t needed = s_->opt_.host_budget > 0 ? detail::staged_bytes(items) : 0;
-  if (needed > s_->opt_.host_budget) {
-    stage_failure = make_error(
-        errc::resource,
-        "async_saver: this rank would stage " + std::to_string(needed) +
-            " bytes, more than its host_budget of " + std::to_string(s_->opt_.host_budget) +
-            " (async_saver_options::host_budget); nothing was staged or written. Raise the "
-            "budget, save fewer bytes per rank (more ranks, a distributed optimizer), or save "
-            "synchronously");
+  // More than the budget: written in buckets through a window of the budget, before returning.
+  const bool bucketed = needed > s_->opt_.host_budget;
+  std::unique_ptr<cuda::staging_window> window;
+  if (bucketed) {
+    auto w = open_bucket_window(plan, opt, needed);
+    if (w)
+      window = std::move(*w);
+    else
+      stage_failure = std::move(w).err();
   } else if (auto staged = s_->stager_.stage(items); !staged) {
     stage_failure = std::move(staged).err();
   } else {
@@ -220,26 +224,41 @@ CAIRN_INLINE result<save_handle> async_saver::save_leaves(const leaf_list& leave
   // Staging is local; a failure on one rank must stop every rank before anything is written.
   if (stage_failure) stage_failure = std::move(*stage_failure).with_rank(comm.rank());
   if (auto f = agree(comm, stage_failure).first_failure()) {
+    window.reset();
     s_->pool_->reset();
     return std::move(*f);
+  }
+  written_save written;
+  if (bucketed) {
+    if (!s_->said_bucketed_) {
+      s_->said_bucketed_ = true;
+      std::fprintf(stderr,
+                   "cairn: async_saver: rank %d would stage %zu bytes, more than its host_budget "
+                   "of %zu: such saves are written in buckets before save() returns (training "
+                   "waits for the write; the commit stays in the background)\n",
+                   comm.rank(), needed, s_->opt_.host_budget);
+    }
+    writer_slot slot =
+        writer_slots(s_->opt_.max_writers_per_node, s_->opt_.writer_lock_dir).acquire();
+    plan.window = window.get();
+    written = detail::write_phase(plan, *recorded, opt, &s_->buffers_);
+    plan.window = nullptr;
+    window.reset();
+    s_->pool_->reset();
   }
   const auto t2 = clock::now();
   async_save_stats started;
   started.plan_ms = ms(t0, t1);
   started.stage_ms = ms(t1, t2);
   started.staged_bytes = 0;
-  for (const auto& it : items) started.staged_bytes += it.bytes;
+  if (!bucketed)
+    for (const auto& it : items) started.staged_bytes += it.bytes;
   started.plan_reused = plan.stats.plan_reused;
+  started.bucketed = bucketed;
 
   const std::uint64_t seq = ++s_->seq_;
-  s_->flight_.emplace(state::flight{seq,
-                                    std::move(plan),
-                                    {},
-                                    std::move(recorded),
-                                    comm,
-                                    opt,
-                                    std::move(commit_comm),
-                                    std::move(after_commit),
+  s_->flight_.emplace(state::flight{seq, std::move(plan), std::move(written), std::move(recorded),
+                                    comm, opt, std::move(commit_comm), std::move(after_commit),
                                     std::nullopt});
   state::flight* f = &*s_->flight_;
   std::vector<detail::staged_span>& spans = s_->staged_spans_;
@@ -248,26 +267,13 @@ CAIRN_INLINE result<save_handle> async_saver::save_leaves(const leaf_list& leave
     const write_item& it = f->plan.items[i];
     spans.push_back({it.src, static_cast<std::size_t>(it.nbytes), it.key});
   }
-  s_->worker_ = std::thread([this, f] {
-    try {
-      // The staged bytes' checksums, before anything is written; checked again once the write
-      // has ended, so that what was persisted is what was staged.
-      const int threads = std::max(1, s_->opt_.staging_threads);
-      s_->snapshot_.seal(s_->staged_spans_, threads);
-      writer_slot slot =
-          writer_slots(s_->opt_.max_writers_per_node, s_->opt_.writer_lock_dir).acquire();
-      f->written = detail::write_phase(f->plan, *f->st, f->opt, &s_->buffers_);
-      if (!f->written.failure) {
-        if (auto v = s_->snapshot_.verify(threads); !v) {
-          f->written.failure = std::move(v).err().with_rank(f->plan.rank);
-          detail::strategy_of(f->opt).abandon(f->plan, f->written, *f->st);
-        }
-      }
-    } catch (...) {
-      f->written.failure =
-          detail::current_exception_error("writing an async save").with_rank(f->plan.rank);
+  // A bucketed save was written before returning; only its commit is left to the worker.
+  if (bucketed) s_->written_seq_.store(seq, std::memory_order_release);
+  s_->worker_ = std::thread([this, f, bucketed] {
+    if (!bucketed) {
+      write_flight();
+      s_->written_seq_.store(f->seq, std::memory_order_release);
     }
-    s_->written_seq_.store(f->seq, std::memory_order_release);
     // Commit (and publish) as soon as every rank has written, not at the next call.
     if (f->commit_comm) {
       f->outcome = detail::commit_flight(f->plan, f->written, *f->st, *f->commit_comm, f->opt,
@@ -277,6 +283,57 @@ CAIRN_INLINE result<save_handle> async_saver::save_leaves(const leaf_list& leave
   });
   started.stall_ms = ms(t0, clock::now());
   return save_handle(this, seq, started);
+}
+
+CAIRN_INLINE void async_saver::write_flight() {
+  state::flight& f = *s_->flight_;
+  try {
+    // The staged bytes' checksums, before anything is written; checked again once the write
+    // has ended, so that what was persisted is what was staged.
+    const int threads = std::max(1, s_->opt_.staging_threads);
+    s_->snapshot_.seal(s_->staged_spans_, threads);
+    writer_slot slot =
+        writer_slots(s_->opt_.max_writers_per_node, s_->opt_.writer_lock_dir).acquire();
+    f.written = detail::write_phase(f.plan, *f.st, f.opt, &s_->buffers_);
+    if (!f.written.failure) {
+      if (auto v = s_->snapshot_.verify(threads); !v) {
+        f.written.failure = std::move(v).err().with_rank(f.plan.rank);
+        detail::strategy_of(f.opt).abandon(f.plan, f.written, *f.st);
+      }
+    }
+  } catch (...) {
+    f.written.failure =
+        detail::current_exception_error("writing an async save").with_rank(f.plan.rank);
+  }
+}
+
+CAIRN_INLINE result<std::unique_ptr<cuda::staging_window>> async_saver::open_bucket_window(
+    planned_save& plan, const save_options& opt, std::size_t needed) {
+  const std::size_t budget = s_->opt_.host_budget;
+  auto refuse = [&](const std::string& why) {
+    return make_error(errc::resource,
+                      "async_saver: this rank would stage " + std::to_string(needed) +
+                          " bytes, more than its host_budget of " + std::to_string(budget) +
+                          " (async_saver_options::host_budget), and " + why +
+                          "; nothing was staged or written. Raise the budget, save fewer bytes "
+                          "per rank (more ranks, a distributed optimizer), or save synchronously");
+  };
+  if (budget < opt.block_size)
+    return refuse("the budget cannot hold one checksum block (block_size " +
+                  std::to_string(opt.block_size) + ") to write it in buckets");
+  bool device = false;
+  for (write_item& it : plan.items) {
+    it.on_device =
+        !it.is_object && it.nbytes > 0 && s_->stager_.classify(it.src) == cuda::memory_kind::device;
+    device = device || it.on_device;
+  }
+  if (!device) return std::unique_ptr<cuda::staging_window>();
+  if (!detail::strategy_of(opt).features(opt).reads_device_items)
+    return refuse("the " + std::string(detail::strategy_of(opt).name()) +
+                  " strategy does not read device tensors in pieces to write them in buckets");
+  const detail::window_shape shape = detail::shape_window(budget, opt.block_size, opt.io_threads);
+  return cuda::staging_window::open(*s_->pool_, *s_->stager_.runtime(), shape.piece_bytes,
+                                    shape.slots);
 }
 
 CAIRN_INLINE result<save_stats> async_saver::wait_for(std::uint64_t seq) {

@@ -42,7 +42,9 @@
 #include <string>
 
 #include "cairn/cuda/staging_pool.hpp"
+#include "cairn/cuda/staging_window.hpp"
 #include "cairn/detail/config.hpp"
+#include "cairn/format/save_strategy.hpp"
 #include "cairn/save.hpp"
 
 namespace cairn {
@@ -76,10 +78,15 @@ struct async_saver_options {
   /// save and this rank, and the save's own error when it failed. The same line goes to
   /// stderr, set or not.
   std::function<void(const error&)> on_dropped;
-  /// Host memory this rank may stage for one save, in bytes (0: no limit). A save that would
-  /// stage more fails on every rank with errc::resource naming both sizes, before anything is
-  /// allocated, staged or written (the previous checkpoint stays): a clear error instead of a
-  /// node killed for memory. Staging in buckets within a smaller budget is not built yet.
+  /// Host memory this rank may stage for one save, in bytes (0: no limit). A save whose items
+  /// would stage more is written in buckets instead: before `save` returns, host tensors are
+  /// written in place and device tensors through a staging window of this size, piece by
+  /// piece (as a synchronous save is), so training waits for the write, and only the commit
+  /// runs in the background. The saver says so (`async_save_stats::bucketed`, and one line on
+  /// stderr the first time). A budget smaller than one checksum block (`block_size`), or a
+  /// strategy that does not read device items in pieces with device tensors to save, fails on
+  /// every rank with errc::resource naming the sizes, before anything is written (the previous
+  /// checkpoint stays).
   std::size_t host_budget = 0;
   /// A staging pool the caller owns (null: the saver allocates its own from `pool` and
   /// `runtime`). Give the same pool to synchronous `save` and `load` (`save_options::staging`,
@@ -96,6 +103,10 @@ struct async_save_stats {
   double stall_ms = 0;  ///< the whole call, what training waited for
   std::uint64_t staged_bytes = 0;
   bool plan_reused = false;  ///< the plan cache was hit
+  /// This rank's part did not fit `async_saver_options::host_budget`: it was written in
+  /// buckets through a staging window of the budget before `save` returned (`stage_ms` is that
+  /// write, and nothing was staged); only the commit ran in the background.
+  bool bucketed = false;
 };
 
 class async_saver;
@@ -194,6 +205,15 @@ class async_saver {
                                   const save_options& requested,
                                   detail::after_commit_fn after_commit = {});
 
+  /// The background write of the staged save in flight: seal the snapshot, write, verify
+  /// (failures land in the flight's `written`).
+  void write_flight();
+  /// For a save over `host_budget` (`needed` bytes to stage): marks its device items and opens
+  /// a staging window of the budget over the pool (null without device items), or says why it
+  /// cannot be written in buckets (errc::resource).
+  result<std::unique_ptr<cuda::staging_window>> open_bucket_window(planned_save& plan,
+                                                                   const save_options& opt,
+                                                                   std::size_t needed);
   result<save_stats> wait_for(std::uint64_t seq);
   bool written_through(std::uint64_t seq) const noexcept;
   bool done_through(std::uint64_t seq) const noexcept;

@@ -21,6 +21,10 @@
 #include "cairn/storage/storage.hpp"
 #include "cairn/tree/leaves.hpp"
 
+namespace cairn::cuda {
+class staging_window;
+}  // namespace cairn::cuda
+
 namespace cairn {
 
 /// One item this rank writes: source bytes and destination in its data file. A tiled item
@@ -35,6 +39,9 @@ struct write_item {
   tile_counts tiles;                     ///< how the chunk is tiled; empty: written as it is
   std::size_t elem_size = 1;
   bool is_object = false;  ///< a sharded object's encoded bytes (owned by the save)
+  /// `src` is device memory: the writer reads it piece by piece through
+  /// `planned_save::window`, never directly (only for strategies that `reads_device_items`).
+  bool on_device = false;
   /// Compressed writes: where each block (or tile) went and its stored length (see `extent`).
   std::vector<std::uint64_t> block_offsets = {}, block_stored = {};
 };
@@ -52,6 +59,9 @@ struct planned_save {
   std::vector<std::pair<std::string, common_value>> commons;  ///< path -> value (rank 0 saves)
   save_stats stats;                                           ///< this rank's statistics
   std::chrono::steady_clock::time_point start;                ///< when the save began
+  /// Host staging memory for the items `on_device` (set when some are): the writer takes a
+  /// slot, copies a piece of at most `piece_bytes()` into it, writes it and gives it back.
+  cuda::staging_window* window = nullptr;
 };
 
 /// What the write step of one rank leaves for the commit (its report, strategy state, failure).
@@ -81,6 +91,11 @@ struct writer_features {
   bool assembles = false;
   /// Runs step 2', `route` and `receive_routed` (only when it does not assemble).
   bool routes = false;
+  /// Reads items in device memory (`write_item::on_device`) through `planned_save::window`
+  /// piece by piece, so a synchronous save of device tensors stages at most the window
+  /// (`save_options::staging_window`). Without it the save first copies every device tensor
+  /// of the rank into host staging memory and the writer sees host memory only.
+  bool reads_device_items = false;
 };
 
 /// A save strategy: how the chunks a save planned become files, and what metadata says where

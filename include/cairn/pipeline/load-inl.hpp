@@ -140,10 +140,12 @@ CAIRN_INLINE result<std::vector<copy_job>> plan_tensor_copies(const leaf_list& l
     CAIRN_TRY_ASSIGN(const tensor_record* rec, matching_record(t, m));
     const std::size_t es = dtype_size(t.sharding.type);
     auto ps = pieces_of(t.sharding);
+    const std::size_t first = jobs.size();
     for (std::size_t pi = 0; pi < ps.size(); ++pi)
       if (!skip.count({ti, pi}))
         CAIRN_TRY(plan_copies(*rec, t.sharding.key, ps[pi].region, t.data + ps[pi].data_offset * es,
                               jobs));
+    for (std::size_t j = first; j < jobs.size(); ++j) jobs[j].on_device = t.on_device;
   }
   return jobs;
 }
@@ -211,13 +213,14 @@ CAIRN_INLINE result<void> load_leaves_local(const leaf_list& leaves,
                                             const load_options& opt,
                                             load_stats& stats,
                                             const std::set<piece_ref>& skip,
-                                            buffer_pool* pool) {
+                                            buffer_pool* pool,
+                                            cuda::staging_window* window) {
   CAIRN_TRY(load_commons(leaves, st, m, opt));
   if (opt.common_only) return ok();
   auto jobs = plan_tensor_copies(leaves, m, skip);
   if (!jobs) return std::move(jobs).err().with_file(st.describe(""));  // which checkpoint
   read_counts counts;
-  auto copied = run_copies(st, m, *jobs, opt.io_threads, counts, pool, &opt.progress);
+  auto copied = run_copies(st, m, *jobs, opt.io_threads, counts, pool, &opt.progress, window);
   stats.bytes_needed += counts.bytes_needed;
   stats.bytes_read += counts.bytes_read;
   CAIRN_TRY(std::move(copied));
@@ -271,10 +274,17 @@ CAIRN_INLINE result<void> load_leaves_from(const leaf_list& tree_leaves,
   std::optional<error> failure;
   if (auto s = apply_strict(leaves, m, comm, opt, stats); !s)
     failure = std::move(s).err().with_rank(comm.rank());
-  device_leaf_staging device(opt.staging);  // device tensors load through host staging memory
-  if (!failure && !opt.common_only)
-    if (auto r = device.redirect(leaves, opt.cuda_runtime); !r)
-      failure = std::move(r).err().with_rank(comm.rank());
+  // Device tensors load through a bounded window of host staging memory, piece by piece.
+  device_leaf_staging device(opt.staging);
+  cuda::staging_window* window = nullptr;
+  if (!failure && !opt.common_only) {
+    auto w = device.open_window(leaves, opt.cuda_runtime, opt.staging_window,
+                                load_window_granularity, opt.io_threads);
+    if (w)
+      window = *w;
+    else
+      failure = std::move(w).err().with_rank(comm.rank());
+  }
   // Pieces several ranks ask for alike are read by one of them and passed on (collective: every
   // rank plans).
   const std::vector<shared_piece> shared = plan_shared_pieces(leaves, m, comm, opt);
@@ -305,18 +315,19 @@ CAIRN_INLINE result<void> load_leaves_from(const leaf_list& tree_leaves,
     }
   }
   if (!failure) {
-    auto r =
-        catch_all("loading", [&] { return load_leaves_local(leaves, st, m, opt, stats, skip); });
+    auto r = catch_all("loading", [&] {
+      return load_leaves_local(leaves, st, m, opt, stats, skip, nullptr, window);
+    });
     if (!r) failure = std::move(r).err().with_rank(comm.rank());
   }
   // Delivered only when every rank is ready (every reader holds its pieces); when some rank is
   // not, the rest is moot: every rank learns its failure.
-  result<bool> delivered = deliver_shared_pieces(shared, leaves, comm, opt, !failure, stats);
+  result<bool> delivered =
+      deliver_shared_pieces(shared, leaves, comm, opt, !failure, stats, window);
   if (!delivered && !failure) failure = std::move(delivered).err();
   if (delivered && !*delivered) return agree_on_load(comm, failure);
   if (!failure) {
     auto r = catch_all("loading", [&]() -> result<void> {
-      CAIRN_TRY(device.to_device());
       if (opt.common_only) return ok();
       for (const auto& merge : leaves.after_load) CAIRN_TRY(merge());
       return ok();

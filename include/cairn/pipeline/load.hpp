@@ -74,14 +74,15 @@ CAIRN_INLINE result<void> load_objects(const leaf_list& leaves,
                                        load_stats& stats);
 
 /// Loads this rank's leaves from already-read metadata. Pieces in `skip` are left for a
-/// broadcast from another rank.
+/// broadcast from another rank. Leaves `on_device` are copied to the device through `window`.
 CAIRN_INLINE result<void> load_leaves_local(const leaf_list& leaves,
                                             storage_ref st,
                                             const checkpoint_metadata& m,
                                             const load_options& opt,
                                             load_stats& stats,
                                             const std::set<piece_ref>& skip = {},
-                                            buffer_pool* pool = nullptr);
+                                            buffer_pool* pool = nullptr,
+                                            cuda::staging_window* window = nullptr);
 
 /// Checkpoint keys of every kind: tensor keys, object keys, common paths.
 CAIRN_INLINE std::set<std::string> checkpoint_keys(const checkpoint_metadata& m);

@@ -89,6 +89,11 @@ CAIRN_INLINE result<void> check_save_options(const save_options& opt) {
   if (opt.block_size == 0 || opt.block_size > max_block_size)
     return make_error(errc::invalid_argument,
                       "block_size must be between 1 and " + std::to_string(max_block_size));
+  if (opt.staging_window != 0 && opt.staging_window < opt.block_size)
+    return make_error(errc::invalid_argument,
+                      "staging_window (" + std::to_string(opt.staging_window) +
+                          " bytes) must hold at least one checksum block (block_size, " +
+                          std::to_string(opt.block_size) + ")");
   if (opt.zstd_level < 0 || opt.zstd_level > ZSTD_maxCLevel())
     return make_error(errc::invalid_argument,
                       "zstd_level must be 0 (off) to " + std::to_string(ZSTD_maxCLevel()));
@@ -332,7 +337,9 @@ CAIRN_INLINE void list_items(const leaf_list& leaves,
                                    .checksums = {},
                                    .region = c.region,
                                    .tiles = c.tiles,
-                                   .elem_size = es});
+                                   .elem_size = es,
+                                   .is_object = false,
+                                   .on_device = t.on_device});
   }
 }
 
@@ -511,15 +518,27 @@ CAIRN_INLINE result<save_stats> save_leaves(const leaf_list& leaves,
                                             comm_ref comm,
                                             const save_options& requested) {
   const save_options opt = effective_options(requested);
-  // Tensors in device memory are copied to pinned host memory first (a no-op without a device).
+  // Tensors in device memory (none without a device): the writer reads them piece by piece
+  // through a bounded staging window when it can, else they are first copied whole to pinned
+  // host memory.
   leaf_list host_leaves = leaves;
   device_leaf_staging device(opt.staging);
   std::optional<error> staging_failure;
-  if (auto r = device.to_host(host_leaves, opt.cuda_runtime); !r)
+  cuda::staging_window* window = nullptr;
+  if (strategy_of(opt).features(opt).reads_device_items) {
+    auto w = device.open_window(host_leaves, opt.cuda_runtime, opt.staging_window, opt.block_size,
+                                opt.io_threads);
+    if (w)
+      window = *w;
+    else
+      staging_failure = std::move(w).err().with_rank(comm.rank());
+  } else if (auto r = device.to_host(host_leaves, opt.cuda_runtime); !r) {
     staging_failure = std::move(r).err().with_rank(comm.rank());
+  }
   planned_save plan;
   recording_storage recorded(st);
   CAIRN_TRY(plan_phase(host_leaves, recorded, comm, opt, plan, staging_failure));
+  plan.window = window;
   written_save w = write_phase(plan, recorded, opt);
   CAIRN_TRY_ASSIGN(save_stats stats, commit_phase(plan, w, recorded, comm, opt));
   stats.files = recorded.names();

@@ -244,7 +244,8 @@ CAIRN_INLINE result<bool> deliver_shared_pieces(const std::vector<shared_piece>&
                                                 comm_ref comm,
                                                 const load_options& opt,
                                                 bool ready,
-                                                load_stats& stats) {
+                                                load_stats& stats,
+                                                cuda::staging_window* window) {
   if (!share_impl::sharing(opt, comm)) return true;
   const int world = comm.size();
   const auto w = static_cast<std::size_t>(world);
@@ -299,6 +300,19 @@ CAIRN_INLINE result<bool> deliver_shared_pieces(const std::vector<shared_piece>&
                   .with_key(std::move(key))
                   .with_rank(comm.rank());
   };
+  // Pieces in device memory are read and written through the staging window.
+  std::optional<cuda::window_mover> device;
+  if (window) device.emplace(*window);
+  auto device_failed = [&](const shared_piece& sp, result<void> r) {
+    if (r || failure) return;
+    failure = std::move(r)
+                  .err()
+                  .with_key(leaves.tensors[sp.local.first].sharding.key)
+                  .with_rank(comm.rank());
+  };
+  auto on_device = [&](const shared_piece& sp) {
+    return leaves.tensors[sp.local.first].on_device && device.has_value();
+  };
   for (std::uint32_t round = 0; round < rounds; ++round) {
     auto& out = outgoing[static_cast<int>(round)];
     auto& in = incoming[static_cast<int>(round)];
@@ -309,7 +323,13 @@ CAIRN_INLINE result<bool> deliver_shared_pieces(const std::vector<shared_piece>&
         while (s.piece < s.pieces.size() && b.size() < step) {
           const shared_piece& sp = *s.pieces[s.piece];
           const std::uint64_t n = std::min<std::uint64_t>(sp.nbytes - s.at, step - b.size());
-          b.insert(b.end(), sp.data + s.at, sp.data + s.at + n);
+          if (on_device(sp)) {
+            const std::size_t at = b.size();
+            b.resize(at + n);
+            device_failed(sp, device->get(b.data() + at, sp.data + s.at, n));
+          } else {
+            b.insert(b.end(), sp.data + s.at, sp.data + s.at + n);
+          }
           s.at += n;
           if (s.at == sp.nbytes) ++s.piece, s.at = 0;
         }
@@ -329,7 +349,10 @@ CAIRN_INLINE result<bool> deliver_shared_pieces(const std::vector<shared_piece>&
         while (used < got[r].size()) {
           const shared_piece& sp = *s.pieces[s.piece];
           const std::uint64_t n = std::min<std::uint64_t>(sp.nbytes - s.at, got[r].size() - used);
-          std::memcpy(sp.data + s.at, got[r].data() + used, n);
+          if (on_device(sp))
+            device_failed(sp, device->put(sp.data + s.at, got[r].data() + used, n));
+          else
+            std::memcpy(sp.data + s.at, got[r].data() + used, n);
           used += n;
           s.at += n;
           if (s.at == sp.nbytes) ++s.piece, s.at = 0;
@@ -337,6 +360,10 @@ CAIRN_INLINE result<bool> deliver_shared_pieces(const std::vector<shared_piece>&
         s.done += used;
         stats.bytes_from_ranks += used;
       }
+      // What came in is on the device before the next step sends it on or reuses `got`.
+      if (device)
+        if (auto f = device->flush(); !f && !failure)
+          failure = std::move(f).err().with_rank(comm.rank());
     }
     for (const auto& [peer, s] : in)
       if (s.done != s.total)

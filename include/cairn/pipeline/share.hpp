@@ -24,6 +24,7 @@
 #include "cairn/comm/communicator.hpp"
 #include "cairn/core/dtype.hpp"
 #include "cairn/core/error.hpp"
+#include "cairn/cuda/staging_window.hpp"
 #include "cairn/detail/config.hpp"
 #include "cairn/format/native/metadata.hpp"
 #include "cairn/options.hpp"
@@ -100,13 +101,15 @@ CAIRN_INLINE std::set<piece_ref> received_pieces(const std::vector<shared_piece>
 /// `opt.share_step_bytes`. Returns false, delivering nothing, when some rank is not ready (a
 /// reader may lack its pieces; that rank reports why); an error when a peer sent more or fewer
 /// bytes than the routes say (naming it and the key). Adds what this rank sent and received to
-/// `stats`. Collective: every rank runs every step, even after such an error.
+/// `stats`. Collective: every rank runs every step, even after such an error. Pieces of leaves
+/// `on_device` are read and written through `window`.
 CAIRN_INLINE result<bool> deliver_shared_pieces(const std::vector<shared_piece>& shared,
                                                 const leaf_list& leaves,
                                                 comm_ref comm,
                                                 const load_options& opt,
                                                 bool ready,
-                                                load_stats& stats);
+                                                load_stats& stats,
+                                                cuda::staging_window* window = nullptr);
 
 }  // namespace cairn::detail
 

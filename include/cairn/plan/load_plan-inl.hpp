@@ -66,13 +66,14 @@ CAIRN_INLINE std::vector<chunk_run> runs_of_chunk(const chunk_record& chunk,
   for (std::size_t j : js) {
     const copy_job& job = jobs[j];
     const std::uint64_t es = job.elem_size;
-    for_each_run(chunk.region, job.dst_box, job.region,
-                 [&](std::int64_t s, std::int64_t t, std::int64_t n) {
-                   std::uint64_t lo = static_cast<std::uint64_t>(s) * es;
-                   std::uint64_t hi = lo + static_cast<std::uint64_t>(n) * es;
-                   bytes_needed += hi - lo;
-                   runs.push_back({lo, hi, job.dst + static_cast<std::uint64_t>(t) * es});
-                 });
+    for_each_run(
+        chunk.region, job.dst_box, job.region, [&](std::int64_t s, std::int64_t t, std::int64_t n) {
+          std::uint64_t lo = static_cast<std::uint64_t>(s) * es;
+          std::uint64_t hi = lo + static_cast<std::uint64_t>(n) * es;
+          bytes_needed += hi - lo;
+          runs.push_back(
+              {lo, hi, job.on_device ? nullptr : job.dst + static_cast<std::uint64_t>(t) * es});
+        });
   }
   std::sort(runs.begin(), runs.end(),
             [](const chunk_run& a, const chunk_run& b) { return a.lo < b.lo; });
@@ -91,7 +92,7 @@ CAIRN_INLINE std::byte* direct_targets::operator()(std::uint64_t lo, std::uint64
   if (it == runs_.begin()) return nullptr;
   std::size_t i = static_cast<std::size_t>(it - runs_.begin()) - 1;
   if (runs_[i].hi < hi || (i > 0 && max_hi_[i - 1] > lo) ||
-      (i + 1 < runs_.size() && runs_[i + 1].lo < hi))
+      (i + 1 < runs_.size() && runs_[i + 1].lo < hi) || !runs_[i].dst)
     return nullptr;
   return runs_[i].dst + (lo - runs_[i].lo);
 }

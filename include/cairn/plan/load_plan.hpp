@@ -22,6 +22,9 @@ struct copy_job {
   box dst_box;     ///< the target piece, row-major at `dst`
   std::size_t elem_size;
   std::string key;
+  /// `dst` is device memory: never read into directly; its runs are copied to the device
+  /// through a staging window.
+  bool on_device = false;
 };
 
 /// Adds the jobs that fill `dst_box` (row-major at `dst`) from the chunks of `rec`. Fails
@@ -54,7 +57,7 @@ struct read_plan {
 /// A byte run of a chunk that one job needs: [lo, hi) of the chunk, going to `dst`.
 struct chunk_run {
   std::uint64_t lo, hi;
-  std::byte* dst;
+  std::byte* dst;  ///< null when the target is device memory (no direct read)
 };
 
 /// Every run of `chunk` that the jobs `js` need, sorted by start.

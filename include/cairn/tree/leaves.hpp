@@ -21,6 +21,9 @@ struct tensor_leaf {
   tensor_sharding sharding;
   std::byte* data = nullptr;  ///< data_numel() * dtype_size(type) bytes of user memory
   std::size_t nbytes = 0;
+  /// `data` is device memory that the save's writer reads through a staging window (set by
+  /// the save pipeline, never by the tree).
+  bool on_device = false;
 };
 
 /// A sharded object found in the tree, with type-erased encode/decode of its value.

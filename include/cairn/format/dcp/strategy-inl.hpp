@@ -8,6 +8,27 @@
 #include "cairn/format/dcp/strategy.hpp"
 #include "cairn/format/torch/zip.hpp"
 
+namespace cairn::detail {
+
+CAIRN_INLINE torch_zip::byte_stream device_stream(const write_item& it,
+                                                  cuda::staging_window& window) {
+  return
+      [&it, &window](
+          const std::function<result<void>(std::span<const std::byte>)>& append) -> result<void> {
+        const std::uint64_t piece = window.piece_bytes();
+        for (std::uint64_t at = 0; at < it.nbytes; at += piece) {
+          const std::size_t n = static_cast<std::size_t>(std::min(piece, it.nbytes - at));
+          cuda::staging_window::slot slot = window.take();
+          CAIRN_TRY(slot.from_device(0, it.src + at, n));
+          CAIRN_TRY(slot.wait());
+          CAIRN_TRY(append(slot.bytes().first(n)));
+        }
+        return ok();
+      };
+}
+
+}  // namespace cairn::detail
+
 namespace cairn {
 
 CAIRN_INLINE result<void> torch_dist_strategy::check(const leaf_list& leaves) const {
@@ -40,12 +61,15 @@ CAIRN_INLINE result<void> torch_dist_strategy::write(planned_save& plan,
              shape{static_cast<std::int64_t>(it.nbytes)},
              {it.src, static_cast<std::size_t>(it.nbytes)}};
       } else {
-        v = {it.key,
-             plan.index.tensors.at(slot.key).type,
-             it.region.size,
-             {it.src, static_cast<std::size_t>(it.nbytes)}};
+        v = {it.key, plan.index.tensors.at(slot.key).type, it.region.size,
+             it.on_device
+                 ? std::span<const std::byte>{}
+                 : std::span<const std::byte>{it.src, static_cast<std::size_t>(it.nbytes)}};
       }
-      auto len = torch_zip::write_tensor_item(*w, off, v, where);
+      auto len = it.on_device
+                     ? torch_zip::write_tensor_item(*w, off, v, it.nbytes,
+                                                    detail::device_stream(it, *plan.window), where)
+                     : torch_zip::write_tensor_item(*w, off, v, where);
       if (!len) return std::move(len).err().with_key(it.key).with_file(where);
       report.items.push_back({off, *len});
       off += *len;

@@ -9,16 +9,23 @@
 #include <vector>
 
 #include "cairn/core/progress.hpp"
+#include "cairn/cuda/staging_window.hpp"
 #include "cairn/detail/config.hpp"
 #include "cairn/detail/message.hpp"
 #include "cairn/format/dcp/metadata.hpp"
 #include "cairn/format/dcp/writer.hpp"
 #include "cairn/format/save_strategy.hpp"
+#include "cairn/format/torch/zip.hpp"
 #include "cairn/format/writers.hpp"
 
 namespace cairn {
 
 namespace detail {
+
+/// The bytes of `it`, in device memory, as a stream of staging window slots (one slot at a time,
+/// each copied from the device and waited for before it is handed on).
+CAIRN_INLINE torch_zip::byte_stream device_stream(const write_item& it,
+                                                  cuda::staging_window& window);
 
 /// Where one item went in a rank's `.distcp` file.
 struct stored_item {
@@ -56,6 +63,7 @@ class torch_dist_strategy final : public save_strategy {
   writer_features features(const save_options&) const noexcept override {
     writer_features f;
     f.can_overwrite = false;
+    f.reads_device_items = true;
     return f;
   }
 

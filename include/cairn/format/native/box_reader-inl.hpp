@@ -26,7 +26,8 @@ CAIRN_INLINE result<void> run_read(storage_ref st,
                                    const std::vector<std::size_t>& group,
                                    buffer_pool& pool,
                                    std::atomic<std::uint64_t>& bytes_read,
-                                   progress_meter& progress) {
+                                   progress_meter& progress,
+                                   cuda::staging_window* window) {
   const extent& e = op.chunk->where;
   const std::uint64_t lo = op.first_block * m.block_size;
   const std::uint64_t len = read_length(op, m.block_size);
@@ -51,19 +52,34 @@ CAIRN_INLINE result<void> run_read(storage_ref st,
   bytes_read += len;
   progress.add(len);
   if (op.direct) return ok();
+  std::optional<cuda::window_mover> device;  // for targets in device memory
+  result<void> moved = ok();
   for (std::size_t j : group) {
     const copy_job& job = jobs[j];
+    if (job.on_device && !device) {
+      if (!window)
+        return make_error(errc::invalid_argument,
+                          "a target in device memory and no staging window to copy it through")
+            .with_key(job.key);
+      device.emplace(*window);
+    }
     std::uint64_t es = job.elem_size;
     for_each_run(op.chunk->region, job.dst_box, job.region,
                  [&](std::int64_t s, std::int64_t t, std::int64_t n) {
                    std::uint64_t a = static_cast<std::uint64_t>(s) * es;
                    std::uint64_t b = a + static_cast<std::uint64_t>(n) * es;
                    std::uint64_t x = std::max(a, lo), y = std::min(b, lo + len);
-                   if (x >= y) return;
-                   std::memcpy(job.dst + static_cast<std::uint64_t>(t) * es + (x - a),
-                               buf.data() + (x - lo), y - x);
+                   if (x >= y || !moved) return;
+                   std::byte* dst = job.dst + static_cast<std::uint64_t>(t) * es + (x - a);
+                   if (job.on_device)
+                     moved = device->put(dst, buf.data() + (x - lo), y - x);
+                   else
+                     std::memcpy(dst, buf.data() + (x - lo), y - x);
                  });
+    if (!moved) return std::move(moved).err().with_key(job.key);
   }
+  // The buffer goes back to the pool only once the device has its bytes.
+  if (device) CAIRN_TRY(device->flush());
   return ok();
 }
 
@@ -73,7 +89,8 @@ CAIRN_INLINE result<void> run_copies(storage_ref st,
                                      int threads,
                                      read_counts& counts,
                                      buffer_pool* pool,
-                                     const progress_callback* progress) {
+                                     const progress_callback* progress,
+                                     cuda::staging_window* window) {
   std::optional<buffer_pool> own;
   if (!pool || pool->size() < m.block_size)
     pool = &own.emplace(std::max<std::size_t>(std::size_t{8} << 20, m.block_size));
@@ -85,7 +102,7 @@ CAIRN_INLINE result<void> run_copies(storage_ref st,
   std::atomic<std::uint64_t> bytes_read{0};
   auto r = run_parallel(plan.ops.size(), threads, [&](std::size_t k) -> result<void> {
     const read_op& op = plan.ops[k];
-    return run_read(st, m, jobs, op, plan.job_groups[op.group], *pool, bytes_read, meter);
+    return run_read(st, m, jobs, op, plan.job_groups[op.group], *pool, bytes_read, meter, window);
   });
   counts.bytes_read += bytes_read;
   return r;

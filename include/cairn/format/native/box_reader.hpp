@@ -14,6 +14,7 @@
 
 #include "cairn/core/error.hpp"
 #include "cairn/core/progress.hpp"
+#include "cairn/cuda/staging_window.hpp"
 #include "cairn/detail/config.hpp"
 #include "cairn/format/native/metadata.hpp"
 #include "cairn/plan/box.hpp"
@@ -56,7 +57,8 @@ namespace detail {
 CAIRN_INLINE std::uint64_t read_length(const read_op& op, std::uint64_t block_size);
 
 /// Runs one planned read: whole blocks, verified, straight into the target or through a pooled
-/// buffer that the read's jobs then copy out of.
+/// buffer that the read's jobs then copy out of (through `window`, one slot, for jobs whose
+/// target is device memory).
 CAIRN_INLINE result<void> run_read(storage_ref st,
                                    const checkpoint_metadata& m,
                                    const std::vector<copy_job>& jobs,
@@ -64,20 +66,23 @@ CAIRN_INLINE result<void> run_read(storage_ref st,
                                    const std::vector<std::size_t>& group,
                                    buffer_pool& pool,
                                    std::atomic<std::uint64_t>& bytes_read,
-                                   progress_meter& progress);
+                                   progress_meter& progress,
+                                   cuda::staging_window* window = nullptr);
 
 /// Reads what the jobs need, whole checksum blocks only, verifies them, and copies into
 /// place. A chunk that maps one-to-one onto its target is read straight into target memory.
 /// Reads that cannot go straight to the target go through `pool`'s buffers (a private pool
 /// when null), at most one per thread. `progress` (when given) is told the bytes read ("read").
-/// Adds what it needed and read to `counts`.
+/// Adds what it needed and read to `counts`. Jobs whose target is device memory (`on_device`)
+/// are copied to the device through `window` (required then), one slot per thread at a time.
 CAIRN_INLINE result<void> run_copies(storage_ref st,
                                      const checkpoint_metadata& m,
                                      const std::vector<copy_job>& jobs,
                                      int threads,
                                      read_counts& counts,
                                      buffer_pool* pool = nullptr,
-                                     const progress_callback* progress = nullptr);
+                                     const progress_callback* progress = nullptr,
+                                     cuda::staging_window* window = nullptr);
 
 }  // namespace detail
 

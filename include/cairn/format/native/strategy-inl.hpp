@@ -25,7 +25,7 @@ CAIRN_INLINE result<void> native_strategy::write(planned_save& plan,
     for (const auto& it : plan.items) total += it.nbytes;
     detail::progress_meter progress(&opt.progress, "write", total);
     CAIRN_TRY(detail::write_items(st, name, plan.items, opt.block_size, opt.io_threads, buffers,
-                                  opt.zstd_level, &file_size, &progress));
+                                  opt.zstd_level, &file_size, &progress, plan.window));
     plan.stats.bytes_written += total;
     plan.stats.chunks_written = plan.items.size();
   }

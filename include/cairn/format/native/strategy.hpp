@@ -121,6 +121,7 @@ class native_strategy final : public save_strategy {
     f.tile = !opt.tile ? no_tiles : opt.index_files ? index_slabs : block_tiles;
     f.plans_at_scale = true;
     f.routes = opt.index_files;
+    f.reads_device_items = true;
     return f;
   }
   result<void> write(planned_save& plan,

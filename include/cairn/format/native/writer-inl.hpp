@@ -20,15 +20,19 @@ CAIRN_INLINE std::vector<write_task> plan_write_tasks(std::vector<write_item>& i
                                                       std::vector<std::vector<box>>& tiles,
                                                       std::uint64_t block_size,
                                                       std::uint64_t gather_bytes,
-                                                      bool compress) {
+                                                      bool compress,
+                                                      std::uint64_t device_piece) {
   // Compressed runs are buffered, so they are kept to about one gather buffer.
   const std::uint64_t io = compress ? gather_bytes : max_io_bytes;
-  const std::uint64_t step = std::max<std::uint64_t>(block_size, io / block_size * block_size);
   std::vector<write_task> tasks;
   tiles.assign(items.size(), {});
   for (std::size_t i = 0; i < items.size(); ++i) {
     write_item& it = items[i];
     const bool compressed_item = compress && !it.is_object;
+    // An item in device memory is read one staging window slot per task.
+    const std::uint64_t limit = it.on_device ? std::min(io, device_piece) : io;
+    const std::uint64_t step = std::max<std::uint64_t>(block_size, limit / block_size * block_size);
+    const std::uint64_t gather = it.on_device ? std::min(gather_bytes, device_piece) : gather_bytes;
     if (it.tiles.empty()) {
       it.checksums.assign((it.nbytes + block_size - 1) / block_size, 0);
       if (compress && it.is_object)  // one contiguous run
@@ -47,7 +51,7 @@ CAIRN_INLINE std::vector<write_task> plan_write_tasks(std::vector<write_item>& i
     write_task cur{i, 0, 0, 0, 0};
     for (std::size_t k = 0; k < tiles[i].size(); ++k) {
       std::uint64_t n = static_cast<std::uint64_t>(tiles[i][k].volume()) * it.elem_size;
-      if (cur.last_tile > cur.first_tile && cur.end - cur.begin + n > gather_bytes) {
+      if (cur.last_tile > cur.first_tile && cur.end - cur.begin + n > gather) {
         tasks.push_back(cur);
         cur = write_task{i, pos, pos, k, k};
       }
@@ -125,53 +129,103 @@ CAIRN_INLINE std::uint64_t block_sink::reserve(std::size_t ticket, std::uint64_t
 
 CAIRN_INLINE result<void> write_plain_task(const write_task& t,
                                            write_item& it,
+                                           const std::byte* data,
                                            std::uint64_t block_size,
                                            block_sink& sink,
                                            block_sink::turn& turn) {
-  for (std::uint64_t b = t.begin; b < t.end; b += block_size)
-    it.checksums[b / block_size] =
-        checksum({it.src + b, static_cast<std::size_t>(std::min(block_size, it.nbytes - b))});
+  const std::uint64_t len = t.end - t.begin;
+  for (std::uint64_t b = 0; b < len; b += block_size)
+    it.checksums[(t.begin + b) / block_size] =
+        checksum({data + b, static_cast<std::size_t>(std::min(block_size, len - b))});
   if (!sink.compressed() || it.is_object)
-    return sink.raw(it, t.begin, {it.src + t.begin, static_cast<std::size_t>(t.end - t.begin)},
-                    turn);
+    return sink.raw(it, t.begin, {data, static_cast<std::size_t>(len)}, turn);
   std::size_t first = static_cast<std::size_t>(t.begin / block_size);
-  std::size_t n = static_cast<std::size_t>((t.end - t.begin + block_size - 1) / block_size);
+  std::size_t n = static_cast<std::size_t>((len + block_size - 1) / block_size);
   return sink.blocks(
-      it, first, n, [&](std::size_t q) { return it.src + t.begin + q * block_size; },
-      [&](std::size_t q) { return std::min(block_size, t.end - t.begin - q * block_size); }, turn);
+      it, first, n, [&](std::size_t q) { return data + q * block_size; },
+      [&](std::size_t q) { return std::min(block_size, len - q * block_size); }, turn);
 }
 
-CAIRN_INLINE result<void> write_tiled_task(const write_task& t,
-                                           write_item& it,
-                                           const std::vector<box>& tiles,
-                                           buffer_pool& buffers,
-                                           block_sink& sink,
-                                           block_sink::turn& turn) {
-  std::unique_ptr<std::byte[]> buf = buffers.take();
-  std::uint64_t off = 0;
+CAIRN_INLINE std::vector<std::uint64_t> gather_host_tiles(const write_task& t,
+                                                          const write_item& it,
+                                                          const std::vector<box>& tiles,
+                                                          std::byte* out) {
   const std::size_t es = it.elem_size;
   std::vector<std::uint64_t> starts;
+  std::uint64_t off = 0;
   for (std::size_t j = t.first_tile; j < t.last_tile; ++j) {
     const box& tile = tiles[j];
-    std::byte* dst = buf.get() + off;
+    std::byte* dst = out + off;
     for_each_run(it.region, tile, tile, [&](std::int64_t s, std::int64_t d, std::int64_t n) {
       std::memcpy(dst + static_cast<std::uint64_t>(d) * es,
                   it.src + static_cast<std::uint64_t>(s) * es, static_cast<std::size_t>(n) * es);
     });
-    std::uint64_t n = static_cast<std::uint64_t>(tile.volume()) * es;
-    it.checksums[j] = checksum({dst, static_cast<std::size_t>(n)});
     starts.push_back(off);
-    off += n;
+    off += static_cast<std::uint64_t>(tile.volume()) * es;
   }
+  return starts;
+}
+
+CAIRN_INLINE result<std::vector<std::uint64_t>> gather_device_tiles(
+    const write_task& t,
+    const write_item& it,
+    const std::vector<box>& tiles,
+    cuda::staging_window::slot& out) {
+  const std::size_t es = it.elem_size;
+  std::vector<std::uint64_t> starts;
+  std::uint64_t off = 0;
+  // Runs are merged while both sides stay contiguous, then copied one by one.
+  std::uint64_t run_src = 0, run_dst = 0, run_len = 0;
+  auto flush = [&]() -> result<void> {
+    if (run_len == 0) return ok();
+    auto c = out.from_device(static_cast<std::size_t>(run_dst), it.src + run_src,
+                             static_cast<std::size_t>(run_len));
+    run_len = 0;
+    return c;
+  };
+  for (std::size_t j = t.first_tile; j < t.last_tile; ++j) {
+    const box& tile = tiles[j];
+    result<void> copied = ok();
+    for_each_run(it.region, tile, tile, [&](std::int64_t s, std::int64_t d, std::int64_t n) {
+      if (!copied) return;
+      const std::uint64_t src = static_cast<std::uint64_t>(s) * es;
+      const std::uint64_t dst = off + static_cast<std::uint64_t>(d) * es;
+      const std::uint64_t len = static_cast<std::uint64_t>(n) * es;
+      if (run_len > 0 && run_src + run_len == src && run_dst + run_len == dst) {
+        run_len += len;
+        return;
+      }
+      copied = flush();
+      run_src = src;
+      run_dst = dst;
+      run_len = len;
+    });
+    CAIRN_TRY(std::move(copied));
+    starts.push_back(off);
+    off += static_cast<std::uint64_t>(tile.volume()) * es;
+  }
+  CAIRN_TRY(flush());
+  CAIRN_TRY(out.wait());
+  return starts;
+}
+
+CAIRN_INLINE result<void> write_tiled_task(const write_task& t,
+                                           write_item& it,
+                                           const std::byte* data,
+                                           const std::vector<std::uint64_t>& starts,
+                                           block_sink& sink,
+                                           block_sink::turn& turn) {
   const std::size_t n = t.last_tile - t.first_tile;
-  result<void> w =
-      sink.compressed()
-          ? sink.blocks(
-                it, t.first_tile, n, [&](std::size_t q) { return buf.get() + starts[q]; },
-                [&](std::size_t q) { return (q + 1 < n ? starts[q + 1] : off) - starts[q]; }, turn)
-          : sink.raw(it, t.begin, {buf.get(), static_cast<std::size_t>(off)}, turn);
-  buffers.give(std::move(buf));
-  return w;
+  const std::uint64_t total = t.end - t.begin;
+  auto end_of = [&](std::size_t q) { return q + 1 < n ? starts[q + 1] : total; };
+  for (std::size_t q = 0; q < n; ++q)
+    it.checksums[t.first_tile + q] =
+        checksum({data + starts[q], static_cast<std::size_t>(end_of(q) - starts[q])});
+  if (!sink.compressed())
+    return sink.raw(it, t.begin, {data, static_cast<std::size_t>(total)}, turn);
+  return sink.blocks(
+      it, t.first_tile, n, [&](std::size_t q) { return data + starts[q]; },
+      [&](std::size_t q) { return end_of(q) - starts[q]; }, turn);
 }
 
 CAIRN_INLINE result<void> finish_object(storage_ref st,
@@ -196,21 +250,49 @@ CAIRN_INLINE result<void> write_items(storage_ref st,
                                       buffer_pool* buffers,
                                       int zstd_level,
                                       std::uint64_t* file_size,
-                                      progress_meter* progress) {
+                                      progress_meter* progress,
+                                      cuda::staging_window* window) {
   std::optional<buffer_pool> own;
   if (!buffers || buffers->size() < block_size)
     buffers = &own.emplace(std::max<std::size_t>(std::size_t{8} << 20, block_size));
+  for (const auto& it : items)
+    if (it.on_device && (!window || window->piece_bytes() < block_size))
+      return make_error(errc::invalid_argument,
+                        window ? "the staging window's slots are smaller than one checksum block"
+                               : "an item in device memory and no staging window to read it")
+          .with_key(it.key);
   std::vector<std::vector<box>> tiles;
   const std::vector<write_task> tasks =
-      plan_write_tasks(items, tiles, block_size, buffers->size(), zstd_level > 0);
+      plan_write_tasks(items, tiles, block_size, buffers->size(), zstd_level > 0,
+                       window ? window->piece_bytes() : 0);
   CAIRN_TRY_ASSIGN(auto writer, st.open_writer(name));
   block_sink sink(*writer, block_size, zstd_level);
+  auto run_task = [&](const write_task& t, write_item& it, block_sink::turn& turn) -> result<void> {
+    if (it.on_device) {
+      cuda::staging_window::slot slot = window->take();
+      if (!it.tiles.empty()) {
+        CAIRN_TRY_ASSIGN(auto starts, gather_device_tiles(t, it, tiles[t.item], slot));
+        return write_tiled_task(t, it, slot.bytes().data(), starts, sink, turn);
+      }
+      CAIRN_TRY(slot.from_device(0, it.src + t.begin, static_cast<std::size_t>(t.end - t.begin)));
+      CAIRN_TRY(slot.wait());
+      return write_plain_task(t, it, slot.bytes().data(), block_size, sink, turn);
+    }
+    if (it.tiles.empty()) return write_plain_task(t, it, it.src + t.begin, block_size, sink, turn);
+    std::unique_ptr<std::byte[]> buf = buffers->take();
+    auto w = write_tiled_task(t, it, buf.get(), gather_host_tiles(t, it, tiles[t.item], buf.get()),
+                              sink, turn);
+    buffers->give(std::move(buf));
+    return w;
+  };
+  // A thread holds at most one slot; no more threads than slots, so that none waits for a slot
+  // while holding the append turn another needs (compressed).
+  if (window) threads = std::max(1, std::min(threads, static_cast<int>(window->slots())));
   auto r = run_parallel(tasks.size(), threads, [&](std::size_t k) -> result<void> {
     const write_task& t = tasks[k];
     write_item& it = items[t.item];
     block_sink::turn turn(sink, k);  // tasks start in index order (run_parallel)
-    auto w = it.tiles.empty() ? write_plain_task(t, it, block_size, sink, turn)
-                              : write_tiled_task(t, it, tiles[t.item], *buffers, sink, turn);
+    auto w = run_task(t, it, turn);
     if (!w) return std::move(w).err().with_key(it.key);
     if (progress) progress->add(t.end - t.begin);
     return ok();

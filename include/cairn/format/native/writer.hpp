@@ -14,6 +14,7 @@
 #include "cairn/core/checksum.hpp"
 #include "cairn/core/error.hpp"
 #include "cairn/core/progress.hpp"
+#include "cairn/cuda/staging_window.hpp"
 #include "cairn/detail/config.hpp"
 #include "cairn/format/native/metadata.hpp"
 #include "cairn/format/native/reader.hpp"
@@ -33,12 +34,14 @@ struct write_task {
 
 /// Cuts items into tasks of about `io_bytes` (whole blocks), or for tiled items runs of tiles
 /// that fit one gather buffer; sizes every item's checksum list (and, compressed, its block
-/// offsets and stored lengths). `tiles[i]` receives item i's tiles in order.
+/// offsets and stored lengths). `tiles[i]` receives item i's tiles in order. Tasks of items in
+/// device memory hold at most `device_piece` bytes (one staging window slot, whole blocks).
 CAIRN_INLINE std::vector<write_task> plan_write_tasks(std::vector<write_item>& items,
                                                       std::vector<std::vector<box>>& tiles,
                                                       std::uint64_t block_size,
                                                       std::uint64_t gather_bytes,
-                                                      bool compress);
+                                                      bool compress,
+                                                      std::uint64_t device_piece = 0);
 
 /// Where the block writer's bytes go in one object: raw, at each item's planned offset; or
 /// compressed, each block on its own (kept raw when that does not make it smaller), runs
@@ -128,7 +131,8 @@ CAIRN_INLINE result<void> finish_object(storage_ref st,
 /// that does not make it smaller), and runs of blocks are appended to the object in task
 /// order, so the same items give the same bytes: items' `file_offset` is then an output, set with
 /// `block_offsets` and `block_stored`; `*file_size` receives the object's size. Objects are stored
-/// raw. `progress`, when given, is told each task's item bytes as it is written.
+/// raw. `progress`, when given, is told each task's item bytes as it is written. Items in device
+/// memory (`on_device`) are read through `window` (required then), one slot per task.
 CAIRN_INLINE result<void> write_items(storage_ref st,
                                       const std::string& name,
                                       std::vector<write_item>& items,
@@ -137,7 +141,8 @@ CAIRN_INLINE result<void> write_items(storage_ref st,
                                       buffer_pool* buffers = nullptr,
                                       int zstd_level = 0,
                                       std::uint64_t* file_size = nullptr,
-                                      progress_meter* progress = nullptr);
+                                      progress_meter* progress = nullptr,
+                                      cuda::staging_window* window = nullptr);
 
 }  // namespace cairn::detail
 

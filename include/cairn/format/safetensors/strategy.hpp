@@ -48,6 +48,7 @@ class safetensors_strategy final : public save_strategy {
     writer_features f;
     f.can_overwrite = false;
     f.assembles = true;
+    f.reads_device_items = true;  // its shards are written by the native writer
     return f;
   }
 

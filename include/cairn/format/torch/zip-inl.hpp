@@ -415,13 +415,17 @@ CAIRN_INLINE pickle::value tensor_value(dtype type,
                          value::tuple(std::move(args)), value(), false);
 }
 
-CAIRN_INLINE result<std::uint64_t> write_archive(
-    object_writer& out,
-    std::uint64_t base,
-    std::string_view prefix,
-    const pickle::value& root,
-    std::span<const std::span<const std::byte>> storages,
-    std::string file) {
+namespace detail {
+
+/// `write_archive` with storage i written by `add_storage(z, record name, i)`.
+template <class AddStorage>
+result<std::uint64_t> write_archive_with(object_writer& out,
+                                         std::uint64_t base,
+                                         std::string_view prefix,
+                                         const pickle::value& root,
+                                         std::size_t storages,
+                                         AddStorage&& add_storage,
+                                         std::string file) {
   zip_writer z(out, base, std::move(file));
   std::string p(prefix);
   std::string pkl = pickle::dumps(root, 2);
@@ -429,10 +433,27 @@ CAIRN_INLINE result<std::uint64_t> write_archive(
   CAIRN_TRY(z.add(p + "/.format_version", format_detail::as_bytes("1")));
   CAIRN_TRY(z.add(p + "/.storage_alignment", format_detail::as_bytes("64")));
   CAIRN_TRY(z.add(p + "/byteorder", format_detail::as_bytes("little")));
-  for (std::size_t i = 0; i < storages.size(); ++i)
-    CAIRN_TRY(z.add(p + "/data/" + std::to_string(i), storages[i]));
+  for (std::size_t i = 0; i < storages; ++i)
+    CAIRN_TRY(add_storage(z, p + "/data/" + std::to_string(i), i));
   CAIRN_TRY(z.add(p + "/version", format_detail::as_bytes("3\n")));
   return z.finish();
+}
+
+}  // namespace detail
+
+CAIRN_INLINE result<std::uint64_t> write_archive(
+    object_writer& out,
+    std::uint64_t base,
+    std::string_view prefix,
+    const pickle::value& root,
+    std::span<const std::span<const std::byte>> storages,
+    std::string file) {
+  return detail::write_archive_with(
+      out, base, prefix, root, storages.size(),
+      [&](zip_writer& z, std::string name, std::size_t i) {
+        return z.add(std::move(name), storages[i]);
+      },
+      std::move(file));
 }
 
 CAIRN_INLINE result<std::uint64_t> write_tensor_item(object_writer& out,
@@ -446,6 +467,27 @@ CAIRN_INLINE result<std::uint64_t> write_tensor_item(object_writer& out,
   pickle::value root = tensor_value(t.type, t.dims, "0", n);
   std::span<const std::byte> storages[] = {t.data};
   return write_archive(out, base, "archive", root, storages, std::move(file));
+}
+
+CAIRN_INLINE result<std::uint64_t> write_tensor_item(object_writer& out,
+                                                     std::uint64_t base,
+                                                     const tensor_view& t,
+                                                     std::uint64_t nbytes,
+                                                     const byte_stream& fill,
+                                                     std::string file) {
+  std::int64_t n = numel(t.dims);
+  if (nbytes != static_cast<std::uint64_t>(n) * dtype_size(t.type))
+    return format_detail::fail(errc::invalid_argument,
+                               "torch.save: tensor bytes do not match shape", file, t.name);
+  pickle::value root = tensor_value(t.type, t.dims, "0", n);
+  return detail::write_archive_with(
+      out, base, "archive", root, 1,
+      [&](zip_writer& z, std::string name, std::size_t) -> result<void> {
+        CAIRN_TRY(z.begin(std::move(name), nbytes));
+        CAIRN_TRY(fill([&](std::span<const std::byte> piece) { return z.append(piece); }));
+        return z.end();
+      },
+      std::move(file));
 }
 
 CAIRN_INLINE result<void> write_pt(storage_ref st,

@@ -7,6 +7,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <span>
 #include <string>
@@ -271,6 +272,20 @@ CAIRN_INLINE result<std::uint64_t> write_archive(
 CAIRN_INLINE result<std::uint64_t> write_tensor_item(object_writer& out,
                                                      std::uint64_t base,
                                                      const tensor_view& t,
+                                                     std::string file = {});
+
+/// Bytes handed over piece by piece: calls `append` with consecutive pieces, in order, until
+/// every byte has been given (a tensor in device memory, read through a staging window).
+using byte_stream =
+    std::function<result<void>(const std::function<result<void>(std::span<const std::byte>)>&)>;
+
+/// `write_tensor_item` of a tensor whose `nbytes` bytes come from `fill` piece by piece (`t.data`
+/// unused), without holding them all at once.
+CAIRN_INLINE result<std::uint64_t> write_tensor_item(object_writer& out,
+                                                     std::uint64_t base,
+                                                     const tensor_view& t,
+                                                     std::uint64_t nbytes,
+                                                     const byte_stream& fill,
                                                      std::string file = {});
 
 /// Writes `torch.save({name: tensor, ...})` as object `name` on `st` (a `.pt` file). The
