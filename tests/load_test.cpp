@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <atomic>
 #include <map>
 #include <mutex>
@@ -365,4 +366,80 @@ TEST_CASE("load_common reads no index file, load_tensors only the index of its k
   index_reads every(mem);
   CHECK(cairn::load_tensors(every).value().size() == 40);
   CHECK(every.files.size() == mem.list("index.").value().size());
+}
+
+namespace {
+
+/// "w" (bf16 [64, 48], values k/8 rounded to bf16) and "b" (f32 [1000], thirds, not exact in
+/// bf16) and "n" (i32 [10]), saved on 2 ranks in row blocks / replicated.
+void save_mixed_dtypes(cairn::storage_ref st) {
+  cairn::run_ranks(2, [&](cairn::thread_communicator& comm) {
+    const int r = comm.rank();
+    std::vector<cairn::bf16> w(32 * 48);
+    for (std::size_t i = 0; i < w.size(); ++i)
+      w[i] = cairn::bf16(static_cast<float>((r * 32 * 48 + static_cast<int>(i)) % 512) / 8);
+    std::vector<float> b(1000);
+    for (std::size_t i = 0; i < b.size(); ++i) b[i] = static_cast<float>(i) / 3;
+    std::vector<std::int32_t> n(10, 7);
+    cairn::state_dict sd;
+    sd.add("w", cairn::from_rank_offsets("w", std::span(w), {32, 48}, {{0, r, 2}}));
+    sd.add("b", cairn::replicated("b", std::span(b), {1000}, r));
+    sd.add("n", cairn::replicated("n", std::span(n), {10}, r));
+    cairn::save(sd, st, comm);
+  });
+}
+
+}  // namespace
+
+TEST_CASE("load: cast_floats converts floating dtypes on any number of ranks and names the keys") {
+  cairn::memory_storage mem;
+  save_mixed_dtypes(mem);
+  std::atomic<int> bad{0};
+  // Three ranks, column blocks of "w" as f32 (widening: exact, each run a piece of a row), "b"
+  // as bf16 (narrowing: round to nearest even), "n" as saved.
+  cairn::run_ranks(3, [&](cairn::thread_communicator& comm) {
+    const std::int64_t lo = 48 * comm.rank() / 3, hi = 48 * (comm.rank() + 1) / 3;
+    std::vector<float> w(static_cast<std::size_t>(64 * (hi - lo)));
+    std::vector<cairn::bf16> b(1000);
+    std::vector<std::int32_t> n(10);
+    cairn::state_dict sd;
+    sd.add("w", cairn::block("w", std::span(w), {64, hi - lo}, {64, 48}, {0, lo}));
+    sd.add("b", cairn::replicated("b", std::span(b), {1000}, comm.rank()));
+    sd.add("n", cairn::replicated("n", std::span(n), {10}, comm.rank()));
+    cairn::load_options lo_opt;
+    lo_opt.cast_floats = true;
+    auto stats = cairn::load(sd, mem, comm, lo_opt);
+    std::sort(stats.cast.begin(), stats.cast.end());
+    if (stats.cast != std::vector<std::string>{"b", "w"}) ++bad;
+    for (std::int64_t row = 0; row < 64; ++row)
+      for (std::int64_t c = lo; c < hi; ++c)
+        if (w[static_cast<std::size_t>(row * (hi - lo) + c - lo)] !=
+            static_cast<float>(cairn::bf16(static_cast<float>((row * 48 + c) % 512) / 8)))
+          ++bad;
+    for (std::size_t i = 0; i < b.size(); ++i)
+      if (!(b[i] == cairn::bf16(static_cast<float>(i) / 3))) ++bad;
+    if (n != std::vector<std::int32_t>(10, 7)) ++bad;
+  });
+  CHECK(bad.load() == 0);
+  // Off (the default): the first differing key is an error that names the option.
+  cairn::single_communicator one;
+  std::vector<float> w(64 * 48);
+  cairn::state_dict sd;
+  sd.add("w", cairn::replicated("w", std::span(w), {64, 48}, 0));
+  auto off = cairn::try_load(sd, mem, one);
+  REQUIRE(!off);
+  CHECK(off.err().code == cairn::errc::mismatch);
+  CHECK(off.err().key == "w");
+  CHECK(off.err().message.find("cast_floats") != std::string::npos);
+  // On, an integer tensor still does not convert.
+  std::vector<float> n(10);
+  cairn::state_dict ints;
+  ints.add("n", cairn::replicated("n", std::span(n), {10}, 0));
+  cairn::load_options cast;
+  cast.cast_floats = true;
+  auto i32 = cairn::try_load(ints, mem, one, cast);
+  REQUIRE(!i32);
+  CHECK(i32.err().code == cairn::errc::mismatch);
+  CHECK(i32.err().key == "n");
+  CHECK(i32.err().message.find("only between") != std::string::npos);
 }

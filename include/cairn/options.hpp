@@ -171,6 +171,11 @@ struct load_options {
   /// Host staging memory for tensors in device memory (see `save_options::staging`). Null: a
   /// pool private to the call.
   cuda::staging_pool* staging = nullptr;
+  /// Convert between floating dtypes (f16, bf16, f32, f64) where the checkpoint's differs from
+  /// the tree's: a bf16 checkpoint loads into an fp32 model and back (narrowing rounds to
+  /// nearest even). The keys converted are listed in `load_stats::cast`. Off, the default: a
+  /// dtype difference is an error naming the key (cairn never converts silently).
+  bool cast_floats = false;
   /// The most host staging memory (bytes) a load into device tensors uses at once: what is
   /// read goes to the device piece by piece through a window of this size. 0, the default: the
   /// capacity of `staging` when it has been allocated, else `default_staging_window`; never
@@ -234,6 +239,9 @@ struct load_stats {
   std::uint64_t bytes_from_ranks = 0;
   /// Bytes of shared pieces this rank passed on to other ranks.
   std::uint64_t bytes_to_ranks = 0;
+  /// Tree keys whose saved floating dtype was converted to the tree's
+  /// (`load_options::cast_floats`), in leaf order.
+  std::vector<std::string> cast;
   double seconds = 0;
   std::vector<std::string> unexpected;  ///< tree keys not in the checkpoint (skipped)
   std::vector<std::string> missing;     ///< checkpoint keys no rank asked for (*_all modes)

@@ -353,3 +353,31 @@ TEST_CASE("device tensors: a load into device memory goes through its window, sh
   CHECK(t.fake.misuse().empty());
   for (const auto& m : t.fake.misuse()) MESSAGE(m);
 }
+
+TEST_CASE("device tensors: a load that converts dtypes writes the converted bytes to the device") {
+  fake_runtime fake;
+  cairn::memory_storage mem;
+  cairn::single_communicator one;
+  std::vector<float> w(256 * 64);
+  for (std::size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>(i) / 7;
+  {
+    cairn::state_dict sd;
+    sd.add("w", cairn::replicated("w", std::span(w), {256, 64}, 0));
+    cairn::save(sd, mem, one);
+  }
+  void* dev = fake.device_malloc(w.size() * 2);
+  cairn::state_dict sd;
+  sd.add("w",
+         cairn::replicated("w", std::span(static_cast<cairn::bf16*>(dev), w.size()), {256, 64}, 0));
+  cairn::load_options lo;
+  lo.cuda_runtime = &fake.api();
+  lo.cast_floats = true;
+  auto stats = cairn::load(sd, mem, one, lo);
+  CHECK(stats.cast == std::vector<std::string>{"w"});
+  std::vector<cairn::bf16> want(w.size());
+  for (std::size_t i = 0; i < w.size(); ++i) want[i] = cairn::bf16(w[i]);
+  auto got = fake.device_read(dev, w.size() * 2);
+  CHECK(std::memcmp(got.data(), want.data(), got.size()) == 0);
+  fake.device_free(dev);
+  CHECK(fake.misuse().empty());
+}

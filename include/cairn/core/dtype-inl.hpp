@@ -2,7 +2,9 @@
 // compiled once into cairn::compiled with CAIRN_SEPARATE_COMPILATION).
 #pragma once
 
+#include <bit>
 #include <cstring>
+#include <span>
 
 #include "cairn/core/dtype.hpp"
 
@@ -63,6 +65,55 @@ CAIRN_INLINE bf16::bf16(float f) noexcept {
   } else {
     x += 0x7fffu + ((x >> 16) & 1u);
     bits = static_cast<std::uint16_t>(x >> 16);
+  }
+}
+
+CAIRN_INLINE void convert_elements(dtype from,
+                                   dtype to,
+                                   std::span<const std::byte> in,
+                                   std::span<std::byte> out) {
+  const std::size_t n = in.size() / dtype_size(from);
+  const std::size_t ei = dtype_size(from), eo = dtype_size(to);
+  // 16- and 32-bit values go through float (bit-exact, NaN payloads kept); only F64 on either
+  // side goes through double.
+  auto load_f = [&](const std::byte* p) -> float {
+    std::uint16_t h;
+    float f;
+    double d;
+    switch (from) {
+      case dtype::f16:
+        std::memcpy(&h, p, 2);
+        return f16::to_float(h);
+      case dtype::bf16:
+        std::memcpy(&h, p, 2);
+        return std::bit_cast<float>(static_cast<std::uint32_t>(h) << 16);
+      case dtype::f32:
+        std::memcpy(&f, p, 4);
+        return f;
+      default:
+        std::memcpy(&d, p, 8);
+        return static_cast<float>(d);
+    }
+  };
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::byte* p = in.data() + i * ei;
+    std::byte* q = out.data() + i * eo;
+    if (to == dtype::f64) {
+      double v;
+      if (from == dtype::f64)
+        std::memcpy(&v, p, 8);
+      else
+        v = static_cast<double>(load_f(p));
+      std::memcpy(q, &v, 8);
+      continue;
+    }
+    float v = load_f(p);
+    if (to == dtype::f32) {
+      std::memcpy(q, &v, 4);
+    } else {
+      std::uint16_t h = to == dtype::f16 ? f16::from_float(v) : bf16(v).bits;
+      std::memcpy(q, &h, 2);
+    }
   }
 }
 

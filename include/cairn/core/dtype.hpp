@@ -4,8 +4,10 @@
 
 #include <array>
 #include <bit>
+#include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string_view>
 #include <type_traits>
 
@@ -143,6 +145,18 @@ struct f8_e5m2 {
   std::uint8_t bits = 0;
   friend bool operator==(f8_e5m2 a, f8_e5m2 b) noexcept { return a.bits == b.bits; }
 };
+
+/// True for the floating dtypes `convert_elements` converts between (f16, bf16, f32, f64).
+constexpr bool convertible_float(dtype t) noexcept {
+  return t == dtype::f16 || t == dtype::bf16 || t == dtype::f32 || t == dtype::f64;
+}
+
+/// Converts `in` (elements of `from`) into `out` (the same count of `to`). Widening
+/// (F16/BF16 -> F32/F64, F32 -> F64) is exact; narrowing rounds to nearest even.
+CAIRN_INLINE void convert_elements(dtype from,
+                                   dtype to,
+                                   std::span<const std::byte> in,
+                                   std::span<std::byte> out);
 
 namespace detail {
 template <class T>

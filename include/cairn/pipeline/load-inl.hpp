@@ -2,6 +2,7 @@
 // header-only; compiled once into cairn::compiled with CAIRN_SEPARATE_COMPILATION).
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <map>
@@ -83,7 +84,8 @@ CAIRN_INLINE result<void> load_commons(const leaf_list& leaves,
 }
 
 CAIRN_INLINE result<const tensor_record*> matching_record(const tensor_leaf& t,
-                                                          const checkpoint_metadata& m) {
+                                                          const checkpoint_metadata& m,
+                                                          bool cast_floats) {
   const tensor_sharding& L = t.sharding;
   auto it = m.tensors.find(L.key);
   if (it == m.tensors.end())
@@ -100,10 +102,15 @@ CAIRN_INLINE result<const tensor_record*> matching_record(const tensor_leaf& t,
     return make_error(errc::invalid_argument,
                       "the tensor's index section was not read (read_index_sections)")
         .with_key(L.key);
-  if (rec.type != L.type)
-    return make_error(errc::mismatch, "checkpoint holds " + std::string(dtype_name(rec.type)) +
-                                          ", the target is " + std::string(dtype_name(L.type)) +
-                                          " (cairn never converts silently)")
+  const bool castable = cast_floats && convertible_float(rec.type) && convertible_float(L.type);
+  if (rec.type != L.type && !castable)
+    return make_error(errc::mismatch,
+                      "checkpoint holds " + std::string(dtype_name(rec.type)) + ", the target is " +
+                          std::string(dtype_name(L.type)) +
+                          (cast_floats ? " (load_options::cast_floats converts only between f16, "
+                                         "bf16, f32 and f64)"
+                                       : " (cairn never converts silently: "
+                                         "load_options::cast_floats converts floating dtypes)"))
         .with_key(L.key);
   std::size_t es = dtype_size(L.type);
   if (t.nbytes % es != 0)
@@ -133,11 +140,16 @@ CAIRN_INLINE result<const tensor_record*> matching_record(const tensor_leaf& t,
 
 CAIRN_INLINE result<std::vector<copy_job>> plan_tensor_copies(const leaf_list& leaves,
                                                               const checkpoint_metadata& m,
-                                                              const std::set<piece_ref>& skip) {
+                                                              const std::set<piece_ref>& skip,
+                                                              bool cast_floats,
+                                                              std::vector<std::string>* cast) {
   std::vector<copy_job> jobs;
   for (std::size_t ti = 0; ti < leaves.tensors.size(); ++ti) {
     const tensor_leaf& t = leaves.tensors[ti];
-    CAIRN_TRY_ASSIGN(const tensor_record* rec, matching_record(t, m));
+    CAIRN_TRY_ASSIGN(const tensor_record* rec, matching_record(t, m, cast_floats));
+    if (rec->type != t.sharding.type && cast &&
+        std::find(cast->begin(), cast->end(), t.sharding.key) == cast->end())
+      cast->push_back(t.sharding.key);
     const std::size_t es = dtype_size(t.sharding.type);
     auto ps = pieces_of(t.sharding);
     const std::size_t first = jobs.size();
@@ -145,7 +157,10 @@ CAIRN_INLINE result<std::vector<copy_job>> plan_tensor_copies(const leaf_list& l
       if (!skip.count({ti, pi}))
         CAIRN_TRY(plan_copies(*rec, t.sharding.key, ps[pi].region, t.data + ps[pi].data_offset * es,
                               jobs));
-    for (std::size_t j = first; j < jobs.size(); ++j) jobs[j].on_device = t.on_device;
+    for (std::size_t j = first; j < jobs.size(); ++j) {
+      jobs[j].on_device = t.on_device;
+      jobs[j].target_type = t.sharding.type;
+    }
   }
   return jobs;
 }
@@ -217,7 +232,7 @@ CAIRN_INLINE result<void> load_leaves_local(const leaf_list& leaves,
                                             cuda::staging_window* window) {
   CAIRN_TRY(load_commons(leaves, st, m, opt));
   if (opt.common_only) return ok();
-  auto jobs = plan_tensor_copies(leaves, m, skip);
+  auto jobs = plan_tensor_copies(leaves, m, skip, opt.cast_floats, &stats.cast);
   if (!jobs) return std::move(jobs).err().with_file(st.describe(""));  // which checkpoint
   read_counts counts;
   auto copied = run_copies(st, m, *jobs, opt.io_threads, counts, pool, &opt.progress, window);

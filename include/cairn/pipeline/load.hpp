@@ -50,14 +50,21 @@ CAIRN_INLINE result<void> load_commons(const leaf_list& leaves,
                                        const load_options& opt);
 
 /// The checkpoint's record of tensor leaf `t`, after checking that dtype and shape match (a
-/// padded target with `allow_shape_mismatch` is zeroed first).
+/// padded target with `allow_shape_mismatch` is zeroed first). With `cast_floats`, a saved
+/// floating dtype that differs from a floating target is accepted (the copies convert it).
 CAIRN_INLINE result<const tensor_record*> matching_record(const tensor_leaf& t,
-                                                          const checkpoint_metadata& m);
+                                                          const checkpoint_metadata& m,
+                                                          bool cast_floats = false);
 
-/// The copy jobs that fill this rank's tensor pieces (except those in `skip`).
-CAIRN_INLINE result<std::vector<copy_job>> plan_tensor_copies(const leaf_list& leaves,
-                                                              const checkpoint_metadata& m,
-                                                              const std::set<piece_ref>& skip);
+/// The copy jobs that fill this rank's tensor pieces (except those in `skip`); with
+/// `cast_floats`, jobs of a floating tensor saved in another floating dtype convert it, and its
+/// key is added to `cast` (once).
+CAIRN_INLINE result<std::vector<copy_job>> plan_tensor_copies(
+    const leaf_list& leaves,
+    const checkpoint_metadata& m,
+    const std::set<piece_ref>& skip,
+    bool cast_floats = false,
+    std::vector<std::string>* cast = nullptr);
 
 /// The saved object a sharded object leaf loads: the same grid position, or on a changed grid
 /// the one `object_mapping` picks. Null: the mapping chose to leave the value as it is.

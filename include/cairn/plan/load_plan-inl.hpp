@@ -30,7 +30,8 @@ CAIRN_INLINE result<void> plan_copies(const tensor_record& rec,
         dst_box.size.empty() ? std::optional<box>(c.region) : intersect(c.region, *inside);
     if (!x) continue;
     parts.push_back(*x);
-    jobs.push_back(copy_job{&c, std::move(*x), dst, dst_box, dtype_size(rec.type), key});
+    jobs.push_back(copy_job{&c, std::move(*x), dst, dst_box, dtype_size(rec.type), key, false,
+                            rec.type, rec.type});
   }
   if (auto p = check_exact_cover(parts, *inside)) {
     if (p->what == cover_problem::kind::overlap) {
@@ -66,14 +67,16 @@ CAIRN_INLINE std::vector<chunk_run> runs_of_chunk(const chunk_record& chunk,
   for (std::size_t j : js) {
     const copy_job& job = jobs[j];
     const std::uint64_t es = job.elem_size;
-    for_each_run(
-        chunk.region, job.dst_box, job.region, [&](std::int64_t s, std::int64_t t, std::int64_t n) {
-          std::uint64_t lo = static_cast<std::uint64_t>(s) * es;
-          std::uint64_t hi = lo + static_cast<std::uint64_t>(n) * es;
-          bytes_needed += hi - lo;
-          runs.push_back(
-              {lo, hi, job.on_device ? nullptr : job.dst + static_cast<std::uint64_t>(t) * es});
-        });
+    for_each_run(chunk.region, job.dst_box, job.region,
+                 [&](std::int64_t s, std::int64_t t, std::int64_t n) {
+                   std::uint64_t lo = static_cast<std::uint64_t>(s) * es;
+                   std::uint64_t hi = lo + static_cast<std::uint64_t>(n) * es;
+                   bytes_needed += hi - lo;
+                   runs.push_back({lo, hi,
+                                   job.on_device || job.casts()
+                                       ? nullptr
+                                       : job.dst + static_cast<std::uint64_t>(t) * es});
+                 });
   }
   std::sort(runs.begin(), runs.end(),
             [](const chunk_run& a, const chunk_run& b) { return a.lo < b.lo; });

@@ -17,14 +17,19 @@ namespace cairn::detail {
 /// One copy from a saved chunk into a target piece: the elements of `region`.
 struct copy_job {
   const chunk_record* chunk;
-  box region;      ///< global coordinates, inside both the chunk and the target box
-  std::byte* dst;  ///< start of the target piece's memory
-  box dst_box;     ///< the target piece, row-major at `dst`
-  std::size_t elem_size;
+  box region;             ///< global coordinates, inside both the chunk and the target box
+  std::byte* dst;         ///< start of the target piece's memory
+  box dst_box;            ///< the target piece, row-major at `dst`
+  std::size_t elem_size;  ///< of the saved chunk's dtype
   std::string key;
   /// `dst` is device memory: never read into directly; its runs are copied to the device
   /// through a staging window.
   bool on_device = false;
+  /// The saved dtype and the target's: they differ when the load converts
+  /// (`load_options::cast_floats`); such a job is never read into directly.
+  dtype saved_type = dtype::u8, target_type = dtype::u8;
+  /// Whether the copy converts between dtypes.
+  bool casts() const noexcept { return saved_type != target_type; }
 };
 
 /// Adds the jobs that fill `dst_box` (row-major at `dst`) from the chunks of `rec`. Fails

@@ -19,6 +19,31 @@ CAIRN_INLINE std::uint64_t read_length(const read_op& op, std::uint64_t block_si
   return std::min(op.chunk->where.nbytes, (op.last_block + 1) * block_size) - lo;
 }
 
+CAIRN_INLINE result<void> cast_run(const copy_job& job,
+                                   std::span<const std::byte> in,
+                                   std::uint64_t at,
+                                   std::byte* run_dst,
+                                   std::vector<std::byte>& converted,
+                                   std::optional<cuda::window_mover>& device) {
+  const std::uint64_t es = job.elem_size, target_es = dtype_size(job.target_type);
+  if (at % es != 0 || in.size() % es != 0)
+    return make_error(errc::invalid_argument,
+                      "cannot convert " + std::string(dtype_name(job.saved_type)) + " to " +
+                          std::string(dtype_name(job.target_type)) +
+                          ": the checkpoint's block size splits elements between reads")
+        .with_key(job.key);
+  const std::size_t count = in.size() / es;
+  std::byte* dst = run_dst + at / es * target_es;
+  std::span<std::byte> out{dst, static_cast<std::size_t>(count * target_es)};
+  if (job.on_device) {
+    converted.resize(out.size());
+    out = converted;
+  }
+  convert_elements(job.saved_type, job.target_type, in, out);
+  if (job.on_device) return device->put(dst, out.data(), out.size());
+  return ok();
+}
+
 CAIRN_INLINE result<void> run_read(storage_ref st,
                                    const checkpoint_metadata& m,
                                    const std::vector<copy_job>& jobs,
@@ -53,6 +78,7 @@ CAIRN_INLINE result<void> run_read(storage_ref st,
   progress.add(len);
   if (op.direct) return ok();
   std::optional<cuda::window_mover> device;  // for targets in device memory
+  std::vector<std::byte> converted;          // a converted run on its way to the device
   result<void> moved = ok();
   for (std::size_t j : group) {
     const copy_job& job = jobs[j];
@@ -63,19 +89,25 @@ CAIRN_INLINE result<void> run_read(storage_ref st,
             .with_key(job.key);
       device.emplace(*window);
     }
-    std::uint64_t es = job.elem_size;
-    for_each_run(op.chunk->region, job.dst_box, job.region,
-                 [&](std::int64_t s, std::int64_t t, std::int64_t n) {
-                   std::uint64_t a = static_cast<std::uint64_t>(s) * es;
-                   std::uint64_t b = a + static_cast<std::uint64_t>(n) * es;
-                   std::uint64_t x = std::max(a, lo), y = std::min(b, lo + len);
-                   if (x >= y || !moved) return;
-                   std::byte* dst = job.dst + static_cast<std::uint64_t>(t) * es + (x - a);
-                   if (job.on_device)
-                     moved = device->put(dst, buf.data() + (x - lo), y - x);
-                   else
-                     std::memcpy(dst, buf.data() + (x - lo), y - x);
-                 });
+    const std::uint64_t es = job.elem_size;
+    const std::uint64_t target_es = dtype_size(job.target_type);
+    for_each_run(
+        op.chunk->region, job.dst_box, job.region,
+        [&](std::int64_t s, std::int64_t t, std::int64_t n) {
+          std::uint64_t a = static_cast<std::uint64_t>(s) * es;
+          std::uint64_t b = a + static_cast<std::uint64_t>(n) * es;
+          std::uint64_t x = std::max(a, lo), y = std::min(b, lo + len);
+          if (x >= y || !moved) return;
+          std::span<const std::byte> in{buf.data() + (x - lo), static_cast<std::size_t>(y - x)};
+          std::byte* dst = job.dst + static_cast<std::uint64_t>(t) * target_es;
+          if (job.casts()) {
+            moved = cast_run(job, in, x - a, dst, converted, device);
+          } else if (job.on_device) {
+            moved = device->put(dst + (x - a), in.data(), in.size());
+          } else {
+            std::memcpy(dst + (x - a), in.data(), in.size());
+          }
+        });
     if (!moved) return std::move(moved).err().with_key(job.key);
   }
   // The buffer goes back to the pool only once the device has its bytes.

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -55,6 +56,17 @@ namespace detail {
 
 /// The bytes one planned read reads: its whole blocks, the last one cut at the chunk's end.
 CAIRN_INLINE std::uint64_t read_length(const read_op& op, std::uint64_t block_size);
+
+/// Copies one run of a converting job (`job.casts()`): `in`, the saved elements starting `at`
+/// bytes into the run, converted into the target run at `run_dst` (host memory, or device
+/// memory through `device` by way of `converted`). A run whose bytes do not hold whole elements
+/// (a block size that is not a multiple of the element size) is an error naming the key.
+CAIRN_INLINE result<void> cast_run(const copy_job& job,
+                                   std::span<const std::byte> in,
+                                   std::uint64_t at,
+                                   std::byte* run_dst,
+                                   std::vector<std::byte>& converted,
+                                   std::optional<cuda::window_mover>& device);
 
 /// Runs one planned read: whole blocks, verified, straight into the target or through a pooled
 /// buffer that the read's jobs then copy out of (through `window`, one slot, for jobs whose

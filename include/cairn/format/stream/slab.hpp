@@ -45,22 +45,16 @@ struct stream_stats {
   std::vector<std::string> skipped;  ///< non-tensor items not carried over
 };
 
-/// True for the floating dtypes `to_dtype` converts between.
-constexpr bool convertible_float(dtype t) noexcept {
-  return t == dtype::f16 || t == dtype::bf16 || t == dtype::f32 || t == dtype::f64;
-}
+/// The floating dtypes `to_dtype` converts between (core/dtype.hpp).
+using cairn::convertible_float;
 
 /// The dtype tensor `t` is written as under `to`.
 constexpr dtype output_dtype(dtype t, std::optional<dtype> to) noexcept {
   return to && convertible_float(t) ? *to : t;
 }
 
-/// Converts `in` (elements of `from`) into `out` (the same count of `to`). Widening
-/// (F16/BF16 -> F32/F64, F32 -> F64) is exact; narrowing rounds to nearest even.
-CAIRN_INLINE void convert_elements(dtype from,
-                                   dtype to,
-                                   std::span<const std::byte> in,
-                                   std::span<std::byte> out);
+/// Converts elements between floating dtypes (core/dtype.hpp).
+using cairn::convert_elements;
 
 /// Cuts a tensor into boxes of at most `max_bytes` (elements of `elem_size` bytes), each
 /// contiguous in the tensor's row-major order and listed in that order: whole rows of the
