@@ -460,13 +460,13 @@ CAIRN_INLINE result<std::uint64_t> write_tensor_item(object_writer& out,
                                                      std::uint64_t base,
                                                      const tensor_view& t,
                                                      std::string file) {
-  std::int64_t n = numel(t.dims);
-  if (t.data.size() != static_cast<std::size_t>(n) * dtype_size(t.type))
-    return format_detail::fail(errc::invalid_argument,
-                               "torch.save: tensor bytes do not match shape", file, t.name);
-  pickle::value root = tensor_value(t.type, t.dims, "0", n);
-  std::span<const std::byte> storages[] = {t.data};
-  return write_archive(out, base, "archive", root, storages, std::move(file));
+  // The bytes in memory are a stream of one piece.
+  return write_tensor_item(
+      out, base, t, t.data.size(),
+      [&](const std::function<result<void>(std::span<const std::byte>)>& append) {
+        return append(t.data);
+      },
+      std::move(file));
 }
 
 CAIRN_INLINE result<std::uint64_t> write_tensor_item(object_writer& out,
