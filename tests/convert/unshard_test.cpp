@@ -90,6 +90,7 @@ void save_multirank(cairn::storage_ref st) {
     sd.add("step", std::int64_t{12});
     cairn::save_options so;
     so.block_size = 64;
+    so.content_metadata = {{"model", "convert-test"}, {"tp", "4"}};
     cairn::save(sd, st, comm, so);
   });
 }
@@ -156,7 +157,9 @@ TEST_CASE("unshard one_file: a 4-rank checkpoint with flattened optimizer shards
   CHECK(stats.skipped == std::vector<std::string>{"step"});
   check_all(out, all_in("model.safetensors"));
   auto h = cairn::safetensors::read_header(out, "model.safetensors").value();
-  CHECK(h.metadata == std::map<std::string, std::string>{{"format", "pt"}});
+  // The checkpoint's content metadata rides along; "format" stays safetensors' own.
+  CHECK(h.metadata == std::map<std::string, std::string>{
+                          {"format", "pt"}, {"model", "convert-test"}, {"tp", "4"}});
 }
 
 TEST_CASE("unshard per_tensor and chunks write an index, chunks respect the byte limit") {
@@ -381,6 +384,34 @@ TEST_CASE("convert torch_dist writes DCP + Megatron files that read back as a DC
     nat.read(f, 0, a).value();
     nat2.read(f, 0, b).value();
     CHECK(a == b);
+  }
+}
+
+TEST_CASE("convert carries content_metadata into every output format") {
+  cairn_test::temp_dir d;
+  cairn::file_storage ck(d.path / "ckpt");
+  save_multirank(ck);
+  const std::map<std::string, std::string> want = {{"model", "convert-test"}, {"tp", "4"}};
+  CHECK(cairn::read_content_metadata(ck).value() == want);
+  for (auto format :
+       {cv::output_format::native, cv::output_format::torch_dist, cv::output_format::one_file}) {
+    CAPTURE(cv::format_name(format));
+    cairn::file_storage out(d.path / std::string(cv::format_name(format)));
+    auto src = cv::open_source(ck).value();
+    cv::convert_options opt;
+    opt.format = format;
+    cv::convert(*src, out, opt).value();
+    auto got = cairn::read_content_metadata(out).value();
+    for (const auto& [k, v] : want) CHECK(got[k] == v);
+    // And on again from the converted checkpoint: torch_dist's common.pt holds it too.
+    if (format == cv::output_format::torch_dist) {
+      cairn::file_storage again(d.path / "again");
+      auto dist = cv::open_source(out).value();
+      cv::convert_options native;
+      native.format = cv::output_format::native;
+      cv::convert(*dist, again, native).value();
+      CHECK(cairn::read_content_metadata(again).value() == want);
+    }
   }
 }
 

@@ -18,6 +18,7 @@
 #include "cairn/cairn.hpp"
 #include "cairn/storage/decorator.hpp"
 #include "cairn/storage/prefixed.hpp"
+#include "cairn/strategies.hpp"
 #include "tests/support/counting_comm.hpp"
 #include "tests/support/message_check.hpp"
 #include "tests/support/test_util.hpp"
@@ -209,6 +210,30 @@ TEST_SUITE("checkpointer") {
       CHECK(latest_step(mem, 3, {}, &scanned) == 30);
       CHECK(scanned);
     }
+  }
+
+  TEST_CASE("torch_dist checkpoints keep the counters too: in common.pt's content_metadata") {
+    cairn::memory_storage mem;
+    const cairn::torch_dist_strategy torch_dist;
+    cairn::checkpointer_options opt;
+    opt.save.strategy = &torch_dist;
+    cairn::run_ranks(2, [&](cairn::thread_communicator& comm) {
+      cairn::checkpointer ckpt(mem, comm, opt);
+      model m(comm.rank(), 2, 30);
+      CHECK(ckpt.save(m.sd, {.step = 30, .epoch = 2, .token = 7000, .tag = "warm"}).name ==
+            "step00000030");
+      REQUIRE(ckpt.finalize());
+    });
+    cairn::run_ranks(3, [&](cairn::thread_communicator& comm) {
+      cairn::checkpointer ckpt(mem, comm, opt);
+      model m(comm.rank(), 3, 0);
+      auto r = ckpt.load_latest(m.sd).value();
+      REQUIRE(r);
+      // Only the step is in the name: the rest comes from the checkpoint's content metadata.
+      CHECK(r->counters ==
+            cairn::checkpoint_counters{.step = 30, .epoch = 2, .token = 7000, .tag = "warm"});
+      CHECK(m.holds(comm.rank(), 3, 30));
+    });
   }
 
   TEST_CASE("committed checkpoints of another template are not resumed from silently") {

@@ -167,6 +167,11 @@ CAIRN_INLINE result<checkpoint_metadata> read_any_manifest(storage_ref st) {
   });
 }
 
+CAIRN_INLINE result<std::map<std::string, std::string>> read_content_metadata(storage_ref st) {
+  CAIRN_TRY_ASSIGN(checkpoint_metadata m, read_any_manifest(st));
+  return std::move(m.content_metadata);
+}
+
 CAIRN_INLINE result<verify_report> verify_any(storage_ref st,
                                               int threads,
                                               const progress_callback& progress) {

@@ -122,6 +122,12 @@ CAIRN_INLINE result<checkpoint_metadata> read_any_metadata(storage_ref st);
 /// the keys a caller needs. Every other format reads as `read_any_metadata` reads it.
 CAIRN_INLINE result<checkpoint_metadata> read_any_manifest(storage_ref st);
 
+/// The user's content metadata of a checkpoint in any format, read without touching a data
+/// file (Megatron's `load_content_metadata`): a native checkpoint's from `metadata.json`, a
+/// torch_dist one's from the `content_metadata` dict of Megatron's `common.pt`, a safetensors
+/// one's from the header's `__metadata__`.
+CAIRN_INLINE result<std::map<std::string, std::string>> read_content_metadata(storage_ref st);
+
 /// What `verify_any` checked, and what it found.
 struct verify_report {
   std::string format;  ///< "cairn", "torch_dist" or "safetensors"

@@ -571,12 +571,9 @@ CAIRN_INLINE result<std::pair<std::string, checkpoint_counters>> checkpointer::r
           return make_error(errc::not_found,
                             "no committed checkpoint (or tag) \"" + name + "\" here")
               .with_file(s_->root_.describe(name));
-        std::optional<checkpoint_counters> c;
-        if (format == "cairn") {
-          CAIRN_TRY_ASSIGN(auto sub, prefixed_storage::make(s_->root_, name + "/"));
-          CAIRN_TRY_ASSIGN(auto meta, read_content_metadata(sub));
-          c = detail::get_counters(meta);
-        }
+        CAIRN_TRY_ASSIGN(auto sub, prefixed_storage::make(s_->root_, name + "/"));
+        CAIRN_TRY_ASSIGN(auto meta, read_content_metadata(sub));
+        std::optional<checkpoint_counters> c = detail::get_counters(meta);
         if (!c) c = s_->names_.match(name);
         return std::pair(name, c.value_or(checkpoint_counters{}));
       });

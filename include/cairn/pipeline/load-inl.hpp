@@ -247,6 +247,7 @@ CAIRN_INLINE std::set<std::string> checkpoint_keys(const checkpoint_metadata& m)
   for (const auto& [k, t] : m.tensors) keys.insert(k);
   for (const auto& [u, o] : m.objects) keys.insert(o.key);
   for (const auto& [k, c] : m.commons) keys.insert(k);
+  for (const auto& [k, c] : m.inline_commons) keys.insert(k);  // e.g. Megatron's common.pt
   return keys;
 }
 

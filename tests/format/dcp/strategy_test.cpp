@@ -70,6 +70,103 @@ struct narrow_state {
 };
 }  // namespace
 
+TEST_CASE("torch_dist keeps content_metadata where Megatron does: common.pt's dict") {
+  cairn::memory_storage mem;
+  cairn::torch_dist_strategy td;
+  cairn::save_options so;
+  so.strategy = &td;
+  so.content_metadata = {{"model", "tiny"}, {"tp", "4"}};
+  cairn::run_ranks(2, [&](cairn::thread_communicator& comm) {
+    train_state s;
+    make_state(s, comm.rank(), 2, 1.0f);
+    s.step = 77;
+    cairn::save(s, mem, comm, so);
+  });
+  CHECK(cairn::read_content_metadata(mem).value() == so.content_metadata);
+  // In common.pt as Megatron's load_content_metadata reads it: common["content_metadata"].
+  auto a = cairn::torch_zip::open_archive(mem, "common.pt").value();
+  const cairn::pickle::value* cm = a.root.get("content_metadata");
+  REQUIRE(cm);
+  REQUIRE(cm->is_dict());
+  REQUIRE(cm->get("tp"));
+  CHECK(cm->get("tp")->str == "4");
+  REQUIRE(a.root.get("step"));
+  CHECK(a.root.get("step")->i == 77);
+  auto m = cairn::read_any_metadata(mem).value();
+  CHECK(m.content_metadata == so.content_metadata);
+  CHECK(m.inline_commons.count("content_metadata") == 0);  // not a common value of the tree
+  cairn::run_ranks(2, [&](cairn::thread_communicator& comm) {
+    train_state s;
+    make_state(s, comm.rank(), 2, 0.0f);
+    cairn::load_options lo;
+    lo.strict = cairn::strict_mode::raise_all;  // common.pt's values count as saved keys
+    cairn::load(s, mem, comm, lo);
+    CHECK(s.step == 77);
+  });
+
+  // Content metadata alone still writes common.pt.
+  cairn::memory_storage bare;
+  cairn::run_ranks(1, [&](cairn::thread_communicator& comm) {
+    std::vector<float> w(4, 2.0f);
+    cairn::state_dict sd;
+    sd.add("w", cairn::from_rank_offsets("w", std::span(w), {4}, {}));
+    cairn::save(sd, bare, comm, so);
+  });
+  CHECK(cairn::read_content_metadata(bare).value() == so.content_metadata);
+
+  // A common value under Megatron's key and content_metadata: refused, nothing committed.
+  cairn::memory_storage clash;
+  std::optional<cairn::error> refused;
+  cairn::run_ranks(1, [&](cairn::thread_communicator& comm) {
+    cairn::state_dict sd;
+    sd.add("content_metadata", std::string("mine"));
+    if (auto r = cairn::try_save(sd, clash, comm, so); !r) refused = r.err();
+  });
+  REQUIRE(refused);
+  CHECK(refused->code == cairn::errc::invalid_argument);
+  CHECK(refused->message.find("content_metadata") != std::string::npos);
+  CHECK(!clash.exists(".metadata").value());
+}
+
+TEST_CASE("content_metadata Megatron wrote with Python values reads as Python prints them") {
+  cairn::memory_storage mem;
+  cairn::torch_dist_strategy td;
+  cairn::save_options so;
+  so.strategy = &td;
+  cairn::run_ranks(1, [&](cairn::thread_communicator& comm) {
+    std::vector<float> w(4, 2.0f);
+    cairn::state_dict sd;
+    sd.add("w", cairn::from_rank_offsets("w", std::span(w), {4}, {}));
+    cairn::save(sd, mem, comm, so);
+  });
+  // common.pt as Megatron's training writes it (megatron/training/checkpointing.py).
+  using cairn::pickle::value;
+  value cm = value::dict(
+      {{value::string("singleton_local_shards"), value::boolean(false)},
+       {value::string("distrib_optim_sharding_type"), value::string("fully_sharded_model_space")},
+       {value::string("chained_optim_avoid_prefix"), value::boolean(true)},
+       {value::string("iteration"), value::integer(1200)},
+       {value::string("lr"), value::floating(1.0)},
+       {value::string("scale"), value::floating(0.25)},
+       {value::string("hint"), value::none()},
+       {value::string("nested"), value::list({value::integer(1)})}});
+  value root = value::dict({{value::string("content_metadata"), cm},
+                            {value::string("iteration"), value::integer(1200)}});
+  cairn::dcp::detail::buffer_writer buf;
+  REQUIRE(cairn::torch_zip::write_archive(buf, 0, "common", root, {}, "common.pt"));
+  REQUIRE(mem.put("common.pt", buf.data()));
+  const std::map<std::string, std::string> want = {
+      {"singleton_local_shards", "False"},
+      {"distrib_optim_sharding_type", "fully_sharded_model_space"},
+      {"chained_optim_avoid_prefix", "True"},
+      {"iteration", "1200"},
+      {"lr", "1.0"},
+      {"scale", "0.25"},
+      {"hint", "None"}};  // the list is no string map value: left out
+  CHECK(cairn::read_content_metadata(mem).value() == want);
+  CHECK(cairn::read_any_metadata(mem).value().inline_commons.count("iteration") == 1);
+}
+
 TEST_CASE("a Python value that does not fit the target's dtype fails naming the key") {
   cairn::memory_storage mem;
   cairn::torch_dist_strategy td;

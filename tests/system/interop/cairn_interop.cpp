@@ -5,7 +5,7 @@
 //   cairn_interop write-safetensors DIR | write-pt DIR | write-dcp DIR
 //   cairn_interop check-pt FILE | check-dcp DIR
 //   cairn_interop write-multirank DIR | unshard SRC DST | convert-dcp SRC DST
-//   cairn_interop save-strategy NAME DIR | load-dcp DIR
+//   cairn_interop save-strategy NAME DIR | load-dcp DIR | remove-prefix DIR PREFIX
 #include <atomic>
 #include <cstdio>
 #include <cstring>
@@ -311,6 +311,8 @@ int write_multirank(const std::string& dir, const cairn::save_strategy* strategy
       sd.add("step", std::int64_t{12});
     cairn::save_options so;
     so.strategy = strategy;
+    if (dynamic_cast<const cairn::torch_dist_strategy*>(strategy))
+      so.content_metadata = {{"source", "cairn interop"}, {"tp", "4"}};  // Megatron's place
     cairn::save(sd, st, comm, so);
   });
   return 0;
@@ -431,6 +433,12 @@ int main(int argc, char** argv) {
       if (cmd == "unshard") return unshard(argv[2], argv[3]);
       if (cmd == "convert-dcp") return convert_dcp(argv[2], argv[3]);
       if (cmd == "save-strategy") return save_strategy(argv[2], argv[3]);
+      if (cmd == "remove-prefix") {
+        cairn::file_storage st(argv[2]);
+        for (const auto& key : cairn::remove_sharded_tensors(st, argv[3]).value())
+          std::printf("removed %s\n", key.c_str());
+        return 0;
+      }
     } catch (const cairn::exception& e) {
       return fail(e.what());
     }

@@ -241,9 +241,27 @@ def case_strategy_torch_dist(tool, work):
     assert len(files) == 4, f"expected one .distcp per rank: {files}"
     assert json.load(open(os.path.join(work, "metadata.json")))["sharded_backend"] == "torch_dist"
     common = torch.load(os.path.join(work, "common.pt"))
-    assert common == {"step": 12}, common
+    # Megatron's load_content_metadata(dir) is load_common(dir).get("content_metadata").
+    want = {"step": 12, "content_metadata": {"source": "cairn interop", "tp": "4"}}
+    assert common == want, common
+    # remove_sharded_tensors as Megatron's torch_dist strategy does it: torch's DCP loader reads
+    # the rest, and the removed keys are gone from its metadata.
+    gone = sorted("t_" + n for n in DCP_TYPES if n.startswith("f"))
+    out = subprocess.run([tool, "remove-prefix", work, "t_f"], check=True, capture_output=True,
+                         text=True).stdout.split()
+    assert out[1::2] == gone, out
+    md = torch_dcp.reader(dcp, work).read_metadata()
+    assert not set(gone) & set(md.state_dict_metadata), sorted(md.state_dict_metadata)
+    assert all(k.fqn not in gone for k in md.storage_data), "storage_data keeps removed keys"
+    kept = [n for n in DCP_TYPES if not n.startswith("f")]
+    sd = {"t_" + n: torch.zeros(8, 6, dtype=DCP_TYPES[n]) for n in kept}
+    torch_dcp.load(dcp, sd, torch_dcp.reader(dcp, work))
+    for n in kept:
+        same("t_" + n, sd["t_" + n], pattern(n, 48).reshape(8, 6))
     print(f"torch {torch.__version__} DCP load read cairn::save(torch_dist) from 4 "
-          f"ranks ({len(files)} .distcp files): {len(DCP_TYPES)} dtypes element-exact; common.pt ok")
+          f"ranks ({len(files)} .distcp files): {len(DCP_TYPES)} dtypes element-exact; common.pt "
+          f"with content_metadata ok; after remove_sharded_tensors('t_f') {len(kept)} dtypes "
+          f"element-exact, {len(gone)} gone")
 
 
 def case_strategy_safetensors(tool, work):

@@ -2,6 +2,8 @@
 // header-only; compiled once into cairn::compiled with CAIRN_SEPARATE_COMPILATION).
 #pragma once
 
+#include <array>
+#include <charconv>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -282,6 +284,41 @@ namespace cairn {
 
 namespace detail {
 
+CAIRN_INLINE std::map<std::string, std::string> content_metadata_from_pickle(
+    const pickle::value& dict) {
+  std::map<std::string, std::string> out;
+  if (!dict.entries) return out;
+  for (const auto& [k, v] : *dict.entries) {
+    if (k.type != pickle::value::kind::string) continue;
+    switch (v.type) {
+      case pickle::value::kind::string:
+        out[k.str] = v.str;
+        break;
+      case pickle::value::kind::boolean:
+        out[k.str] = v.i ? "True" : "False";
+        break;
+      case pickle::value::kind::integer:
+        out[k.str] = std::to_string(v.i);
+        break;
+      case pickle::value::kind::floating: {
+        std::array<char, 32> text{};
+        auto [end, ec] = std::to_chars(text.data(), text.data() + text.size(), v.f);
+        if (ec != std::errc()) break;
+        std::string shown(text.data(), end);
+        if (shown.find_first_of(".ein") == std::string::npos) shown += ".0";  // 1.0, as Python
+        out[k.str] = std::move(shown);
+        break;
+      }
+      case pickle::value::kind::none:
+        out[k.str] = "None";
+        break;
+      default:  // containers and objects: not a string map's value
+        break;
+    }
+  }
+  return out;
+}
+
 CAIRN_INLINE result<void> add_dcp_objects_and_commons(storage_ref st,
                                                       dcp::reader& rd,
                                                       checkpoint_metadata& m,
@@ -305,9 +342,14 @@ CAIRN_INLINE result<void> add_dcp_objects_and_commons(storage_ref st,
   if (has_common) {
     CAIRN_TRY_ASSIGN(torch_zip::archive a, torch_zip::open_archive(st, megatron_common_name));
     if (a.root.type == pickle::value::kind::dict && a.root.entries)
-      for (const auto& [k, v] : *a.root.entries)
-        if (k.type == pickle::value::kind::string)
-          if (auto c = common_from_pickle(v)) m.inline_commons.emplace(k.str, *c);
+      for (const auto& [k, v] : *a.root.entries) {
+        if (k.type != pickle::value::kind::string) continue;
+        if (k.str == dcp::megatron_content_metadata_key && v.is_dict()) {
+          m.content_metadata = content_metadata_from_pickle(v);
+          continue;
+        }
+        if (auto c = common_from_pickle(v)) m.inline_commons.emplace(k.str, *c);
+      }
   }
   return ok();
 }

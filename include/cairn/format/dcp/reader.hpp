@@ -140,12 +140,17 @@ namespace cairn {
 /// becomes a chunk at the byte offset of its `torch.save` storage record; bytes items named
 /// like sharded objects (`key/shard_<offset>_<grid>`) that hold a uint8 tensor (what cairn's
 /// torch_dist strategy writes) become objects; Megatron's `common.pt` values become common
-/// values. Reads each item's ZIP directory (a few small reads per item). Items stored with a
-/// storage offset are supported; non-contiguous ones fail naming the key (convert those with
-/// `cairn convert`, which reads them).
+/// values, and its `content_metadata` dict the checkpoint's `content_metadata`. Reads each item's
+/// ZIP directory (a few small reads per item). Items stored with a storage offset are supported;
+/// non-contiguous ones fail naming the key (convert those with `cairn convert`, which reads them).
 CAIRN_INLINE result<checkpoint_metadata> dcp_as_metadata(storage_ref st);
 
 namespace detail {
+/// Megatron's `content_metadata` dict as a string map: strings as they are, other scalars as
+/// Python prints them (`True`, `False`, `None`, `12`, `0.5`); containers are left out.
+CAIRN_INLINE std::map<std::string, std::string> content_metadata_from_pickle(
+    const pickle::value& dict);
+
 /// The part of `dcp_as_metadata` that is not tensors: the sharded objects (into `m.objects`) and
 /// `common.pt`'s values (into `m.inline_commons`), files added to `m.files` through `files`.
 CAIRN_INLINE result<void> add_dcp_objects_and_commons(storage_ref st,

@@ -32,6 +32,9 @@ class source final : public stream::source {
   std::vector<std::string> other_items() const override { return others_; }
   /// Megatron's `common.pt` values (the `torch_dist` layout), as `read_any_metadata` reads them.
   result<std::map<std::string, common_value>> commons() override { return meta_.inline_commons; }
+  std::map<std::string, std::string> content_metadata() const override {
+    return meta_.content_metadata;
+  }
   /// The bytes items that hold cairn's sharded objects (a u8 tensor each).
   result<std::map<std::string, stream::object_entry>> objects() override {
     return stream::detail::read_objects(st_, meta_);

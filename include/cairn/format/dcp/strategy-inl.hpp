@@ -88,7 +88,7 @@ CAIRN_INLINE result<void> torch_dist_strategy::commit(planned_save& plan,
                                                       const std::vector<bytes>& reports,
                                                       const std::vector<bytes>&,
                                                       storage_ref st,
-                                                      const save_options&) const {
+                                                      const save_options& opt) const {
   const save_index& index = plan.index;
   dcp::metadata m;
   for (std::size_t r = 0; r < reports.size(); ++r) {
@@ -112,9 +112,10 @@ CAIRN_INLINE result<void> torch_dist_strategy::commit(planned_save& plan,
                             rec.chunks.at(slot.chunk).region, {file, off, len});
     }
   }
-  // Megatron's common.pt and metadata.json, then .metadata: the commit.
+  // Megatron's common.pt (with the content metadata) and metadata.json, then .metadata: the
+  // commit.
   w.local = true;  // abandon removes common.pt and metadata.json too
-  CAIRN_TRY(dcp::write_commit_files(st, m, flavor_, plan.commons));
+  CAIRN_TRY(dcp::write_commit_files(st, m, flavor_, plan.commons, opt.content_metadata));
   // Data files of a checkpoint this one replaced.
   if (auto names = st.list("")) {
     std::set<std::string> referenced;

@@ -59,7 +59,7 @@ CAIRN_INLINE result<void> write_streamed(stream::source& src,
   stats.tensors = ts.size();
   stats.objects = objects.size();
   CAIRN_TRY_ASSIGN(auto commons, src.commons());
-  CAIRN_TRY_ASSIGN(auto written, write_commit_files(dst, m, fl, commons));
+  CAIRN_TRY_ASSIGN(auto written, write_commit_files(dst, m, fl, commons, src.content_metadata()));
   stats.files.insert(stats.files.end(), written.begin(), written.end());
   return ok();
 }

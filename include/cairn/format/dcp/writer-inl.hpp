@@ -2,7 +2,9 @@
 // header-only; compiled once into cairn::compiled with CAIRN_SEPARATE_COMPILATION).
 #pragma once
 
+#include <algorithm>
 #include <cstring>
+#include <set>
 #include <variant>
 
 #include "cairn/format/dcp/writer.hpp"
@@ -35,6 +37,14 @@ CAIRN_INLINE void add_tensor_chunk(metadata& m,
 CAIRN_INLINE void add_bytes_item(metadata& m, const std::string& key, storage_info where) {
   m.state_dict_metadata[key] = bytes_meta{};
   m.storage_data.push_back({{key, std::nullopt, 0}, std::move(where)});
+}
+
+CAIRN_INLINE pickle::value content_metadata_to_pickle(
+    const std::map<std::string, std::string>& content_metadata) {
+  std::vector<std::pair<pickle::value, pickle::value>> entries;
+  for (const auto& [k, v] : content_metadata)
+    entries.emplace_back(pickle::value::string(k), pickle::value::string(v));
+  return pickle::value::dict(std::move(entries));
 }
 
 CAIRN_INLINE pickle::value common_to_pickle(const common_value& c) {
@@ -100,3 +110,41 @@ CAIRN_INLINE result<void> buffer_writer::write_at(std::uint64_t offset,
 }
 
 }  // namespace cairn::dcp::detail
+
+namespace cairn::dcp {
+
+CAIRN_INLINE result<std::vector<std::string>> remove_items(
+    storage_ref st, const std::function<bool(std::string_view fqn)>& drop) {
+  CAIRN_TRY_ASSIGN(metadata m, read(st));
+  if (auto it = m.extras.find("mcore_data"); it != m.extras.end() && it->second.is_dict() &&
+                                             it->second.entries && !it->second.entries->empty())
+    return make_error(errc::unsupported_version,
+                      "this .metadata records N-D flattened tensors (Megatron's mcore_data), "
+                      "which rewriting it would lose; it is left as it is")
+        .with_file(st.describe(metadata_name));
+  std::vector<std::string> removed;
+  for (auto it = m.state_dict_metadata.begin(); it != m.state_dict_metadata.end();) {
+    if (!drop(it->first)) {
+      ++it;
+      continue;
+    }
+    removed.push_back(it->first);
+    m.planner_data.erase(it->first);
+    it = m.state_dict_metadata.erase(it);
+  }
+  if (removed.empty()) return removed;
+  std::set<std::string> files_before, files_after;
+  for (const auto& [idx, where] : m.storage_data) files_before.insert(where.relative_path);
+  std::erase_if(m.storage_data,
+                [&](const auto& item) { return !m.state_dict_metadata.count(item.first.fqn); });
+  for (const auto& [idx, where] : m.storage_data) files_after.insert(where.relative_path);
+  const flavor f = m.class_module.find("._shard.checkpoint") != std::string::npos
+                       ? flavor::torch1_13
+                       : flavor::torch2;
+  CAIRN_TRY(write(st, m, f));
+  for (const auto& name : files_before)
+    if (!files_after.count(name)) (void)st.remove(name);  // unreferenced now: only space
+  return removed;
+}
+
+}  // namespace cairn::dcp

@@ -6,6 +6,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <mutex>
 #include <span>
 #include <string>
@@ -87,13 +89,34 @@ class buffer_writer final : public object_writer {
 };
 }  // namespace detail
 
-/// Writes Megatron's `common.pt` (`torch.save` of {path: Python value}) with one `put`.
-/// `Commons` is any range of (path, common_value) pairs.
+/// Key of the content metadata in Megatron's common state (`_CONTENT_METADATA_KEY`): what
+/// `save(..., content_metadata=...)` stores and `load_content_metadata` returns.
+inline constexpr std::string_view megatron_content_metadata_key = "content_metadata";
+
+/// The user's content metadata as Megatron keeps it: a dict of str to str under
+/// `megatron_content_metadata_key` in `common.pt`.
+CAIRN_INLINE pickle::value content_metadata_to_pickle(
+    const std::map<std::string, std::string>& content_metadata);
+
+/// Writes Megatron's `common.pt` (`torch.save` of {path: Python value}, plus
+/// `content_metadata` when `content_metadata` is not empty) with one `put`. `Commons` is any
+/// range of (path, common_value) pairs.
 template <class Commons>
-result<void> put_common_pt(storage_ref st, const Commons& commons) {
+result<void> put_common_pt(storage_ref st,
+                           const Commons& commons,
+                           const std::map<std::string, std::string>& content_metadata = {}) {
   std::vector<std::pair<pickle::value, pickle::value>> entries;
-  for (const auto& [path, c] : commons)
+  for (const auto& [path, c] : commons) {
+    if (path == megatron_content_metadata_key && !content_metadata.empty())
+      return make_error(errc::invalid_argument,
+                        "a common value named \"content_metadata\" and content_metadata in one "
+                        "torch_dist checkpoint: Megatron keeps the content metadata under that key")
+          .with_key(std::string(path));
     entries.emplace_back(pickle::value::string(path), common_to_pickle(c));
+  }
+  if (!content_metadata.empty())
+    entries.emplace_back(pickle::value::string(std::string(megatron_content_metadata_key)),
+                         content_metadata_to_pickle(content_metadata));
   detail::buffer_writer buf;
   CAIRN_TRY(torch_zip::write_archive(buf, 0, "common", pickle::value::dict(std::move(entries)), {},
                                      st.describe(megatron_common_name)));
@@ -103,16 +126,18 @@ result<void> put_common_pt(storage_ref st, const Commons& commons) {
 }
 
 /// Writes the small files of a torch_dist checkpoint whose data files are written: Megatron's
-/// `common.pt` (when `commons` holds any) and `metadata.json`, then `.metadata` last, re-reading
-/// its size (the commit). Returns the names written, in order.
+/// `common.pt` (when `commons` or `content_metadata` holds any) and `metadata.json`, then
+/// `.metadata` last, re-reading its size (the commit). Returns the names written, in order.
 template <class Commons>
-result<std::vector<std::string>> write_commit_files(storage_ref st,
-                                                    const metadata& m,
-                                                    flavor f,
-                                                    const Commons& commons) {
+result<std::vector<std::string>> write_commit_files(
+    storage_ref st,
+    const metadata& m,
+    flavor f,
+    const Commons& commons,
+    const std::map<std::string, std::string>& content_metadata = {}) {
   std::vector<std::string> written;
-  if (!std::empty(commons)) {
-    CAIRN_TRY(put_common_pt(st, commons));
+  if (!std::empty(commons) || !content_metadata.empty()) {
+    CAIRN_TRY(put_common_pt(st, commons, content_metadata));
     written.emplace_back(megatron_common_name);
   }
   if (auto p = st.put(cairn::metadata_name, std::as_bytes(std::span(megatron_metadata_json))); !p)
@@ -123,6 +148,16 @@ result<std::vector<std::string>> write_commit_files(storage_ref st,
   written.emplace_back(metadata_name);
   return written;
 }
+
+/// Removes from the torch_dist checkpoint on `st` every item (tensor or bytes item) whose fqn
+/// `drop` selects, as Megatron's `TorchDistSaveShardedStrategy.remove_sharded_tensors` does:
+/// `.metadata` is written again without their `state_dict_metadata`, `planner_data` and
+/// `storage_data` entries in one atomic `put` (in the flavor it was read in), then the `.distcp`
+/// files no item references any more are removed. Returns the removed fqns, sorted; when none
+/// matches, nothing is written. A `.metadata` with Megatron's `mcore_data` (N-D flattened
+/// tensors) is refused with errc::unsupported_version: a rewrite would lose it.
+CAIRN_INLINE result<std::vector<std::string>> remove_items(
+    storage_ref st, const std::function<bool(std::string_view fqn)>& drop);
 
 }  // namespace cairn::dcp
 

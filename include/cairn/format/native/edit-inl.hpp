@@ -2,6 +2,7 @@
 // header-only; compiled once into cairn::compiled with CAIRN_SEPARATE_COMPILATION).
 #pragma once
 
+#include "cairn/format/dcp/writer.hpp"
 #include "cairn/format/native/edit.hpp"
 #include "cairn/format/native/metadata.hpp"
 #include "cairn/format/native/reader.hpp"
@@ -12,6 +13,7 @@ CAIRN_INLINE result<std::vector<std::string>> remove_sharded_tensors(
     storage_ref st, const std::function<bool(std::string_view key)>& drop) {
   return detail::catch_all("removing tensors", [&]() -> result<std::vector<std::string>> {
     CAIRN_TRY_ASSIGN(std::string format, detect_format(st));
+    if (format == "torch_dist") return dcp::remove_items(st, drop);
     if (format != "cairn") {
       if (format.empty()) return read_manifest(st).err();  // its error: no checkpoint here
       return make_error(errc::unsupported_version,

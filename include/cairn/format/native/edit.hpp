@@ -14,13 +14,15 @@
 
 namespace cairn {
 
-/// Removes from the native checkpoint on `st` every tensor whose key `drop` selects (Megatron's
-/// `remove_sharded_tensors`): `metadata.json` is read, checked, and written again without them
-/// with one atomic `put`, so a reader sees the checkpoint before or after, never between. Their
-/// bytes stay in the data files, unreferenced (a later save into the directory replaces them);
-/// format version 4 keeps its index files as they are. Returns the removed keys, sorted; when
-/// none matches, nothing is written. Other layouts (torch_dist, safetensors) are refused with
-/// errc::unsupported_version: convert them first.
+/// Removes from the checkpoint on `st` every tensor whose key `drop` selects (Megatron's
+/// `remove_sharded_tensors`). Native: `metadata.json` is read, checked, and written again
+/// without them with one atomic `put`, so a reader sees the checkpoint before or after, never
+/// between; their bytes stay in the data files, unreferenced (a later save into the directory
+/// replaces them); format version 4 keeps its index files as they are. torch_dist: as Megatron
+/// does, every item whose fqn `drop` selects, tensors and sharded objects, leaves `.metadata`
+/// (`dcp::remove_items`), and `.distcp` files left unreferenced are removed. Returns the
+/// removed keys, sorted; when none matches, nothing is written. safetensors is refused with
+/// errc::unsupported_version: convert it first.
 CAIRN_INLINE result<std::vector<std::string>> remove_sharded_tensors(
     storage_ref st, const std::function<bool(std::string_view key)>& drop);
 

@@ -361,11 +361,6 @@ CAIRN_INLINE result<checkpoint_metadata> read_manifest(storage_ref st) {
   });
 }
 
-CAIRN_INLINE result<std::map<std::string, std::string>> read_content_metadata(storage_ref st) {
-  CAIRN_TRY_ASSIGN(auto m, read_manifest(st));
-  return std::move(m.content_metadata);
-}
-
 CAIRN_INLINE result<std::vector<std::byte>> read_extent(storage_ref st,
                                                         const checkpoint_metadata& m,
                                                         const extent& e,

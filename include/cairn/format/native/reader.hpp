@@ -252,9 +252,6 @@ CAIRN_INLINE result<checkpoint_metadata> read_metadata(storage_ref st);
 /// their index files (`m.index_refs`; see `read_index_sections`).
 CAIRN_INLINE result<checkpoint_metadata> read_manifest(storage_ref st);
 
-/// The user's content metadata of a checkpoint, read without touching any data file.
-CAIRN_INLINE result<std::map<std::string, std::string>> read_content_metadata(storage_ref st);
-
 /// Reads a whole extent and verifies it. The buffer grows as verified blocks arrive (up to
 /// `max_io_bytes` at a time), so memory follows what the file really holds, never only what the
 /// metadata claims: a truncated file or a block that does not decompress ends the read early.

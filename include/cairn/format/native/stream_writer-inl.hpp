@@ -70,6 +70,7 @@ CAIRN_INLINE result<void> write_streamed(stream::source& src,
     stats.files.push_back(cs.name);
     add_common_state(m, std::move(cs));
   }
+  m.content_metadata = src.content_metadata();
   m.version = required_version(m);  // 1: nothing tiled or compressed
   CAIRN_TRY(put_metadata(dst, m));
   stats.files.emplace_back(metadata_name);

@@ -63,8 +63,10 @@ CAIRN_INLINE result<void> write_streamed(stream::source& src,
                                          cairn::detail::progress_meter* progress) {
   CAIRN_TRY_ASSIGN(auto files, plan_streamed_files(src.tensors(), ws, settings.to_dtype));
   stream::slab_buffers buffers;
+  std::map<std::string, std::string> metadata = ws.metadata;  // its own keys win
+  for (auto& [k, v] : src.content_metadata()) metadata.emplace(k, v);
   for (const auto& f : files)
-    CAIRN_TRY(write_streamed_file(src, dst, f, ws.metadata, settings, stats, progress, &buffers));
+    CAIRN_TRY(write_streamed_file(src, dst, f, metadata, settings, stats, progress, &buffers));
   if (ws.split != file_split::one_file) {
     CAIRN_TRY_ASSIGN(index ix, index_of(files));
     CAIRN_TRY(write_index(dst, index_name, ix));

@@ -72,6 +72,9 @@ class source {
   virtual result<std::map<std::string, common_value>> commons() {
     return std::map<std::string, common_value>{};
   }
+  /// The checkpoint's content metadata (`save_options::content_metadata`; Megatron's
+  /// `content_metadata`), which `convert` carries over.
+  virtual std::map<std::string, std::string> content_metadata() const { return {}; }
   /// Non-tensor items of the source: sharded objects (see `objects`) and items cairn cannot
   /// carry over (DCP bytes items of pickled Python values).
   virtual std::vector<std::string> other_items() const { return {}; }
@@ -123,6 +126,9 @@ class catalog_source final : public source {
   const std::vector<tensor_entry>& tensors() const noexcept override { return tensors_; }
   result<void> read(const std::vector<box_read>& reqs) override;
   result<std::map<std::string, common_value>> commons() override;
+  std::map<std::string, std::string> content_metadata() const override {
+    return m_.content_metadata;
+  }
   std::vector<std::string> other_items() const override { return objects_; }
   result<std::map<std::string, object_entry>> objects() override {
     return detail::read_objects(st_, m_);
