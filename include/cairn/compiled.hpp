@@ -68,6 +68,7 @@
 #include "cairn/format/stream/source-inl.hpp"
 #include "cairn/format/stream/writers-inl.hpp"
 #include "cairn/format/torch/pickle-inl.hpp"
+#include "cairn/format/torch/state_dict-inl.hpp"
 #include "cairn/format/torch/zip-inl.hpp"
 #include "cairn/format/writers-inl.hpp"
 #include "cairn/load-inl.hpp"

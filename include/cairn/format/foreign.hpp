@@ -1,5 +1,6 @@
 // cairn/format/foreign.hpp: registers the readers of the foreign formats (PyTorch DCP, in
-// format/dcp/reader.hpp, and safetensors, in format/safetensors/reader.hpp) with the format
+// format/dcp/reader.hpp, safetensors, in format/safetensors/reader.hpp, and torch.save state
+// dicts, in format/torch/state_dict.hpp) with the format
 // registry (format/registry.hpp), so that `load`, `read_any_metadata` and the CLI read them.
 #pragma once
 
@@ -8,6 +9,7 @@
 #include "cairn/format/registry.hpp"
 #include "cairn/format/safetensors/file.hpp"
 #include "cairn/format/safetensors/reader.hpp"
+#include "cairn/format/torch/state_dict.hpp"
 
 namespace cairn {
 
@@ -18,7 +20,8 @@ static_assert(safetensors::index_name == format_files::safetensors_index);
 namespace detail {
 inline const bool foreign_formats_registered =
     register_format_reader("torch_dist", &dcp_as_metadata) &&
-    register_format_reader("safetensors", &safetensors_as_metadata);
+    register_format_reader("safetensors", &safetensors_as_metadata) &&
+    register_format_reader("torch_save", &torch_save_as_metadata);
 }  // namespace detail
 
 }  // namespace cairn

@@ -30,6 +30,14 @@ CAIRN_INLINE result<bool> holds_safetensors(storage_ref st) {
   return false;
 }
 
+/// torch_save: `torch.save` files at the top (`format_files::is_torch_save_file`). Asked last:
+/// Megatron's torch_dist has a `common.pt` beside its `.metadata`.
+CAIRN_INLINE result<bool> holds_torch_save(storage_ref st) {
+  CAIRN_TRY_ASSIGN(std::vector<std::string> names, st.list(""));
+  return std::any_of(names.begin(), names.end(),
+                     [](const std::string& n) { return format_files::is_torch_save_file(n); });
+}
+
 CAIRN_INLINE std::map<std::string, format_driver, std::less<>>& format_drivers() {
   // The foreign formats cairn knows: detected always, read once format/foreign.hpp registers
   // their readers.
@@ -41,6 +49,9 @@ CAIRN_INLINE std::map<std::string, format_driver, std::less<>>& format_drivers()
                                     {std::string(format_files::safetensors_index),
                                      std::string(format_files::safetensors_one)},
                                     &holds_safetensors}},
+      // No commit marker (torch.save writes none); a file cut short fails to open, its ZIP
+      // end records missing.
+      {"torch_save", format_driver{"torch_save", 30, {}, &holds_torch_save}},
   };
   return drivers;
 }

@@ -39,6 +39,13 @@ inline constexpr std::string_view safetensors_one = "model.safetensors";
 constexpr bool is_top_level_safetensors(std::string_view name) noexcept {
   return name.find('/') == std::string_view::npos && name.ends_with(".safetensors");
 }
+/// A `torch.save` file the torch_save format reads, at the top of a storage: `*.pt`, `*.pth`,
+/// and Hugging Face's `pytorch_model.bin` / `pytorch_model-NNNNN-of-MMMMM.bin`.
+constexpr bool is_torch_save_file(std::string_view name) noexcept {
+  if (name.find('/') != std::string_view::npos) return false;
+  if (name.ends_with(".pt") || name.ends_with(".pth")) return true;
+  return name.starts_with("pytorch_model") && name.ends_with(".bin");
+}
 }  // namespace format_files
 
 /// Reads a format other than the native one and describes it as cairn metadata.
