@@ -146,40 +146,21 @@ CAIRN_INLINE result<void> write_plain_task(const write_task& t,
       [&](std::size_t q) { return std::min(block_size, len - q * block_size); }, turn);
 }
 
-CAIRN_INLINE std::vector<std::uint64_t> gather_host_tiles(const write_task& t,
-                                                          const write_item& it,
-                                                          const std::vector<box>& tiles,
-                                                          std::byte* out) {
+/// Gathers the tiles `t` covers, one after another, out of item `it` (row-major over its
+/// region) through `copy_run(dst_offset, src_offset, bytes)`: runs are merged while both sides
+/// stay contiguous. Returns where each tile starts in the gathered bytes.
+template <class CopyRun>
+result<std::vector<std::uint64_t>> gather_tiles(const write_task& t,
+                                                const write_item& it,
+                                                const std::vector<box>& tiles,
+                                                CopyRun&& copy_run) {
   const std::size_t es = it.elem_size;
   std::vector<std::uint64_t> starts;
   std::uint64_t off = 0;
-  for (std::size_t j = t.first_tile; j < t.last_tile; ++j) {
-    const box& tile = tiles[j];
-    std::byte* dst = out + off;
-    for_each_run(it.region, tile, tile, [&](std::int64_t s, std::int64_t d, std::int64_t n) {
-      std::memcpy(dst + static_cast<std::uint64_t>(d) * es,
-                  it.src + static_cast<std::uint64_t>(s) * es, static_cast<std::size_t>(n) * es);
-    });
-    starts.push_back(off);
-    off += static_cast<std::uint64_t>(tile.volume()) * es;
-  }
-  return starts;
-}
-
-CAIRN_INLINE result<std::vector<std::uint64_t>> gather_device_tiles(
-    const write_task& t,
-    const write_item& it,
-    const std::vector<box>& tiles,
-    cuda::staging_window::slot& out) {
-  const std::size_t es = it.elem_size;
-  std::vector<std::uint64_t> starts;
-  std::uint64_t off = 0;
-  // Runs are merged while both sides stay contiguous, then copied one by one.
   std::uint64_t run_src = 0, run_dst = 0, run_len = 0;
   auto flush = [&]() -> result<void> {
     if (run_len == 0) return ok();
-    auto c = out.from_device(static_cast<std::size_t>(run_dst), it.src + run_src,
-                             static_cast<std::size_t>(run_len));
+    auto c = copy_run(run_dst, run_src, run_len);
     run_len = 0;
     return c;
   };
@@ -205,7 +186,6 @@ CAIRN_INLINE result<std::vector<std::uint64_t>> gather_device_tiles(
     off += static_cast<std::uint64_t>(tile.volume()) * es;
   }
   CAIRN_TRY(flush());
-  CAIRN_TRY(out.wait());
   return starts;
 }
 
@@ -271,7 +251,14 @@ CAIRN_INLINE result<void> write_items(storage_ref st,
     if (it.on_device) {
       cuda::staging_window::slot slot = window->take();
       if (!it.tiles.empty()) {
-        CAIRN_TRY_ASSIGN(auto starts, gather_device_tiles(t, it, tiles[t.item], slot));
+        CAIRN_TRY_ASSIGN(auto starts,
+                         gather_tiles(t, it, tiles[t.item],
+                                      [&](std::uint64_t dst, std::uint64_t src, std::uint64_t n) {
+                                        return slot.from_device(static_cast<std::size_t>(dst),
+                                                                it.src + src,
+                                                                static_cast<std::size_t>(n));
+                                      }));
+        CAIRN_TRY(slot.wait());
         return write_tiled_task(t, it, slot.bytes().data(), starts, sink, turn);
       }
       CAIRN_TRY(slot.from_device(0, it.src + t.begin, static_cast<std::size_t>(t.end - t.begin)));
@@ -280,8 +267,13 @@ CAIRN_INLINE result<void> write_items(storage_ref st,
     }
     if (it.tiles.empty()) return write_plain_task(t, it, it.src + t.begin, block_size, sink, turn);
     std::unique_ptr<std::byte[]> buf = buffers->take();
-    auto w = write_tiled_task(t, it, buf.get(), gather_host_tiles(t, it, tiles[t.item], buf.get()),
-                              sink, turn);
+    auto starts = gather_tiles(
+        t, it, tiles[t.item], [&](std::uint64_t dst, std::uint64_t src, std::uint64_t n) {
+          std::memcpy(buf.get() + dst, it.src + src, static_cast<std::size_t>(n));
+          return ok();
+        });
+    auto w = starts ? write_tiled_task(t, it, buf.get(), *starts, sink, turn)
+                    : result<void>(std::move(starts).err());
     buffers->give(std::move(buf));
     return w;
   };
