@@ -198,7 +198,7 @@ def load_worker(rank, world, port, path, rows, cols, result_dir):
         f.write("\n".join(bad))
 
 
-def load_everywhere(path, rows, cols, work):
+def load_everywhere(path, rows, cols, work, content_metadata=None):
     sd = {"t_" + n: torch.zeros(rows, cols, dtype=TYPES[n]) for n in TYPES}
     dcp.load(sd, checkpoint_id=path)
     for n in TYPES:
@@ -215,6 +215,8 @@ def load_everywhere(path, rows, cols, work):
     if bad:
         sys.exit(f"FAIL {path}: DTensor pieces differ: {bad}")
     common = torch.load(os.path.join(path, "common.pt"), weights_only=True)
+    # Megatron's load_content_metadata(path) is common.get("content_metadata").
+    assert common.pop("content_metadata", None) == content_metadata, common
     assert common == {"step": 12}, common
     assert json.load(open(os.path.join(path, "metadata.json")))["sharded_backend"] == "torch_dist"
 
@@ -225,7 +227,9 @@ def case_cairn_to_dtensor(tool, cli, work):
     tool_run(tool, "write-multirank", native)
     tool_run(tool, "convert-dcp", native, converted)
     for path in (saved, converted):
-        load_everywhere(path, 8, 6, work)
+        # cairn_interop saves with content_metadata; convert-dcp's native source has none.
+        load_everywhere(path, 8, 6, work,
+                        {"source": "cairn interop", "tp": "4"} if path == saved else None)
         # torch's offline consolidation into one torch.save file
         from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
         pt = os.path.join(work, os.path.basename(path) + ".pt")
