@@ -1,7 +1,9 @@
 // cairn/libtorch.hpp: everything for libtorch trainers (target cairn::torch): torch::Tensor
-// leaves, torch::nn::Module and torch::optim state as state trees. See docs/libtorch.md.
+// leaves, torch::nn::Module, torch::optim state and learning-rate schedulers as state trees. See
+// docs/libtorch.md.
 #pragma once
 
 #include "cairn/libtorch/module.hpp"
 #include "cairn/libtorch/optim.hpp"
+#include "cairn/libtorch/scheduler.hpp"
 #include "cairn/libtorch/tensor.hpp"
