@@ -102,6 +102,37 @@ CAIRN_INLINE result<std::uint32_t> file_index_of(storage_ref st,
   return i;
 }
 
+/// Whether a `torch.save` view is row-major contiguous (sizes of 1 may have any stride): DCP
+/// items and torch_save files are read in place only then.
+CAIRN_INLINE bool row_major(const torch_zip::tensor_ref& t) {
+  std::int64_t expect = 1;
+  for (std::size_t d = t.dims.size(); d-- > 0;) {
+    if (t.dims[d] != 1 && t.strides[d] != expect) return false;
+    expect *= t.dims[d];
+  }
+  return true;
+}
+
+/// Where the `nbytes` bytes of the contiguous view `t` lie in the object holding storage record
+/// `rec` of an archive that starts `base` bytes into it: the record's payload from the view's
+/// storage offset. errc::corrupt, without key or file (the caller adds them), when the record
+/// is shorter than the view.
+CAIRN_INLINE result<std::uint64_t> storage_bytes_at(const torch_zip::record& rec,
+                                                    std::uint64_t base,
+                                                    const torch_zip::tensor_ref& t,
+                                                    std::uint64_t nbytes) {
+  // as_tensor checked the view: its offset and bytes are within 2^62.
+  const std::uint64_t es = dtype_size(t.type);
+  const auto first = static_cast<std::uint64_t>(t.storage_offset);
+  if (first > rec.size / es || nbytes > rec.size - first * es)
+    return make_error(errc::corrupt, "the tensor's storage record holds " +
+                                         std::to_string(rec.size) + " bytes, the tensor " +
+                                         std::to_string(nbytes) + " from element " +
+                                         std::to_string(first));
+  // base + data_offset + first * es <= the object's size < 2^63: no overflow.
+  return base + rec.data_offset + first * es;
+}
+
 }  // namespace cairn::detail
 
 namespace cairn::dcp {
@@ -206,24 +237,15 @@ CAIRN_INLINE result<item_span> reader::span_of(const storage_info& where,
                                                dtype type,
                                                std::int64_t volume) {
   CAIRN_TRY_ASSIGN(const torch_zip::record* rec, storage_record(where, key, ref));
-  // item_tensor checked the view: offset and volume * es are within 2^62.
-  const std::uint64_t es = dtype_size(type);
-  const auto so = static_cast<std::uint64_t>(ref.storage_offset);
-  const std::uint64_t n = static_cast<std::uint64_t>(volume) * es;
-  if (so > rec->size / es || n > rec->size - so * es)
-    return make_error(errc::corrupt, "dcp: tensor storage record is shorter than the tensor")
-        .with_key(key)
-        .with_file(st_.describe(where.relative_path));
-  // offset < 2^63 (from the pickle) and data_offset + so * es <= length < 2^63: no overflow.
-  return item_span{where.relative_path, where.offset + rec->data_offset + so * es, n};
+  // item_tensor checked the view: volume * es is within 2^62.
+  const std::uint64_t n = static_cast<std::uint64_t>(volume) * dtype_size(type);
+  auto at = cairn::detail::storage_bytes_at(*rec, where.offset, ref, n);
+  if (!at) return std::move(at).err().with_key(key).with_file(st_.describe(where.relative_path));
+  return item_span{where.relative_path, *at, n};
 }
 
 CAIRN_INLINE bool reader::contiguous(const torch_zip::tensor_ref& ref) {
-  for (std::int64_t d = static_cast<std::int64_t>(ref.dims.size()) - 1, s = 1; d >= 0; --d) {
-    if (ref.dims[d] != 1 && ref.strides[d] != s) return false;
-    s *= ref.dims[d];
-  }
-  return true;
+  return cairn::detail::row_major(ref);
 }
 
 CAIRN_INLINE result<const torch_zip::record*> reader::storage_record(

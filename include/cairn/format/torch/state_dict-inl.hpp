@@ -17,16 +17,6 @@ namespace cairn {
 
 namespace detail {
 
-/// Whether a view is row-major contiguous (dimensions of size 1 may have any stride).
-CAIRN_INLINE bool row_major(const torch_zip::tensor_ref& t) {
-  std::int64_t expect = 1;
-  for (std::size_t d = t.dims.size(); d-- > 0;) {
-    if (t.dims[d] != 1 && t.strides[d] != expect) return false;
-    expect *= t.dims[d];
-  }
-  return true;
-}
-
 /// The common values under `root`: every value `common_from_pickle` decodes, keyed by its path
 /// (dict keys and list indices joined with '.'); tensors and other objects are skipped.
 CAIRN_INLINE result<std::vector<std::pair<std::string, common_value>>> torch_save_commons(
@@ -111,24 +101,15 @@ CAIRN_INLINE result<checkpoint_metadata> torch_save_as_metadata(storage_ref st) 
         return make_error(errc::corrupt, "torch.save file: the tensor's storage record is missing")
             .with_key(key)
             .with_file(where);
-      // as_tensor checked the view: offset and numel * element size are within 2^62.
-      const std::uint64_t es = dtype_size(t.type);
-      const auto first = static_cast<std::uint64_t>(t.storage_offset);
-      const std::uint64_t n = static_cast<std::uint64_t>(numel(t.dims)) * es;
-      if (first > rec->size / es || n > rec->size - first * es)
-        return make_error(errc::corrupt, "torch.save file: the storage record holds " +
-                                             std::to_string(rec->size) + " bytes, the tensor " +
-                                             std::to_string(n) + " from element " +
-                                             std::to_string(first))
-            .with_key(key)
-            .with_file(where);
+      const std::uint64_t n = static_cast<std::uint64_t>(numel(t.dims)) * dtype_size(t.type);
+      auto at = detail::storage_bytes_at(*rec, a.zip.base, t, n);
+      if (!at) return std::move(at).err().with_key(key).with_file(where);
       CAIRN_TRY_ASSIGN(std::uint32_t fi, detail::file_index_of(st, m, files, name));
       tensor_record r;
       r.type = t.type;
       r.global_shape = t.dims;
-      r.chunks.push_back(chunk_record{box{shape(t.dims.size(), 0), t.dims},
-                                      extent{fi, a.zip.base + rec->data_offset + first * es, n, {}},
-                                      {}});
+      r.chunks.push_back(
+          chunk_record{box{shape(t.dims.size(), 0), t.dims}, extent{fi, *at, n, {}}, {}});
       m.tensors.emplace(std::move(key), std::move(r));
     }
     CAIRN_TRY_ASSIGN(auto commons, detail::torch_save_commons(a.root, where));
