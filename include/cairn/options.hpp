@@ -56,11 +56,13 @@ struct save_options {
   /// only the tiles it needs instead of every block its rows cross. Costs one copy of the
   /// data through a small buffer on save. Off: boxes are stored row-major as they are.
   bool tile = true;
-  /// Check across ranks that shards tile each tensor exactly and common values agree.
+  /// Check across ranks that shards tile each tensor exactly and that the ranks declaring a
+  /// common value agree on it.
   bool validate_access_integrity = true;
   /// Edits a copy of this rank's common values (by path) before they are compared across
   /// ranks (Megatron's preprocess_common_before_consistancy_check): drop or normalize values
-  /// that may legitimately differ. What is saved is rank 0's unedited values.
+  /// that may legitimately differ. What is saved is the unedited values of rank 0 (of a value
+  /// held by a group of ranks: of its lowest rank).
   std::function<void(std::map<std::string, common_value>&)> preprocess_common;
   /// Reuse the plan of the previous save made with this cache when nothing changed.
   save_plan_cache* plan_cache = nullptr;

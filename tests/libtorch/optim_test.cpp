@@ -1,7 +1,8 @@
 // cairn::torch on thread ranks: every libtorch 1.13 dtype, non-contiguous and expanded tensors,
 // bare tensors in structs, module trees, optimizer trees (Adam, AdamW, SGD, RMSprop, Adagrad),
-// and N -> M resharding of a tensor-parallel module, its AdamW state and a distributed
-// optimizer's flat slices.
+// N -> M resharding of a tensor-parallel module, its AdamW state and a distributed optimizer's
+// flat slices, and pipeline stages' Adam state loaded across stage counts.
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -97,6 +98,82 @@ TEST_CASE("a distributed optimizer's flat slices saved on N thread ranks load on
         bad[static_cast<std::size_t>(comm.rank())] = ok ? 0 : 1;
       });
       for (int r : bad) CHECK(r == 0);
+    }
+  }
+}
+
+TEST_CASE("pipeline stages' Adam state (steps held by each stage) loads across stage counts") {
+  // Four layers; a pipeline of `pp` stages gives stage s layers [s * 4 / pp, (s + 1) * 4 / pp),
+  // each stage its own Adam, replicated over `dp` data-parallel ranks (rank = s * dp + replica).
+  // Each parameter's step is then a common value only its stage's ranks declare.
+  constexpr int layers = 4;
+  auto weight = [](int l) {
+    return torch::arange(6, torch::kFloat).reshape({2, 3}) * 0.1 * (l + 1);
+  };
+  auto grad = [](int l) { return torch::arange(6, torch::kFloat).reshape({2, 3}) * -0.02 + l; };
+  struct stage_state {
+    std::vector<torch::Tensor> params;
+    std::vector<lt::named_tensor> named;
+    std::unique_ptr<torch::optim::Adam> opt;
+  };
+  auto make_stage = [&](int rank, int pp, int dp, bool stepped) {
+    stage_state st;
+    const int stage = rank / dp;
+    for (int l = stage * layers / pp; l < (stage + 1) * layers / pp; ++l) {
+      torch::Tensor p = stepped ? weight(l) : torch::zeros({2, 3});
+      st.params.push_back(p);
+      st.named.push_back(
+          {"layers." + std::to_string(l) + ".weight", p, lt::placement{.replica_id = rank % dp}});
+    }
+    st.opt = std::make_unique<torch::optim::Adam>(st.params,
+                                                  torch::optim::AdamOptions(stepped ? 1e-2 : 0.5));
+    if (stepped) {
+      for (std::size_t i = 0; i < st.params.size(); ++i)
+        st.params[i].mutable_grad() = grad(stage * layers / pp + static_cast<int>(i));
+      st.opt->step();
+    }
+    return st;
+  };
+  // The reference: all layers in one Adam, one step.
+  stage_state ref = make_stage(0, 1, 1, true);
+  auto ref_state = [&](int l) -> torch::optim::AdamParamState& {
+    return static_cast<torch::optim::AdamParamState&>(
+        *ref.opt->state()[cairn::libtorch::optimizer_state_key(
+            ref.params[static_cast<std::size_t>(l)])]);
+  };
+  struct layout {
+    int pp, dp;
+  };
+  for (layout saved : {layout{2, 1}, layout{2, 2}, layout{4, 1}, layout{1, 2}}) {
+    for (layout loaded : {layout{1, 1}, layout{2, 1}, layout{4, 1}, layout{2, 2}}) {
+      INFO("saved pp " << saved.pp << " dp " << saved.dp << ", loaded pp " << loaded.pp << " dp "
+                       << loaded.dp);
+      cairn::memory_storage mem;
+      cairn::run_ranks(saved.pp * saved.dp, [&](cairn::thread_communicator& comm) {
+        stage_state st = make_stage(comm.rank(), saved.pp, saved.dp, true);
+        cairn::state_dict sd;
+        sd.add("optim", lt::optimizer_state(*st.opt, st.named));
+        cairn::save(sd, mem, comm);
+      });
+      std::vector<int> bad(static_cast<std::size_t>(loaded.pp * loaded.dp));
+      cairn::run_ranks(loaded.pp * loaded.dp, [&](cairn::thread_communicator& comm) {
+        stage_state st = make_stage(comm.rank(), loaded.pp, loaded.dp, false);
+        cairn::state_dict sd;
+        sd.add("optim", lt::optimizer_state(*st.opt, st.named));
+        cairn::load(sd, mem, comm, {.strict = cairn::strict_mode::raise_all});
+        const int first = comm.rank() / loaded.dp * layers / loaded.pp;
+        for (std::size_t i = 0; i < st.params.size(); ++i) {
+          auto& s = static_cast<torch::optim::AdamParamState&>(
+              *st.opt->state()[cairn::libtorch::optimizer_state_key(st.params[i])]);
+          auto& r = ref_state(first + static_cast<int>(i));
+          if (s.step() != 1 || !torch::equal(s.exp_avg(), r.exp_avg()) ||
+              !torch::equal(s.exp_avg_sq(), r.exp_avg_sq()))
+            ++bad[static_cast<std::size_t>(comm.rank())];
+        }
+        if (st.opt->param_groups()[0].options().get_lr() != 1e-2)
+          ++bad[static_cast<std::size_t>(comm.rank())];
+      });
+      for (int b : bad) CHECK(b == 0);
     }
   }
 }

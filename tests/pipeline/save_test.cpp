@@ -6,7 +6,9 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -15,6 +17,7 @@
 #include "cairn/strategies.hpp"
 #include "tests/support/counting_comm.hpp"
 #include "tests/support/message_check.hpp"
+#include "tests/support/pipeline_state.hpp"
 #include "tests/support/test_util.hpp"
 
 namespace pipeline_save_test {
@@ -235,8 +238,14 @@ TEST_CASE("a failure on one rank reaches every rank, naming it, and nothing is c
 }
 
 TEST_CASE("the plan cache's vote and verdict round-trip and refuse truncation") {
-  cairn_test::check_message(cairn::detail::plan_vote_message{0x1234, 0xfeed});
+  cairn_test::check_message(cairn::detail::plan_vote_message{0x1234, 0xfeed, {}});
+  cairn_test::check_message(
+      cairn::detail::plan_vote_message{0x1234, 0xfeed, {{"state.w.step", 42, "42"}}});
   cairn_test::check_message(cairn::detail::plan_verdict_message{true, true, "a1b2c3"});
+  cairn::detail::held_commons_message held;
+  held.values.emplace_back("state.w.step", cairn::common_value::of(std::int64_t{42}));
+  held.values.emplace_back("name", cairn::common_value::of(std::string("adamw")));
+  cairn_test::check_message(held);
 }
 
 namespace pipeline_save_test {
@@ -300,5 +309,130 @@ TEST_CASE("a default save on 64 ranks: no rank receives every rank's description
   for (int r = 0; r < world; ++r) {
     INFO("rank " << r);
     CHECK(dflt[static_cast<std::size_t>(r)] * 8 < all[static_cast<std::size_t>(r)]);
+  }
+}
+
+namespace pipeline_save_test {
+
+using cairn_test::pipeline_layers;
+using cairn_test::pipeline_rank;
+
+/// Saves a (pp, dp) pipeline with `base` into `st` (through a plan cache when `cached`, after a
+/// save with base - 1 elsewhere made the plan) and returns every rank's plan-cache hits.
+
+inline std::size_t save_pipeline(cairn::storage_ref st,
+                                 int pp,
+                                 int dp,
+                                 std::int64_t base,
+                                 const cairn::save_options& so,
+                                 bool cached) {
+  std::atomic<std::size_t> hits{0};
+  cairn::memory_storage scratch;
+  cairn::run_ranks(pp * dp, [&](cairn::thread_communicator& comm) {
+    cairn::save_plan_cache cache;
+    cairn::save_options o = so;
+    if (cached) {
+      o.plan_cache = &cache;
+      pipeline_rank early(comm.rank(), pp, dp, base - 1);
+      cairn::save(early.sd, scratch, comm, o);
+    }
+    pipeline_rank r(comm.rank(), pp, dp, base);
+    cairn::save(r.sd, st, comm, o);
+    hits += cache.hits();
+  });
+  return hits;
+}
+
+/// Loads a (pp, dp) pipeline from `st` and returns what differs from a save with `base`.
+inline std::vector<std::string> load_pipeline(cairn::storage_ref st,
+                                              int pp,
+                                              int dp,
+                                              std::int64_t base) {
+  std::mutex m;
+  std::vector<std::string> out;
+  cairn::run_ranks(pp * dp, [&](cairn::thread_communicator& comm) {
+    pipeline_rank r(comm.rank(), pp, dp, base);
+    r.scramble();
+    cairn::load(r.sd, st, comm, {.strict = cairn::strict_mode::raise_all});
+    std::lock_guard lock(m);
+    for (auto& d : r.differences(base))
+      out.push_back("rank " + std::to_string(comm.rank()) + ": " + d);
+  });
+  return out;
+}
+
+}  // namespace pipeline_save_test
+
+TEST_CASE("common values held by pipeline stages save once and load across pipeline sizes") {
+  using namespace pipeline_save_test;
+  const cairn::torch_dist_strategy torch_dist;
+  struct layout {
+    int pp, dp;
+  };
+  // (2, 1) and (1, 2) plan everywhere, (2, 2) and (4, 1) by key owners (native), each with and
+  // without a plan cache; torch_dist plans everywhere at every size.
+  for (const cairn::save_strategy* strategy :
+       std::initializer_list<const cairn::save_strategy*>{nullptr, &torch_dist}) {
+    for (layout saved : {layout{2, 1}, layout{2, 2}, layout{4, 1}, layout{1, 2}}) {
+      for (bool cached : {false, true}) {
+        cairn::memory_storage mem;
+        const std::int64_t base = 1000 + saved.pp * 10 + saved.dp;
+        INFO("strategy " << std::string(strategy ? strategy->name() : "native") << ", saved pp "
+                         << saved.pp << " dp " << saved.dp
+                         << std::string(cached ? ", cached plan" : ""));
+        const std::size_t hits =
+            save_pipeline(mem, saved.pp, saved.dp, base, {.strategy = strategy}, cached);
+        CHECK(hits == (cached ? static_cast<std::size_t>(saved.pp * saved.dp) : 0u));
+        // Each step is in the common state once, whichever stage held it.
+        auto common = cairn::load_common(mem);
+        REQUIRE(common);
+        CHECK(common->size() == pipeline_layers + 1);
+        for (layout loaded : {layout{1, 1}, layout{2, 1}, layout{1, 3}, layout{4, 1}}) {
+          INFO("loaded pp " << loaded.pp << " dp " << loaded.dp);
+          CHECK(load_pipeline(mem, loaded.pp, loaded.dp, base) == std::vector<std::string>{});
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("ranks of one stage that disagree on a common value fail the save, naming both") {
+  using namespace pipeline_save_test;
+  for (bool cached : {false, true}) {
+    for (int world : {2, 4}) {  // planned everywhere, by key owners
+      // Two data-parallel replicas of each stage: 1 stage on 2 ranks, 2 stages on 4 ranks. The
+      // last rank's first step is off by one: the value of every rank (2), of stage 1 (4).
+      const int pp = world / 2, dp = 2, first = (pipeline_layers / pp) * (pp - 1);
+      INFO("world " << world << std::string(cached ? ", cached plan" : ""));
+      cairn::memory_storage mem;
+      std::vector<std::string> errors(static_cast<std::size_t>(world));
+      cairn::run_ranks(world, [&](cairn::thread_communicator& comm) {
+        cairn::save_plan_cache cache;
+        cairn::save_options o{.overwrite = true};
+        if (cached) {
+          o.plan_cache = &cache;
+          pipeline_rank agreed(comm.rank(), pp, dp, 7);
+          cairn::save(agreed.sd, mem, comm, o);
+        }
+        pipeline_rank r(comm.rank(), pp, dp, 8);
+        if (comm.rank() == world - 1) r.bump_step(first, 1);
+        try {
+          cairn::save(r.sd, mem, comm, o);
+        } catch (const cairn::exception& e) {
+          errors[static_cast<std::size_t>(comm.rank())] = e.what();
+        }
+      });
+      const std::string v = std::to_string(8 + 100 * first);
+      for (const auto& e : errors) {
+        INFO(e);
+        CHECK(e.find("key=" + pipeline_rank::step_key(first)) != std::string::npos);
+        CHECK(e.find(v + " on rank " + std::to_string(world - 2) + ", " +
+                     v.substr(0, v.size() - 1) + "9 on rank " + std::to_string(world - 1)) !=
+              std::string::npos);
+      }
+      // Nothing of the refused save was committed: the agreed one (or none) is still there.
+      if (cached) CHECK(load_pipeline(mem, 1, 1, 7) == std::vector<std::string>{});
+      if (!cached) CHECK(cairn::detect_format(mem).value().empty());
+    }
   }
 }

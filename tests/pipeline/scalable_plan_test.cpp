@@ -118,6 +118,12 @@ TEST_CASE("scalable planning fails on every rank alike, with validate_integrity'
     d[2].commons[0].hash = 43;
     expect(d, "common value differs across ranks: rank 0 and rank 2");
   }
+  {  // a value held by ranks 2 and 3 only, which disagree
+    auto d = base;
+    d[2].commons.push_back(cairn::common_desc{"stage1.step", 5, "5"});
+    d[3].commons.push_back(cairn::common_desc{"stage1.step", 6, "6"});
+    expect(d, "common value differs across ranks: 5 on rank 2, 6 on rank 3");
+  }
   {  // a local failure on rank 2 reaches every rank
     std::vector<std::optional<cairn::error>> f(world);
     f[2] = cairn::make_error(cairn::errc::io, "staging failed");
@@ -125,11 +131,29 @@ TEST_CASE("scalable planning fails on every rank alike, with validate_integrity'
   }
 }
 
+TEST_CASE("scalable planning names each group-held common value's lowest holder on every rank") {
+  constexpr int world = 4;
+  auto d = random_world(world, 5, 8);
+  for (int r = 0; r < world; ++r) {
+    const int stage = r / 2;
+    d[r].commons.push_back(cairn::common_desc{"stage" + std::to_string(stage) + ".step",
+                                              static_cast<std::uint64_t>(10 + stage), ""});
+  }
+  auto got = plan_on_threads(d);
+  for (int r = 0; r < world; ++r) {
+    REQUIRE(got[r]);
+    CHECK(got[r]->index.common_holders ==
+          std::map<std::string, int>{{"stage0.step", 0}, {"stage1.step", 2}});
+  }
+}
+
 TEST_CASE("what rank 0 says before scalable planning round-trips and refuses truncation") {
   cairn::detail::root_said_message m;
   m.checkpoint_exists = true;
   m.save_id = "0a1b2c";
-  m.commons = {{"step", 42, "42"}, {"lr", 7, "0.001"}};
+  m.common_holders = {{"state.s1.step", 2}, {"state.s0.step", 0}};
   cairn_test::check_message(m);
+  cairn_test::check_message(
+      cairn::detail::planning_start_message{0xabcdef, {{"step", 42, "42"}, {"lr", 7, "0.001"}}});
   cairn_test::check_message(std::uint64_t{0xabcdef});
 }

@@ -90,3 +90,48 @@ TEST_CASE("validate_integrity: a gap names elements no rank writes") {
   REQUIRE(!r);
   CHECK(r.err().message.find("none holds [0:8, 0:4]") != std::string::npos);
 }
+
+TEST_CASE("common_holders: group-held values, their lowest holder, and holders that disagree") {
+  using cairn::common_desc;
+  using cairn::detail::common_holders;
+  // Every rank declares "iteration"; a two-stage pipeline: stage 0 is ranks 0-1, stage 1 ranks 2-3.
+  auto stage = [](int s, std::uint64_t step_hash) {
+    std::vector<common_desc> c{{"iteration", 7, "7"}};
+    c.push_back(
+        common_desc{"state.s" + std::to_string(s) + ".step", step_hash, std::to_string(step_hash)});
+    return c;
+  };
+  std::vector<std::vector<common_desc>> ranks{stage(0, 3), stage(0, 3), stage(1, 5), stage(1, 5)};
+  auto held = common_holders(ranks, true);
+  REQUIRE(held);
+  CHECK(*held == std::map<std::string, int>{{"state.s0.step", 0}, {"state.s1.step", 2}});
+  // The same paths everywhere: nothing is group-held.
+  std::vector<std::vector<common_desc>> same{stage(0, 3), stage(0, 3)};
+  REQUIRE(common_holders(same, true));
+  CHECK(common_holders(same, true)->empty());
+  // Two holders of one stage disagree: named with both ranks and values.
+  ranks[3] = stage(1, 6);
+  auto differ = common_holders(ranks, true);
+  REQUIRE(!differ);
+  CHECK(differ.err().code == cairn::errc::integrity);
+  CHECK(differ.err().key == "state.s1.step");
+  CHECK(differ.err().message.find("5 on rank 2, 6 on rank 3") != std::string::npos);
+  // Unchecked (validation off), the lowest holder's value is the one saved.
+  auto unchecked = common_holders(ranks, false);
+  REQUIRE(unchecked);
+  CHECK(unchecked->at("state.s1.step") == 2);
+  // A value every rank declares must still agree.
+  ranks[3] = stage(1, 5);
+  ranks[1][0].hash = 8;
+  ranks[1][0].shown = "8";
+  auto global = common_holders(ranks, true);
+  REQUIRE(!global);
+  CHECK(global.err().message.find("7 on rank 0, 8 on rank 1") != std::string::npos);
+  // validate_integrity checks them the same way.
+  std::vector<rank_desc> descs(2);
+  descs[0].commons = stage(0, 3);
+  descs[1].commons = stage(1, 4);
+  CHECK(cairn::validate_integrity(descs));
+  descs[1].commons[0].hash = 9;
+  CHECK(!cairn::validate_integrity(descs));
+}

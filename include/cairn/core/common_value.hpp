@@ -1,5 +1,5 @@
-// cairn/core/common_value.hpp: values that are identical on every rank (numbers, strings,
-// enums, vectors of numbers), written once by rank 0.
+// cairn/core/common_value.hpp: values that are identical on every rank that declares them
+// (numbers, strings, enums, vectors of numbers), written once into the common state.
 #pragma once
 
 #include <cstddef>

@@ -51,14 +51,16 @@ struct write_item {
 /// Tensor items point into the user's memory (or, for an async save, into the staging pool);
 /// objects and common values are owned copies.
 struct planned_save {
-  save_index index;                                           ///< the plan every rank agreed on
-  std::string save_id;                                        ///< the id in this save's names
-  int rank = 0;                                               ///< this rank
-  std::vector<write_item> items;                              ///< this rank's items, in order
-  std::vector<bytes> object_bytes;                            ///< encoded objects, leaf order
-  std::vector<std::pair<std::string, common_value>> commons;  ///< path -> value (rank 0 saves)
-  save_stats stats;                                           ///< this rank's statistics
-  std::chrono::steady_clock::time_point start;                ///< when the save began
+  save_index index;                 ///< the plan every rank agreed on
+  std::string save_id;              ///< the id in this save's names
+  int rank = 0;                     ///< this rank
+  std::vector<write_item> items;    ///< this rank's items, in order
+  std::vector<bytes> object_bytes;  ///< encoded objects, leaf order
+  /// path -> value: this rank's common values; on rank 0, which saves them, also those held by
+  /// a group of ranks without rank 0 (sent by their holders after planning).
+  std::vector<std::pair<std::string, common_value>> commons;
+  save_stats stats;                             ///< this rank's statistics
+  std::chrono::steady_clock::time_point start;  ///< when the save began
   /// Host staging memory for the items `on_device` (set when some are): the writer takes a
   /// slot, copies a piece of at most `piece_bytes()` into it, writes it and gives it back.
   cuda::staging_window* window = nullptr;

@@ -252,8 +252,11 @@ inline factory common_factory(std::function<common_value()> get,
 /// (before its first step) is created as that step would, so a fresh optimizer can be loaded;
 /// loading writes into the optimizer's own tensors and sets steps and options.
 ///
-/// Common values must be equal on every rank: every rank names every parameter (a
-/// distributed optimizer's rank that holds none of a parameter passes an empty slice).
+/// A common value must be equal on the ranks that declare it. A pipeline stage names its own
+/// parameters: their steps are then held by the stage's ranks, saved once and loaded on
+/// whichever ranks name those parameters (any number of stages); its groups' options must
+/// match the other stages' groups of the same index. A distributed optimizer's rank that holds
+/// none of a parameter passes an empty slice.
 inline factory optimizer_state(::torch::optim::Optimizer& opt, std::vector<named_tensor> params) {
   // The parameters by identity; the handles in `params` keep their TensorImpls alive.
   auto named = std::make_shared<std::unordered_map<const void*, named_tensor>>();

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <map>
 #include <random>
+#include <set>
 
 #include "cairn/comm/agree.hpp"
 #include "cairn/detail/message.hpp"
@@ -188,10 +189,15 @@ CAIRN_INLINE result<void> vote_on_cached_plan(const rank_desc& me,
                                               agreed_plan& out) {
   std::uint64_t commons_digest = 0;
   for (const auto& c : me.commons) commons_digest = commons_digest * 1099511628211ull ^ c.hash;
-  const bytes vote = encode_message(plan_vote_message{structure_hash(me), commons_digest});
+  // A plan with group-held common values cannot compare one digest per rank with rank 0's (the
+  // ranks declare different values): each rank sends its values' hashes, compared per path.
+  const bool by_group = !plan_cache_access::cached(cache).common_holders.empty();
+  const bytes vote = encode_message(plan_vote_message{
+      structure_hash(me), commons_digest, by_group ? me.commons : std::vector<common_desc>{}});
   auto decide = [&](const std::vector<bytes>& votes) {
     bool same = true;
     std::uint64_t digest0 = 0;
+    std::vector<std::vector<common_desc>> commons;
     for (std::size_t r = 0; r < votes.size(); ++r) {
       result<plan_vote_message> v = decode_message<plan_vote_message>(votes[r]);
       if (!v)
@@ -199,8 +205,12 @@ CAIRN_INLINE result<void> vote_on_cached_plan(const rank_desc& me,
                          bytes{}};
       if (r == 0) digest0 = v->commons_digest;
       same = same && v->structure == plan_cache_access::structure(cache).at(r) &&
-             (!opt.validate_access_integrity || v->commons_digest == digest0);
+             (by_group || !opt.validate_access_integrity || v->commons_digest == digest0);
+      commons.push_back(std::move(v->commons));
     }
+    if (same && by_group && opt.validate_access_integrity)
+      if (auto held = common_holders(commons, true); !held)
+        return std::pair{std::optional<error>(std::move(held).err()), bytes{}};
     return std::pair{std::optional<error>{},
                      encode_message(plan_verdict_message{same, me.checkpoint_exists, me.save_id})};
   };
@@ -255,6 +265,9 @@ CAIRN_INLINE result<save_index> plan_everywhere(const rank_desc& me,
     CAIRN_TRY(check_unique_objects(all));
   save_index index =
       plan_save(all, opt.block_size, opt.balance_min_bytes, strategy_of(opt).features(opt).tile);
+  std::vector<std::vector<common_desc>> commons;
+  for (const auto& d : all) commons.push_back(d.commons);
+  CAIRN_TRY_ASSIGN(index.common_holders, common_holders(commons, false));
   if (opt.plan_cache) {
     std::vector<std::uint64_t> per_rank;
     for (const auto& d : all) per_rank.push_back(structure_hash(d));
@@ -306,6 +319,32 @@ CAIRN_INLINE result<save_index> agree_on_index(const rank_desc& me,
   if (plans_by_key_owners(opt, comm.size()))
     return plan_at_scale(me, failure, st, comm, opt, stats);
   return plan_everywhere(me, failure, st, comm, opt, stats);
+}
+
+CAIRN_INLINE result<void> gather_held_commons(planned_save& out, comm_ref comm) {
+  held_commons_message mine;
+  if (out.rank != 0)
+    for (const auto& [path, v] : out.commons)
+      if (auto h = out.index.common_holders.find(path);
+          h != out.index.common_holders.end() && h->second == out.rank)
+        mine.values.emplace_back(path, v);
+  auto [failure, unused] = agree_at_root(
+      comm, 0, std::nullopt, encode_message(mine), [&](const std::vector<bytes>& sent) {
+        std::set<std::string> have;
+        for (const auto& [path, v] : out.commons) have.insert(path);
+        for (std::size_t r = 1; r < sent.size(); ++r) {
+          result<held_commons_message> m = decode_message<held_commons_message>(sent[r]);
+          if (!m)
+            return std::pair{
+                std::optional<error>(std::move(m).err().with_rank(static_cast<int>(r))), bytes{}};
+          // Rank 0 keeps its own value of a path its preprocess_common hid from the comparison.
+          for (auto& [path, v] : m->values)
+            if (have.insert(path).second) out.commons.emplace_back(std::move(path), std::move(v));
+        }
+        return std::pair{std::optional<error>{}, bytes{}};
+      });
+  if (failure) return std::move(*failure);
+  return ok();
 }
 
 CAIRN_INLINE void list_items(const leaf_list& leaves,
@@ -379,6 +418,7 @@ CAIRN_INLINE result<void> plan_phase(const leaf_list& leaves,
       out.stats.bytes_per_rank[r] = *n;
     }
   }
+  if (!out.index.common_holders.empty()) CAIRN_TRY(gather_held_commons(out, comm));
   list_items(leaves, pieces, out);
   return ok();
 }

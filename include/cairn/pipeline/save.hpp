@@ -131,11 +131,14 @@ CAIRN_INLINE bool plans_by_key_owners(const save_options& o, int world_size);
 /// The settings of `o` on `world_size` ranks that a cached plan depends on.
 CAIRN_INLINE plan_settings settings_of(const save_options& o, int world_size);
 
-/// What each rank sends rank 0 with a warm plan cache: hashes of its structure and its commons.
+/// What each rank sends rank 0 with a warm plan cache: hashes of its structure and its commons,
+/// and when the cached plan has common values held by a group of ranks, each of its common
+/// values (paths and hashes: rank 0 checks that the ranks declaring one agree).
 struct plan_vote_message {
   static constexpr std::string_view message_name = "plan cache vote";
   std::uint64_t structure = 0;
   std::uint64_t commons_digest = 0;
+  std::vector<common_desc> commons;
 };
 
 /// Rank 0's answer to the votes: whether every rank matched, and what rank 0 knows.
@@ -146,9 +149,10 @@ struct plan_verdict_message {
   std::string save_id;
 };
 
-/// Plan step 2 with a warm plan cache (collective, a few dozen bytes per rank): every rank
-/// sends rank 0 a hash of its structure and of its common values; rank 0 compares them with the
-/// cached plan and tells every rank the verdict, its save id and whether a checkpoint exists.
+/// Plan step 2 with a warm plan cache (collective, a few dozen bytes per rank; with common
+/// values held by a group of ranks, their paths and hashes too): every rank sends rank 0 a hash
+/// of its structure and of its common values; rank 0 compares them with the cached plan and
+/// tells every rank the verdict, its save id and whether a checkpoint exists.
 /// Sets `cached` when every rank matches the cached plan.
 CAIRN_INLINE result<void> vote_on_cached_plan(const rank_desc& me,
                                               const std::optional<error>& failure,
@@ -156,6 +160,18 @@ CAIRN_INLINE result<void> vote_on_cached_plan(const rank_desc& me,
                                               comm_ref comm,
                                               const save_options& opt,
                                               agreed_plan& out);
+
+/// What a rank sends rank 0 after planning when the save has common values held by a group of
+/// ranks: the values `save_index::common_holders` names it for.
+struct held_commons_message {
+  static constexpr std::string_view message_name = "group-held common values";
+  std::vector<std::pair<std::string, common_value>> values;
+};
+
+/// Plan step 3, only when the plan names common values held by a group of ranks (collective):
+/// each such value's holder sends it to rank 0, which adds them to its `out.commons` (the
+/// common state it writes).
+CAIRN_INLINE result<void> gather_held_commons(planned_save& out, comm_ref comm);
 
 /// Refuses to replace a committed checkpoint unless asked to and the strategy can.
 CAIRN_INLINE result<void> check_overwrite(bool exists_at_root,

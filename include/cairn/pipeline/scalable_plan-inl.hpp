@@ -9,18 +9,6 @@
 #include "cairn/detail/message.hpp"
 #include "cairn/pipeline/scalable_plan.hpp"
 
-namespace cairn::detail {
-
-CAIRN_INLINE result<void> check_commons_against(const std::vector<common_desc>& mine,
-                                                const std::vector<common_desc>& root_commons,
-                                                int rank) {
-  std::map<std::string, common_desc> ref;
-  for (const common_desc& c : root_commons) ref[c.path] = c;
-  return compare_commons(ref, mine, rank);
-}
-
-}  // namespace cairn::detail
-
 namespace cairn {
 
 CAIRN_INLINE result<scalable_agreement> scalable_plan(const rank_desc& me,
@@ -32,20 +20,27 @@ CAIRN_INLINE result<scalable_agreement> scalable_plan(const rank_desc& me,
                                                       tiling tile,
                                                       std::uint64_t structure) {
   const int world = comm.size(), rank = comm.rank();
-  // 1. Statuses (and structure hashes) meet at rank 0, which sends back its save id, whether a
-  //    checkpoint exists and its common values.
+  // 1. Statuses, structure hashes and common values meet at rank 0, which checks that the
+  //    ranks declaring a common value agree and sends back its save id, whether a checkpoint
+  //    exists and which rank holds each group-held common value.
   scalable_agreement out;
-  const bytes mine_hash = detail::encode_message(structure);
-  auto [started, root_said] = agree_at_root(comm, 0, failure, mine_hash, [&](const auto& p) {
+  const bytes start = detail::encode_message(detail::planning_start_message{structure, me.commons});
+  auto [started, root_said] = agree_at_root(comm, 0, failure, start, [&](const auto& p) {
+    std::vector<std::vector<common_desc>> commons;
     for (std::size_t r = 0; r < p.size(); ++r) {
-      result<std::uint64_t> h = detail::decode_message<std::uint64_t>(p[r], "structure hash");
-      if (!h)
-        return std::pair{std::optional<error>(std::move(h).err().with_rank(static_cast<int>(r))),
+      result<detail::planning_start_message> m =
+          detail::decode_message<detail::planning_start_message>(p[r]);
+      if (!m)
+        return std::pair{std::optional<error>(std::move(m).err().with_rank(static_cast<int>(r))),
                          bytes{}};
-      out.structure_of_rank.push_back(*h);
+      out.structure_of_rank.push_back(m->structure);
+      commons.push_back(std::move(m->commons));
     }
-    return std::pair{std::optional<error>{}, detail::encode_message(detail::root_said_message{
-                                                 me.checkpoint_exists, me.save_id, me.commons})};
+    result<std::map<std::string, int>> holders = detail::common_holders(commons, validate);
+    if (!holders) return std::pair{std::optional<error>(std::move(holders).err()), bytes{}};
+    return std::pair{std::optional<error>{},
+                     detail::encode_message(detail::root_said_message{
+                         me.checkpoint_exists, me.save_id, std::move(*holders)})};
   });
   if (started) return std::move(*started);
   result<detail::root_said_message> said =
@@ -53,13 +48,8 @@ CAIRN_INLINE result<scalable_agreement> scalable_plan(const rank_desc& me,
   if (!said) return std::move(said).err().with_rank(0);
   out.exists_at_root = said->checkpoint_exists;
   out.save_id = std::move(said->save_id);
-  const std::vector<common_desc> root_commons = std::move(said->commons);
   // 2. Claims go to their owners; each owner checks and plans its keys.
   std::optional<error> mine;
-  if (validate) {
-    if (auto c = detail::check_commons_against(me.commons, root_commons, rank); !c)
-      mine = std::move(c).err();
-  }
   // Nothing below throws between collectives: a failure is carried to the next agreement.
   std::vector<bytes> claims(static_cast<std::size_t>(world));
   auto split = detail::catch_all("splitting claims by owner", [&]() -> result<void> {
@@ -89,6 +79,7 @@ CAIRN_INLINE result<scalable_agreement> scalable_plan(const rank_desc& me,
   });
   if (verdict) return std::move(*verdict);
   out.index = std::move(*index);
+  out.index.common_holders = std::move(said->common_holders);
   return out;
 }
 

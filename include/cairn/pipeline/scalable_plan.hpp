@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <span>
 #include <string>
@@ -18,19 +19,23 @@ namespace cairn {
 
 namespace detail {
 
+/// What each rank sends rank 0 before scalable planning: its structure hash and its common
+/// values (paths and hashes; rank 0 checks that the ranks declaring one agree).
+struct planning_start_message {
+  static constexpr std::string_view message_name = "planning start (rank)";
+  std::uint64_t structure = 0;
+  std::vector<common_desc> commons;
+};
+
 /// What rank 0 tells every rank before scalable planning: whether a checkpoint is there, its
-/// save id, and its common values (so that each rank compares its own).
+/// save id, and the common values held by a group of ranks with the rank that sends each
+/// (`save_index::common_holders`).
 struct root_said_message {
   static constexpr std::string_view message_name = "planning start";
   bool checkpoint_exists = false;
   std::string save_id;
-  std::vector<common_desc> commons;
+  std::map<std::string, int> common_holders;
 };
-
-/// Compares this rank's common values with rank 0's, as check_commons does.
-CAIRN_INLINE result<void> check_commons_against(const std::vector<common_desc>& mine,
-                                                const std::vector<common_desc>& root_commons,
-                                                int rank);
 
 }  // namespace detail
 

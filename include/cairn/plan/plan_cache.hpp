@@ -71,6 +71,8 @@ struct plan_cache_access {
   static const std::vector<std::uint64_t>& structure(const save_plan_cache& c) {
     return c.structure_;
   }
+  /// The cached plan, without counting a hit.
+  static const save_index& cached(const save_plan_cache& c) { return c.index_; }
   static save_index hit(save_plan_cache& c);
   static void store(save_plan_cache& c,
                     int world,

@@ -163,38 +163,40 @@ CAIRN_INLINE result<void> check_objects(const std::vector<rank_desc>& ranks) {
   return ok();
 }
 
-CAIRN_INLINE result<void> compare_commons(const std::map<std::string, common_desc>& ref,
-                                          const std::vector<common_desc>& commons,
-                                          int r) {
-  std::map<std::string, const common_desc*> mine;
-  for (const auto& c : commons) mine[c.path] = &c;
-  for (const auto& [path, want] : ref) {
-    auto it = mine.find(path);
-    if (it == mine.end())
-      return integrity_error(path,
-                             "common value exists on rank 0 but not on rank " + std::to_string(r));
-    if (it->second->hash != want.hash)
+CAIRN_INLINE result<std::map<std::string, int>> common_holders(
+    const std::vector<std::vector<common_desc>>& by_rank, bool check) {
+  struct first_holder {
+    const common_desc* desc;
+    int rank;
+    std::size_t holders;
+  };
+  std::map<std::string_view, first_holder> seen;
+  for (int r = 0; r < static_cast<int>(by_rank.size()); ++r)
+    for (const common_desc& c : by_rank[static_cast<std::size_t>(r)]) {
+      auto [it, fresh] = seen.try_emplace(c.path, first_holder{&c, r, 0});
+      first_holder& f = it->second;
+      ++f.holders;
+      if (fresh || !check || c.hash == f.desc->hash) continue;
+      const std::string a = "rank " + std::to_string(f.rank), b = "rank " + std::to_string(r);
       return integrity_error(
-          path, "common value differs across ranks: " +
-                    (want.shown.empty() ? "rank 0 and rank " + std::to_string(r)
-                                        : want.shown + " on rank 0, " + it->second->shown +
-                                              " on rank " + std::to_string(r)) +
-                    "; a common value must be the same on every rank (a value per rank is a "
-                    "sharded object: cairn::per_rank)");
-  }
-  for (const auto& [path, h] : mine)
-    if (!ref.count(path))
-      return integrity_error(
-          path, "common value exists on rank " + std::to_string(r) + " but not on rank 0");
-  return ok();
+          c.path,
+          "common value differs across ranks: " +
+              (f.desc->shown.empty() ? a + " and " + b
+                                     : f.desc->shown + " on " + a + ", " + c.shown + " on " + b) +
+              "; the ranks that declare a common value must hold the same value (a "
+              "value per rank is a sharded object: cairn::per_rank)");
+    }
+  std::map<std::string, int> out;
+  for (const auto& [path, f] : seen)
+    if (f.holders != by_rank.size()) out.emplace(std::string(path), f.rank);
+  return out;
 }
 
 CAIRN_INLINE result<void> check_commons(const std::vector<rank_desc>& ranks) {
-  if (ranks.empty()) return ok();
-  std::map<std::string, common_desc> ref;
-  for (const auto& c : ranks[0].commons) ref[c.path] = c;
-  for (int r = 1; r < static_cast<int>(ranks.size()); ++r)
-    CAIRN_TRY(compare_commons(ref, ranks[r].commons, r));
+  std::vector<std::vector<common_desc>> by_rank;
+  by_rank.reserve(ranks.size());
+  for (const rank_desc& d : ranks) by_rank.push_back(d.commons);
+  CAIRN_TRY(common_holders(by_rank, true));
   return ok();
 }
 

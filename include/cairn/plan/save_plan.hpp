@@ -102,13 +102,15 @@ CAIRN_INLINE result<void> check_covered(const std::string& key, const integrity_
 /// replicas fill its grid.
 CAIRN_INLINE result<void> check_objects(const std::vector<rank_desc>& ranks);
 
-/// Checks that rank `r`'s common values `mine` are rank 0's `ref` (by path: hashes; an error
-/// shows both values).
-CAIRN_INLINE result<void> compare_commons(const std::map<std::string, common_desc>& ref,
-                                          const std::vector<common_desc>& commons,
-                                          int r);
+/// The common values not every rank declares (held by a group of ranks: a pipeline stage's
+/// optimizer steps, an expert group's counters), each with the lowest rank that declares it;
+/// empty when every rank declares the same paths. With `check`, ranks that declare one path
+/// must hold one value: a difference is an integrity error naming the path, both ranks and both
+/// values. `by_rank[r]` is rank r's common values.
+CAIRN_INLINE result<std::map<std::string, int>> common_holders(
+    const std::vector<std::vector<common_desc>>& by_rank, bool check);
 
-/// Checks that every rank has the same common values (paths and hashes) as rank 0.
+/// Checks that the ranks that declare a common value agree on it (`common_holders`).
 CAIRN_INLINE result<void> check_commons(const std::vector<rank_desc>& ranks);
 
 /// Even unvalidated, two ranks must not both write one object: one record would be lost.
@@ -118,7 +120,8 @@ CAIRN_INLINE result<void> check_unique_objects(const std::vector<rank_desc>& all
 /// Checks that the ranks' leaves fit together (Megatron's validate_access_integrity, and
 /// more): per tensor key, dtype and global shape agree on every rank; the main-replica pieces
 /// do not overlap and cover every element; sharded objects are not duplicated and fill their
-/// grid; common values agree with rank 0's. Errors name the key and the ranks involved.
+/// grid; the ranks that declare a common value agree on it. Errors name the key and the ranks
+/// involved.
 CAIRN_INLINE result<void> validate_integrity(const std::vector<rank_desc>& ranks);
 
 /// Where one rank's written item (part of a tensor piece, or an object) goes, and where its
@@ -145,6 +148,10 @@ struct save_index {
   std::vector<std::uint64_t> bytes_of_rank;      ///< data bytes each rank writes
   /// Only this rank's chunks, objects, slots and bytes (scalable planning, `writer_index`).
   bool partial = false;
+  /// Common values held by a group of ranks (not declared by every rank), each with the lowest
+  /// rank that declares it: that rank sends rank 0 the value for the commit. Empty when every
+  /// rank declares the same common values (rank 0 then saves its own).
+  std::map<std::string, int> common_holders;
 
   /// Whether `rank` writes anything (it has a data file).
   bool writes(int rank) const { return !slots.at(static_cast<std::size_t>(rank)).empty(); }

@@ -38,7 +38,8 @@ struct object_leaf {
   result<void> (*decode)(std::span<const std::byte> in, void* value) = nullptr;
 };
 
-/// A common value found in the tree (identical on every rank), with type-erased access.
+/// A common value found in the tree (identical on every rank that declares its path: all of
+/// them, or a group such as one pipeline stage's ranks), with type-erased access.
 struct common_leaf {
   std::string path;  ///< also its key in the checkpoint
   void* value = nullptr;

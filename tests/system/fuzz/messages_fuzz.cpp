@@ -40,7 +40,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (size == 0) return 0;
   namespace d = cairn::detail;
   const std::span<const std::byte> in = cairn_fuzz::bytes(data, size).subspan(1);
-  switch (data[0] % 22) {
+  switch (data[0] % 24) {
     case 0:
       decode_as<d::status_message>(in);
       break;
@@ -103,6 +103,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       break;
     case 21:
       decode_as<std::vector<d::piece_route>>(in);
+      break;
+    case 22:
+      decode_as<d::planning_start_message>(in);
+      break;
+    case 23:
+      decode_as<d::held_commons_message>(in);
       break;
     default:
       decode_as<std::uint64_t>(in);

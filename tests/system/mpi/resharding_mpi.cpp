@@ -1,5 +1,6 @@
 // Save on N processes and load on M processes (N, M in 1..world size) with random shardings
-// (block, uneven, replicated, flattened, prepended) over a shared directory; element-exact.
+// (block, uneven, replicated, flattened, prepended) over a shared directory; element-exact. And
+// common values held by pipeline stages, saved on N stages and loaded on M.
 #include <doctest/doctest.h>
 
 #include <filesystem>
@@ -7,6 +8,7 @@
 
 #include "cairn/comm/mpi.hpp"
 #include "cairn/strategies.hpp"
+#include "tests/support/pipeline_state.hpp"
 #include "tests/support/property.hpp"
 #include "tests/system/mpi/first_n.hpp"
 
@@ -268,4 +270,56 @@ TEST_CASE("data-parallel replicas of a shard read it once and pass it on between
   CHECK(total[1] == unique * (world / tp) - unique);  // and passed to its other replicas
   comm.barrier();
   if (rank == 0) std::filesystem::remove_all(root);
+}
+
+TEST_CASE("common values held by pipeline stages: saved on N processes, loaded on M") {
+  int world = 0, me = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  MPI_Comm_rank(MPI_COMM_WORLD, &me);
+  cairn::mpi_communicator all(MPI_COMM_WORLD);
+  const std::string root = shared_temp_dir(all);
+  // k processes: k pipeline stages when they split the layers, else one stage k times replicated.
+  auto stages = [](int k) { return pipeline_layers % k == 0 ? k : 1; };
+  int failures = 0;
+  for (int n = 1; n <= world; ++n) {
+    const std::string dir = root + "/pipeline_" + std::to_string(n);
+    const std::int64_t base = 500 + n;
+    std::string saved_error;
+    {
+      first_n sub(n);
+      if (sub.comm != MPI_COMM_NULL) {
+        try {
+          cairn::mpi_communicator comm(sub.comm);
+          pipeline_rank r(comm.rank(), stages(n), n / stages(n), base);
+          cairn::file_storage disk(dir);
+          cairn::save(r.sd, disk, comm);
+        } catch (const std::exception& e) {
+          saved_error = e.what();
+        }
+      }
+    }
+    CHECK_MESSAGE(saved_error.empty(), "save on " << n << ": " << saved_error);
+    MPI_Barrier(MPI_COMM_WORLD);
+    for (int m = 1; m <= world; ++m) {
+      first_n sub(m);
+      if (sub.comm == MPI_COMM_NULL) continue;
+      std::vector<std::string> differ;
+      try {
+        cairn::mpi_communicator comm(sub.comm);
+        pipeline_rank r(comm.rank(), stages(m), m / stages(m), base);
+        r.scramble();
+        cairn::file_storage disk(dir);
+        cairn::load(r.sd, disk, comm, {.strict = cairn::strict_mode::raise_all});
+        differ = r.differences(base);
+      } catch (const std::exception& e) {
+        differ.push_back(std::string("load threw: ") + e.what());
+      }
+      for (const auto& d : differ) {
+        ++failures;
+        MESSAGE("saved on " << n << " (pp " << stages(n) << "), loaded on " << m << " (pp "
+                            << stages(m) << "), process " << me << ": " << d);
+      }
+    }
+  }
+  CHECK(failures == 0);
 }
