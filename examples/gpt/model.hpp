@@ -1,8 +1,9 @@
 // A small Llama-architecture decoder in libtorch (RMSNorm, rotary position embeddings, a SwiGLU
 // MLP; names, shapes and math as `transformers`' LlamaForCausalLM), tensor-parallel over MPI
 // ranks in Megatron's layout: attention heads and the MLP's hidden units split over the
-// tensor-parallel group, everything else replicated. Used by gpt_trainer.cpp and
-// bench/torch_bench.cpp.
+// tensor-parallel group, everything else replicated; and cut into pipeline stages: a stage
+// holds a run of the decoder layers, the first also the embedding, the last the final norm and
+// a copy of the embedding for the tied head. Used by gpt_trainer.cpp and bench/torch_bench.cpp.
 #pragma once
 
 #include <mpi.h>
@@ -10,7 +11,9 @@
 
 #include <cmath>
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cairn/libtorch.hpp"
@@ -29,6 +32,18 @@ struct config {
 struct tp_group {
   MPI_Comm comm = MPI_COMM_SELF;
   int rank = 0, size = 1;
+};
+
+/// A pipeline stage: this rank's stage `rank` of `size`, and the communicator of the ranks with
+/// its tensor- and data-parallel place in every stage (ranked by stage).
+struct pp_stage {
+  MPI_Comm comm = MPI_COMM_SELF;
+  int rank = 0, size = 1;
+  bool first() const { return rank == 0; }
+  bool last() const { return rank == size - 1; }
+  /// The first decoder layer of this stage, of `layers` (the stage holds [begin, end)).
+  std::int64_t begin(std::int64_t layers) const { return layers * rank / size; }
+  std::int64_t end(std::int64_t layers) const { return layers * (rank + 1) / size; }
 };
 
 /// Sums `t` (float, contiguous) over `comm` in place.
@@ -186,33 +201,51 @@ struct blockImpl : torch::nn::Module {
 TORCH_MODULE(block);
 
 /// The token embedding, the decoder layers, a final norm and a head tied to the embedding; its
-/// parameters are named as LlamaForCausalLM's under `model.` (the trainer's tree adds it).
+/// parameters are named as LlamaForCausalLM's under `model.` (the trainer's tree adds it). A
+/// pipeline stage holds its layers (named by their place in the whole model), the first stage
+/// the embedding, the last the norm and the embedding again (the tied head's weight).
 struct modelImpl : torch::nn::Module {
-  modelImpl(const config& c, const tp_group& tp)
-      : embed_tokens(register_module("embed_tokens", torch::nn::Embedding(c.vocab, c.width))),
-        layers(register_module("layers", torch::nn::ModuleList())),
-        norm(register_module("norm", rms_norm(c.width, c.rms_norm_eps))) {
-    for (std::int64_t i = 0; i < c.layers; ++i) layers->push_back(block(c, tp));
+  modelImpl(const config& c, const tp_group& tp, const pp_stage& pp = {}) {
+    if (pp.first() || pp.last())
+      embed_tokens = register_module("embed_tokens", torch::nn::Embedding(c.vocab, c.width));
+    layers = register_module("layers", torch::nn::ModuleDict());
+    std::vector<std::pair<std::string, std::shared_ptr<torch::nn::Module>>> mine;
+    for (std::int64_t i = pp.begin(c.layers); i < pp.end(c.layers); ++i)
+      mine.emplace_back(std::to_string(i), block(c, tp).ptr());
+    layers->update(mine);
+    if (pp.last()) norm = register_module("norm", rms_norm(c.width, c.rms_norm_eps));
   }
 
-  /// Logits [B, T, vocab] of tokens [B, T].
-  torch::Tensor forward(torch::Tensor idx) {
-    torch::Tensor x = embed_tokens(idx);
-    for (const auto& b : *layers) x = b->as<block>()->forward(x);
+  /// Logits [B, T, vocab] of tokens [B, T] (the whole model: one stage).
+  torch::Tensor forward(torch::Tensor idx) { return head(blocks(embed(idx))); }
+  /// The first stage's part: token embeddings [B, T, width] of tokens [B, T].
+  torch::Tensor embed(const torch::Tensor& idx) { return embed_tokens(idx); }
+  /// This stage's decoder layers over hidden states [B, T, width].
+  torch::Tensor blocks(torch::Tensor x) {
+    for (const auto& item : layers->items()) x = item.second->as<block>()->forward(x);
+    return x;
+  }
+  /// The last stage's part: logits [B, T, vocab] of hidden states [B, T, width].
+  torch::Tensor head(const torch::Tensor& x) {
     return torch::matmul(norm(x), embed_tokens->weight.t());
   }
 
-  torch::nn::Embedding embed_tokens;
-  torch::nn::ModuleList layers;
-  rms_norm norm;
+  torch::nn::Embedding embed_tokens{nullptr};
+  torch::nn::ModuleDict layers{nullptr};
+  rms_norm norm{nullptr};
 };
 TORCH_MODULE(model);
 
 /// How the model's tensors sit over the ranks: q, k, v, gate and up split by rows (axis 0), o
 /// and down by columns (axis 1), written by data-parallel rank 0; the rest whole, written by
-/// global rank 0 (tensor- and data-parallel rank 0).
-inline cairn::libtorch::sharding model_sharding(const tp_group& tp, int dp_rank) {
+/// tensor- and data-parallel rank 0 of the stage that holds them. The last stage's copy of the
+/// embedding (`tied_copy`, pipelines of two or more stages) is never written: the first
+/// stage's is.
+inline cairn::libtorch::sharding model_sharding(const tp_group& tp,
+                                                int dp_rank,
+                                                bool tied_copy = false) {
   cairn::libtorch::sharding s(/*default_replica=*/tp.rank + tp.size * dp_rank);
+  if (tied_copy) s.replicate("embed_tokens.weight", 1 + tp.rank + tp.size * dp_rank);
   for (const char* rows :
        {"*.q_proj.*", "*.k_proj.*", "*.v_proj.*", "*.gate_proj.*", "*.up_proj.*"})
     s.split(rows, 0, tp.rank, tp.size, dp_rank);

@@ -1,24 +1,28 @@
 #!/usr/bin/env bash
 # Draws the reference trainer's loss curves (WORK_DIR/loss_*.txt) as an SVG:
 #   examples/gpt/plot.sh WORK_DIR OUT.svg
-# The uninterrupted run is the wide grey line; the interrupted run stops where it was killed;
-# each resumed run is drawn as points from the checkpoint it resumed from, so they can be seen
-# lying on the grey line.
+# The uninterrupted run is the wide grey line; the interrupted runs (2 pipeline stages, and
+# none) stop where they were killed; each resumed run is drawn as points from the checkpoint it
+# resumed from, so they can be seen lying on the grey line.
 set -euo pipefail
 dir="$1" out="$2"
 interrupted="$(tail -n 1 "$dir/loss_train.txt" | cut -d' ' -f1)"
 plots=("'$dir/loss_reference.txt' using 1:2 with lines lw 6 lc rgb '#cccccc' title 'uninterrupted (tp 2 x dp 2)'")
-plots+=("'$dir/loss_train.txt' using 1:2 with lines lw 1.5 lc rgb '#1f77b4' title 'interrupted at step $interrupted'")
-points=(7 2 6 4)
-colors=("#d62728" "#2ca02c" "#ff7f0e" "#9467bd")
+plots+=("'$dir/loss_train.txt' using 1:2 with lines lw 1.5 lc rgb '#1f77b4' title 'interrupted at step $interrupted (tp 2 x dp 2)'")
+if [[ -f $dir/loss_train_p2.txt ]]; then
+  plots+=("'$dir/loss_train_p2.txt' using 1:2 with lines lw 1.5 dt 2 lc rgb '#17becf' title 'interrupted (tp 2 x pp 2)'")
+fi
+points=(7 2 6 4 8 12)
+colors=("#d62728" "#2ca02c" "#ff7f0e" "#9467bd" "#8c564b" "#e377c2")
 resumed=0
 i=0
 for f in "$dir"/loss_resume_*.txt; do
   name="$(basename "$f" .txt)"
-  layout="${name#loss_resume_}"  # NxT: N processes, tensor-parallel T
-  n="${layout%x*}" t="${layout#*x}"
+  layout="${name#loss_resume_}"  # NxT or NxTpP: N processes, tensor-parallel T, P stages
+  n="${layout%%x*}" t="${layout#*x}" p=1
+  if [[ $t == *p* ]]; then p="${t#*p}" t="${t%p*}"; fi
   resumed=$(($(head -n 1 "$f" | cut -d' ' -f1) - 1))
-  plots+=("'$f' using 1:2 with points pt ${points[i % 4]} ps 0.5 lc rgb '${colors[i % 4]}' title 'resumed on $n processes (tp $t x dp $((n / t)))'")
+  plots+=("'$f' using 1:2 with points pt ${points[i % 6]} ps 0.5 lc rgb '${colors[i % 6]}' title 'resumed on $n processes (tp $t x pp $p x dp $((n / t / p)))'")
   i=$((i + 1))
 done
 joined="$(printf '%s, ' "${plots[@]}")"

@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # The reference trainer (a Llama-architecture model) end to end: examples/gpt/run.sh BIN_DIR WORK_DIR [trainer flags]
 #   1. an uninterrupted reference run on 4 processes (tensor-parallel 2 x data-parallel 2)
-#   2. the same run checkpointing every 10 steps, interrupted with a save in flight
-#   3. resumed on 2 processes (tp 2 x dp 1) and on 3 (tp 1 x dp 3) from the latest checkpoint
-#   4. each resume's loss curve against the reference: bit-exact when tp is unchanged
-#   5. the final state converted to safetensors and torch_dist, loaded by Python's torch
-#   6. the loss curves drawn as WORK_DIR/loss.svg (with gnuplot)
-#   7. the Hugging Face hand-off both ways, where the today tier's root exists (hf_check.py)
+#   2. the same run on 4 processes as 2 pipeline stages (tp 2 x pp 2), checkpointing every 10
+#      steps, interrupted with a save in flight
+#   3. resumed from its latest checkpoint without a pipeline: on 2 processes (tp 2 x dp 1) and
+#      on 3 (tp 1 x dp 3)
+#   4. the run again without a pipeline (tp 2 x dp 2, checkpoints in ckpt_pp1), interrupted,
+#      and resumed as 2 pipeline stages: tp 2 x pp 2, and tp 1 x pp 2 x dp 2
+#   5. each resume's loss curve against the reference: bit-exact when tp is unchanged
+#   6. the final state converted to safetensors and torch_dist, loaded by Python's torch
+#   7. the loss curves drawn as WORK_DIR/loss.svg (with gnuplot)
+#   8. the Hugging Face hand-off both ways, where the today tier's root exists (hf_check.py)
 # Flags after WORK_DIR go to every trainer phase (e.g. --steps 400 --layers 4 --width 128).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -17,9 +21,12 @@ run=(mpirun --oversubscribe)
 trainer="$bin/gpt_trainer"
 rm -rf "$dir"
 "${run[@]}" -np 4 "$trainer" --phase reference --tp 2 --dir "$dir" "$@"
-"${run[@]}" -np 4 "$trainer" --phase train --tp 2 --dir "$dir" "$@"
+"${run[@]}" -np 4 "$trainer" --phase train --tp 2 --pp 2 --dir "$dir" "$@"
 "${run[@]}" -np 2 "$trainer" --phase resume --tp 2 --dir "$dir" "$@"
 "${run[@]}" -np 3 "$trainer" --phase resume --tp 1 --dir "$dir" "$@"
+"${run[@]}" -np 4 "$trainer" --phase train --tp 2 --ckpt ckpt_pp1 --dir "$dir" "$@"
+"${run[@]}" -np 4 "$trainer" --phase resume --tp 2 --pp 2 --ckpt ckpt_pp1 --dir "$dir" "$@"
+"${run[@]}" -np 4 "$trainer" --phase resume --tp 1 --pp 2 --ckpt ckpt_pp1 --dir "$dir" "$@"
 "$trainer" --phase compare --tp 2 --dir "$dir" "$@"
 
 "$bin/cairn" convert "$dir/final_resume_2x2" "$dir/safetensors" --format one_file --no-progress
@@ -29,7 +36,7 @@ if command -v gnuplot >/dev/null 2>&1; then
 else
   echo "gnuplot not installed (gnuplot-nox): no loss.svg"
 fi
-# 7. Hugging Face, both ways, in the today tier's root (transformers 5, torch 2.x): the final
+# 8. Hugging Face, both ways, in the today tier's root (transformers 5, torch 2.x): the final
 #    model converted by cairn to sharded safetensors + index, with the trainer's config.json,
 #    loads with from_pretrained and computes the C++ trainer's logits; a LlamaForCausalLM that
 #    transformers saved loads into the trainer on 1, 2 and 4 tensor-parallel ranks and trains on.
