@@ -48,6 +48,7 @@
 #include "cairn/format/dcp/strategy-inl.hpp"
 #include "cairn/format/dcp/stream_writer-inl.hpp"
 #include "cairn/format/dcp/writer-inl.hpp"
+#include "cairn/format/deepspeed/zero-inl.hpp"
 #include "cairn/format/detail/format_util-inl.hpp"
 #include "cairn/format/native/box_reader-inl.hpp"
 #include "cairn/format/native/edit-inl.hpp"

@@ -1,11 +1,13 @@
 // cairn/format/foreign.hpp: registers the readers of the foreign formats (PyTorch DCP, in
-// format/dcp/reader.hpp, safetensors, in format/safetensors/reader.hpp, and torch.save state
-// dicts, in format/torch/state_dict.hpp) with the format
+// format/dcp/reader.hpp, safetensors, in format/safetensors/reader.hpp, torch.save state
+// dicts, in format/torch/state_dict.hpp, and DeepSpeed ZeRO checkpoints, in
+// format/deepspeed/zero.hpp, which this header also makes detectable) with the format
 // registry (format/registry.hpp), so that `load`, `read_any_metadata` and the CLI read them.
 #pragma once
 
 #include "cairn/format/dcp/metadata.hpp"
 #include "cairn/format/dcp/reader.hpp"
+#include "cairn/format/deepspeed/zero.hpp"
 #include "cairn/format/registry.hpp"
 #include "cairn/format/safetensors/file.hpp"
 #include "cairn/format/safetensors/reader.hpp"
@@ -21,7 +23,8 @@ namespace detail {
 inline const bool foreign_formats_registered =
     register_format_reader("torch_dist", &dcp_as_metadata) &&
     register_format_reader("safetensors", &safetensors_as_metadata) &&
-    register_format_reader("torch_save", &torch_save_as_metadata);
+    register_format_reader("torch_save", &torch_save_as_metadata) &&
+    register_format(format_driver{"deepspeed", 25, {}, &holds_deepspeed, &deepspeed_as_metadata});
 }  // namespace detail
 
 }  // namespace cairn

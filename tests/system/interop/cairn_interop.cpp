@@ -7,6 +7,7 @@
 //   cairn_interop write-multirank DIR | unshard SRC DST | convert-dcp SRC DST
 //   cairn_interop save-strategy NAME DIR | load-dcp DIR | remove-prefix DIR PREFIX
 #include <atomic>
+#include <bit>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -386,6 +387,107 @@ int load_dcp_layout(const std::string& dir,
   return 0;
 }
 
+/// Element `i` of `bytes` (of dtype `t`) as a double, for the dtypes DeepSpeed checkpoints hold.
+double element_as_double(cairn::dtype t, const std::byte* bytes, std::int64_t i) {
+  const std::byte* p = bytes + static_cast<std::size_t>(i) * cairn::dtype_size(t);
+  auto read = [&](auto v) {
+    std::memcpy(&v, p, sizeof v);
+    return v;
+  };
+  switch (t) {
+    case cairn::dtype::f32:
+      return read(float{});
+    case cairn::dtype::f64:
+      return read(double{});
+    case cairn::dtype::i64:
+      return static_cast<double>(read(std::int64_t{}));
+    case cairn::dtype::f16:
+      return cairn::f16::to_float(read(std::uint16_t{}));
+    case cairn::dtype::bf16:
+      return std::bit_cast<float>(static_cast<std::uint32_t>(read(std::uint16_t{})) << 16);
+    default:
+      throw std::runtime_error("load-deepspeed: no comparison for this dtype");
+  }
+}
+
+// Loads the DeepSpeed ZeRO checkpoint in DIR (format "deepspeed") on RANKS thread ranks, each
+// tensor split by rows, and compares it with DIR_EXPECTED's torch.save of what DeepSpeed's
+// zero_to_fp32 gives: the same keys; tensors of the same dtype bit for bit, the others (buffers,
+// which zero_to_fp32 turns into float32) value for value.
+int load_deepspeed(const std::string& dir, const std::string& expected_dir, int ranks) {
+  cairn::file_storage st(dir), ex(expected_dir);
+  auto meta = cairn::read_any_metadata(st).value();
+  if (meta.format != "deepspeed") return fail("load-deepspeed: detected as " + meta.format);
+  auto want = cairn::load_tensors(ex).value();
+  std::vector<std::string> keys;
+  for (const auto& [k, t] : meta.tensors) keys.push_back(k);
+  for (const auto& [k, t] : want)
+    if (!meta.tensors.count(k)) return fail("load-deepspeed: missing tensor " + k);
+  if (keys.size() != want.size())
+    return fail("load-deepspeed: " + std::to_string(keys.size()) + " tensors, zero_to_fp32 has " +
+                std::to_string(want.size()));
+  std::atomic<int> bad{0};
+  cairn::run_ranks(ranks, [&](cairn::thread_communicator& comm) {
+    const int r = comm.rank();
+    std::vector<std::vector<std::byte>> bufs(keys.size());
+    std::vector<cairn::box> boxes(keys.size());
+    cairn::state_dict sd;
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+      const cairn::tensor_record& rec = meta.tensors.at(keys[i]);
+      cairn::box b{cairn::shape(rec.global_shape.size(), 0), rec.global_shape};
+      if (!b.size.empty()) {  // rows [lo, hi) of axis 0
+        const std::int64_t n = b.size[0], lo = n * r / ranks, hi = n * (r + 1) / ranks;
+        b.offset[0] = lo;
+        b.size[0] = hi - lo;
+      } else if (r != 0) {
+        continue;  // a scalar: rank 0 loads it
+      }
+      boxes[i] = b;
+      bufs[i].assign(static_cast<std::size_t>(b.volume()) * cairn::dtype_size(rec.type),
+                     std::byte{0x77});
+      cairn::sharded_tensor<> x;
+      x.key = keys[i];
+      x.type = rec.type;
+      x.local_shape = b.size;
+      x.global_shape = rec.global_shape;
+      x.global_offset = b.offset;
+      x.data = bufs[i];
+      sd.add(x.key, x);
+    }
+    cairn::load(sd, st, comm);
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+      if (bufs[i].empty() && boxes[i].volume() != 0) continue;
+      const cairn::tensor_record& rec = meta.tensors.at(keys[i]);
+      const cairn::tensor_data& w = want.at(keys[i]);
+      // The box's elements are a run of the row-major tensor (it is whole rows).
+      std::int64_t first = 0, row = 1;
+      for (std::size_t d = 1; d < rec.global_shape.size(); ++d) row *= rec.global_shape[d];
+      if (!rec.global_shape.empty()) first = boxes[i].offset[0] * row;
+      for (std::int64_t e = 0; e < boxes[i].volume(); ++e) {
+        const bool same = rec.type == w.type
+                              ? std::memcmp(bufs[i].data() + e * cairn::dtype_size(rec.type),
+                                            w.data.data() + (first + e) * cairn::dtype_size(w.type),
+                                            cairn::dtype_size(rec.type)) == 0
+                              : element_as_double(rec.type, bufs[i].data(), e) ==
+                                    element_as_double(w.type, w.data.data(), first + e);
+        if (!same) {
+          std::fprintf(stderr, "load-deepspeed: %s differs at element %lld on rank %d of %d\n",
+                       keys[i].c_str(), static_cast<long long>(first + e), r, ranks);
+          ++bad;
+          break;
+        }
+      }
+    }
+  });
+  if (bad) return fail("load-deepspeed: mismatches (above)");
+  std::printf(
+      "load-deepspeed: %s (stage %lld, %d data-parallel ranks) loaded on %d ranks: %zu "
+      "tensors as zero_to_fp32 gives them\n",
+      dir.c_str(), static_cast<long long>(meta.inline_commons.at("zero_stage").as<std::int64_t>()),
+      meta.world_size, ranks, keys.size());
+  return 0;
+}
+
 // Unshards SRC into DST/model.safetensors (one_file) and DST/chunks (chunks of 200 bytes).
 int unshard(const std::string& src_dir, const std::string& dst) {
   namespace cv = cairn::convert;
@@ -424,6 +526,13 @@ int main(int argc, char** argv) {
       return load_dcp_layout(argv[2], std::stoll(argv[3]), std::stoll(argv[4]), std::stoi(argv[5]),
                              std::stoi(argv[6]), argc == 8 ? argv[7] : "");
     } catch (const cairn::exception& e) {
+      return fail(e.what());
+    }
+  }
+  if (argc == 5 && std::string(argv[1]) == "load-deepspeed") {
+    try {
+      return load_deepspeed(argv[2], argv[3], std::stoi(argv[4]));
+    } catch (const std::exception& e) {
       return fail(e.what());
     }
   }

@@ -3,8 +3,9 @@ on the host; torch 2.14 in the today tier's root, scripts/today-root).
 
     interop.py CASE TOOL WORKDIR
 
-CASE is one of safetensors_numpy, pt_torch_load, pt_from_torch, dcp_torch_load, dcp_from_torch,
-unshard_numpy, convert_dcp_torch_load.
+CASE is one of safetensors_numpy, pt_torch_load, pt_from_torch, torch_save_load, dcp_torch_load,
+dcp_from_torch, unshard_numpy, convert_dcp_torch_load, strategy_torch_dist, strategy_safetensors,
+deepspeed_zero_load.
 TOOL is the cairn_interop helper (tests/system/interop/cairn_interop.cpp). Exits 77 (ctest SKIP) with a
 printed reason when numpy or torch is missing. Every tensor holds pattern() (mirrored in the C++
 helper), compared bit for bit for f32, f16, bf16, f64, i64, i32, i16, i8, u8 and bool.
@@ -312,6 +313,42 @@ def case_strategy_safetensors(tool, work):
     assert counts["per_tensor"] == len(TYPES) and counts["chunks"] > 1, counts
     print(f"numpy read cairn::save(one_file | per_tensor | chunks) from 4 ranks: {len(TYPES)} "
           f"dtypes element-exact; files {counts}")
+
+
+def case_deepspeed_zero_load(tool, work):
+    """DeepSpeed ZeRO checkpoints (stages 1, 2, 3), written by torch in DeepSpeed 0.16's layout
+    (deepspeed_layout.py, beside this file), read as format "deepspeed": cairn::load on 1, 2
+    and 3 ranks gives what DeepSpeed's zero_to_fp32 gives, element-exact; a save folder (through
+    `latest`) and a tag folder alike; a missing rank's file is refused naming it."""
+    fixtures = os.path.join(work, "fixtures")
+    here = os.path.dirname(os.path.abspath(__file__))
+    r = subprocess.run([sys.executable, os.path.join(here, "deepspeed_layout.py"), fixtures],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit(f"FAIL deepspeed_layout.py: {r.stdout}{r.stderr}")
+    names = ["zero1_w2", "zero2_w3", "zero3_w2", "zero3_w3"]
+    for name in names:
+        ckpt = os.path.join(fixtures, name)
+        expected = os.path.join(work, "expected_" + name)
+        os.makedirs(expected)
+        shutil.copy(os.path.join(ckpt, "expected_fp32.pt"), expected)
+        tag = open(os.path.join(ckpt, "latest")).read().strip()
+        for ranks in ("1", "2", "3"):
+            run(tool, "load-deepspeed", ckpt, expected, ranks)
+        run(tool, "load-deepspeed", os.path.join(ckpt, tag), expected, "2")
+    # A rank's optimizer states missing: refused, naming the rank.
+    broken = os.path.join(work, "broken")
+    shutil.copytree(os.path.join(fixtures, "zero2_w3"), broken)
+    tag = open(os.path.join(broken, "latest")).read().strip()
+    victim = [f for f in os.listdir(os.path.join(broken, tag)) if "zero_pp_rank_1_" in f]
+    assert len(victim) == 1, victim
+    os.remove(os.path.join(broken, tag, victim[0]))
+    r = subprocess.run([tool, "load-deepspeed", broken, os.path.join(work, "expected_zero2_w3"), "2"],
+                       capture_output=True, text=True)
+    if r.returncode == 0 or "rank 1" not in r.stderr:
+        sys.exit(f"FAIL a missing rank file was not refused naming it: {r.stdout}{r.stderr}")
+    print(f"cairn::load of {len(names)} DeepSpeed ZeRO checkpoints (stages 1, 2, 3) on 1-3 ranks "
+          "equals zero_to_fp32's result; a missing rank is refused: " + r.stderr.strip()[-120:])
 
 
 def main():
