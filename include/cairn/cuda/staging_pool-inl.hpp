@@ -216,14 +216,20 @@ CAIRN_INLINE result<void> stager::prepare_stream(stream_t after) {
   return ok();
 }
 
+CAIRN_INLINE result<void> detail::copy_async(
+    const runtime_api& rt, void* dst, const void* src, std::size_t bytes, copy_kind k, stream_t s) {
+  status code = rt.memcpy_async(rt.self, dst, src, bytes, k, s);
+  if (code == 0) return ok();
+  std::string what = describe_status(rt, "cudaMemcpyAsync", code);
+  what += k == copy_kind::device_to_host ? " (device to host, " : " (host to device, ";
+  return make_error(errc::io, what + std::to_string(bytes) + " bytes)");
+}
+
 CAIRN_INLINE result<void> stager::device_copy(
     void* dst, const void* src, std::size_t bytes, copy_kind kind, std::string_view key) {
-  status s = rt_->memcpy_async(rt_->self, dst, src, bytes, kind, stream_);
-  if (s == 0) return ok();
-  std::string what = describe_status(*rt_, "cudaMemcpyAsync", s);
-  what += kind == copy_kind::device_to_host ? " (device to host, " : " (host to device, ";
-  what += std::to_string(bytes) + " bytes)";
-  return make_error(errc::io, std::move(what)).with_key(std::string(key));
+  auto r = detail::copy_async(*rt_, dst, src, bytes, kind, stream_);
+  if (!r) return std::move(r).err().with_key(std::string(key));
+  return ok();
 }
 
 CAIRN_INLINE result<void> stager::finish_enqueue(result<void> r, bool ordered) {

@@ -156,6 +156,14 @@ struct stager_options {
   bool use_device = true;
 };
 
+namespace detail {
+/// Enqueues a copy of `bytes` bytes on stream `s` (cudaMemcpyAsync); a failure is an
+/// errc::io error naming the call, the runtime's message, the direction and the size:
+/// "cudaMemcpyAsync: ... (code 1) (device to host, 4096 bytes)".
+CAIRN_INLINE result<void> copy_async(
+    const runtime_api& rt, void* dst, const void* src, std::size_t bytes, copy_kind k, stream_t s);
+}  // namespace detail
+
 /// Copies a save's sources into a `staging_pool` and a load's staged bytes out to their
 /// destinations. Host memory is copied by `threads` threads of memcpy; device memory (found
 /// with cudaPointerGetAttributes, once per item per call) by cudaMemcpyAsync on the stager's

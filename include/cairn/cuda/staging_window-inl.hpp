@@ -81,11 +81,7 @@ CAIRN_INLINE result<void> staging_window::copy(
   const bool down = k == copy_kind::device_to_host;
   void* dst = down ? static_cast<void*>(host) : const_cast<void*>(device);
   const void* src = down ? device : static_cast<const void*>(host);
-  status s = rt_->memcpy_async(rt_->self, dst, src, n, k, streams_[index]);
-  if (s == 0) return ok();
-  std::string what = describe_status(*rt_, "cudaMemcpyAsync", s);
-  what += down ? " (device to host, " : " (host to device, ";
-  return make_error(errc::io, what + std::to_string(n) + " bytes)");
+  return detail::copy_async(*rt_, dst, src, n, k, streams_[index]);
 }
 
 CAIRN_INLINE staging_window::slot::~slot() {
