@@ -289,16 +289,10 @@ struct trainer {
     const std::int64_t T = o.model.context;
     const bool first = l.pp.first(), last = l.pp.last();
     torch::Tensor tokens = micro_batch(o, state.step, g);
-    torch::Tensor input;  // the hidden states from the previous stage (a leaf)
-    torch::Tensor x;
-    if (first) {
-      x = net->embed(tokens.narrow(1, 0, T));
-    } else {
-      input = receive_from_stage({o.micro_batch, T, o.model.width}, l.pp.rank - 1, l.pp);
-      input.requires_grad_(true);
-      x = input;
-    }
-    x = net->blocks(x);
+    // The hidden states from the previous stage: a leaf whose gradient goes back to it.
+    torch::Tensor input = stage_input(tokens.narrow(1, 0, T));
+    if (!first) input.requires_grad_(true);
+    torch::Tensor x = net->blocks(input);
     double loss_value = 0;
     if (last) {
       torch::Tensor logits = net->head(x);
@@ -378,15 +372,19 @@ struct trainer {
     part.copy_(own + other);
   }
 
+  /// This stage's input for `tokens` [B, T]: on the first stage their embeddings, on the
+  /// others the hidden states [B, T, width] received from the previous stage.
+  torch::Tensor stage_input(const torch::Tensor& tokens) {
+    if (l.pp.first()) return net->embed(tokens);
+    return receive_from_stage({tokens.size(0), tokens.size(1), o.model.width}, l.pp.rank - 1, l.pp);
+  }
+
   /// Logits of a fixed evaluation batch, on the first stage (passed through the pipeline and
   /// back from the last stage; an empty tensor on the other stages).
   torch::Tensor eval_logits() {
     torch::NoGradGuard no_grad;
     torch::Tensor tokens = eval_tokens(o);
-    const std::vector<std::int64_t> hidden{tokens.size(0), tokens.size(1), o.model.width};
-    torch::Tensor x =
-        l.pp.first() ? net->embed(tokens) : receive_from_stage(hidden, l.pp.rank - 1, l.pp);
-    x = net->blocks(x);
+    torch::Tensor x = net->blocks(stage_input(tokens));
     if (!l.pp.last()) send_to_stage(x, l.pp.rank + 1, l.pp);
     if (l.pp.size == 1) return net->head(x);
     if (l.pp.last()) send_to_stage(net->head(x), 0, l.pp);

@@ -14,22 +14,14 @@
 
 #include "cairn/cairn.hpp"
 #include "cairn/format/torch/zip.hpp"
+#include "tests/support/torch_files.hpp"
 
 namespace {
 
 namespace tz = cairn::torch_zip;
 using cairn::pickle::value;
 
-/// Writes `torch.save(root)` as `name` on `st`, with `storages` as its data records 0, 1, ...
-void put_pt(cairn::memory_storage& st,
-            const std::string& name,
-            const value& root,
-            const std::vector<std::span<const std::byte>>& storages) {
-  auto w = st.open_writer(name).value();
-  const std::string base = name.substr(name.rfind('/') + 1);
-  tz::write_archive(*w, 0, base.substr(0, base.rfind('.')), root, storages, name).value();
-  w->finish().value();
-}
+using cairn_test::put_pt;
 
 /// `collections.OrderedDict` with `entries`, as torch pickles one (REDUCE + SETITEMS).
 value ordered(std::vector<std::pair<value, value>> entries) {

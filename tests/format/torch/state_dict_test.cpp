@@ -14,21 +14,14 @@
 #include "cairn/convert/unshard.hpp"
 #include "cairn/format/dcp/writer.hpp"
 #include "cairn/format/torch/zip.hpp"
+#include "tests/support/torch_files.hpp"
 
 namespace {
 
 namespace tz = cairn::torch_zip;
 using cairn::pickle::value;
 
-/// Writes `torch.save(root)` as `name` on `st`, with `storages` as its data records 0, 1, ...
-void put_pt(cairn::memory_storage& st,
-            const std::string& name,
-            const value& root,
-            const std::vector<std::span<const std::byte>>& storages) {
-  auto w = st.open_writer(name).value();
-  tz::write_archive(*w, 0, name.substr(0, name.rfind('.')), root, storages, name).value();
-  w->finish().value();
-}
+using cairn_test::put_pt;
 
 /// Element i of model.w's storage (24 floats: w is its first 18 as [3, 6], b its last 6).
 float element(int i) { return static_cast<float>(i * 3 - 7) / 4.0f; }

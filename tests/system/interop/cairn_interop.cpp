@@ -331,6 +331,23 @@ int save_strategy(const std::string& name, const std::string& dir) {
   return write_multirank(dir, &s);
 }
 
+/// The tensor `key` of dtype `type` and global shape `global` whose box `b` this rank loads into
+/// `bytes` (b.volume() elements).
+cairn::sharded_tensor<> box_view(const std::string& key,
+                                 cairn::dtype type,
+                                 const cairn::shape& global,
+                                 const cairn::box& b,
+                                 std::span<std::byte> bytes) {
+  cairn::sharded_tensor<> x;
+  x.key = key;
+  x.type = type;
+  x.local_shape = b.size;
+  x.global_shape = global;
+  x.global_offset = b.offset;
+  x.data = bytes;
+  return x;
+}
+
 // Loads every t_<dtype> of a checkpoint torch wrote (DCP, or safetensors through its Hugging Face
 // storage writer; global shape ROWS x COLS, holding the pattern) on `ranks` thread ranks, each
 // asking for an uneven piece along `axis` (0: rows, 1: columns), and checks every piece
@@ -361,14 +378,7 @@ int load_dcp_layout(const std::string& dir,
     for (std::size_t i = 0; i < kTypes.size(); ++i) {
       auto [t, name] = kTypes[i];
       bufs[i].assign(static_cast<std::size_t>(b.volume()) * cairn::dtype_size(t), std::byte{0x77});
-      cairn::sharded_tensor<> x;
-      x.key = "t_" + name;
-      x.type = t;
-      x.local_shape = b.size;
-      x.global_shape = {R, C};
-      x.global_offset = b.offset;
-      x.data = bufs[i];
-      sd.add(x.key, x);
+      sd.add("t_" + name, box_view("t_" + name, t, {R, C}, b, bufs[i]));
     }
     cairn::load(sd, st, comm);
     for (std::size_t i = 0; i < kTypes.size(); ++i) {
@@ -445,14 +455,7 @@ int load_deepspeed(const std::string& dir, const std::string& expected_dir, int 
       boxes[i] = b;
       bufs[i].assign(static_cast<std::size_t>(b.volume()) * cairn::dtype_size(rec.type),
                      std::byte{0x77});
-      cairn::sharded_tensor<> x;
-      x.key = keys[i];
-      x.type = rec.type;
-      x.local_shape = b.size;
-      x.global_shape = rec.global_shape;
-      x.global_offset = b.offset;
-      x.data = bufs[i];
-      sd.add(x.key, x);
+      sd.add(keys[i], box_view(keys[i], rec.type, rec.global_shape, b, bufs[i]));
     }
     cairn::load(sd, st, comm);
     for (std::size_t i = 0; i < keys.size(); ++i) {

@@ -133,6 +133,16 @@ CAIRN_INLINE result<std::uint64_t> storage_bytes_at(const torch_zip::record& rec
   return base + rec.data_offset + first * es;
 }
 
+/// `storage_bytes_at` of the view `t` of archive `a` (a `torch.save` file): its storage record
+/// found by key. errc::corrupt, without key or file, when the record is missing.
+CAIRN_INLINE result<std::uint64_t> archive_bytes_at(const torch_zip::archive& a,
+                                                    const torch_zip::tensor_ref& t,
+                                                    std::uint64_t nbytes) {
+  const torch_zip::record* rec = a.zip.find(a.prefix + "/data/" + t.storage_key);
+  if (!rec) return make_error(errc::corrupt, "the tensor's storage record is missing");
+  return storage_bytes_at(*rec, a.zip.base, t, nbytes);
+}
+
 }  // namespace cairn::detail
 
 namespace cairn::dcp {

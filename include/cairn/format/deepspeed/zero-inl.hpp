@@ -140,13 +140,10 @@ CAIRN_INLINE result<deepspeed_flat> deepspeed_flat_of(const deepspeed_file& f,
   auto t = torch_zip::as_tensor(v);
   if (!t) return deepspeed_error(what + " is not a tensor", f.name);
   if (!row_major(*t)) return deepspeed_error(what + " is not contiguous", f.name);
-  const torch_zip::record* rec = f.a.zip.find(f.a.prefix + "/data/" + t->storage_key);
-  if (!rec) return deepspeed_error(what + ": its storage record is missing", f.name);
   const std::int64_t n = numel(t->dims);
-  CAIRN_TRY_ASSIGN(std::uint64_t at,
-                   storage_bytes_at(*rec, f.a.zip.base, *t,
-                                    static_cast<std::uint64_t>(n) * dtype_size(t->type)));
-  return deepspeed_flat{t->type, n, at, f.index};
+  auto at = archive_bytes_at(f.a, *t, static_cast<std::uint64_t>(n) * dtype_size(t->type));
+  if (!at) return std::move(at).err().with_file(f.name);
+  return deepspeed_flat{t->type, n, *at, f.index};
 }
 
 /// A parameter's name and shape from a `param_shapes` entry (name -> torch.Size), checked.

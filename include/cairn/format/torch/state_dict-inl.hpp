@@ -96,13 +96,8 @@ CAIRN_INLINE result<checkpoint_metadata> torch_save_as_metadata(storage_ref st) 
                           "load reads tensors in place; save it with .contiguous()")
             .with_key(key)
             .with_file(where);
-      const torch_zip::record* rec = a.zip.find(a.prefix + "/data/" + t.storage_key);
-      if (!rec)
-        return make_error(errc::corrupt, "torch.save file: the tensor's storage record is missing")
-            .with_key(key)
-            .with_file(where);
       const std::uint64_t n = static_cast<std::uint64_t>(numel(t.dims)) * dtype_size(t.type);
-      auto at = detail::storage_bytes_at(*rec, a.zip.base, t, n);
+      auto at = detail::archive_bytes_at(a, t, n);
       if (!at) return std::move(at).err().with_key(key).with_file(where);
       CAIRN_TRY_ASSIGN(std::uint32_t fi, detail::file_index_of(st, m, files, name));
       tensor_record r;
