@@ -4,6 +4,7 @@
 //   cairn verify DIR [--json]    recompute every checksum; exit 0 when all match (DCP and
 //                                safetensors have none: their layout is checked, bytes read)
 //   cairn unshard SRC DST --format one_file|per_tensor|chunks [--chunk-size 5GB] [--dtype f32]
+//                [--fp32-masters]  (the model from a distributed optimizer's fp32 masters)
 //   cairn convert SRC DST --format native|torch_dist|one_file|per_tensor|chunks [--dtype f32]
 //   cairn diff A B [--json]      tensors added, removed, retyped, reshaped; elements that differ
 //                                and the largest absolute difference (streaming, bounded memory)
@@ -53,10 +54,10 @@ int usage(std::FILE* out = stderr) {
       "usage: cairn inspect DIR [--json]\n"
       "       cairn verify DIR [--json]\n"
       "       cairn unshard SRC DST --format one_file|per_tensor|chunks [--chunk-size 5GB]\n"
-      "                     [--dtype f32] [--slab 64MiB] [--overwrite]\n"
+      "                     [--dtype f32] [--slab 64MiB] [--overwrite] [--fp32-masters]\n"
       "       cairn convert SRC DST --format native|torch_dist|one_file|per_tensor|chunks [--dtype "
       "f32]\n"
-      "                     [--chunk-size 5GB] [--slab 64MiB] [--overwrite]\n"
+      "                     [--chunk-size 5GB] [--slab 64MiB] [--overwrite] [--fp32-masters]\n"
       "       cairn diff A B [--json]\n"
       "       cairn ls ROOT [--json] [--name TEMPLATE] [--latest NAME]\n"
       "       cairn rm ROOT NAME... [--incomplete] [--latest NAME] [--json]\n"
@@ -66,7 +67,9 @@ int usage(std::FILE* out = stderr) {
       "  verify   recompute every checksum; exit 0 when all match, 1 naming each bad chunk\n"
       "           (torch_dist and safetensors store none: layout checked, every byte read)\n"
       "  unshard  consolidate a cairn, DCP or safetensors checkpoint into safetensors,\n"
-      "           streaming\n"
+      "           streaming; --fp32-masters: each parameter from the fp32 master weights\n"
+      "           a distributed optimizer saved (cairn's libtorch adapter, Megatron), under\n"
+      "           the model's keys, without the optimizer's other state\n"
       "  convert  rewrite a cairn, DCP or safetensors checkpoint in another format\n"
       "           (native or cairn, torch_dist or dcp, one_file or safetensors, per_tensor,\n"
       "           chunks), streaming, per-rank objects and common values kept where the format\n"
@@ -428,6 +431,10 @@ int convert_cmd(const std::string& cmd, const std::vector<std::string>& args) {
     const std::string& a = args[i];
     if (a == "--overwrite") {
       opt.overwrite = true;
+      continue;
+    }
+    if (a == "--fp32-masters") {
+      opt.fp32_masters = true;
       continue;
     }
     if (i + 1 >= args.size()) return usage();

@@ -19,6 +19,7 @@
 //                                                       starts from a model transformers saved
 // Flags: --dir DIR --ckpt NAME (checkpoints in DIR/NAME, default ckpt) --pp N --steps N
 //        --interrupt-at N --save-every N --layers N --width N --micro-batches N
+//        --precision bf16 (mixed precision: a bf16 model, fp32 masters saved with the optimizer)
 #include <mpi.h>
 #include <torch/torch.h>
 
@@ -49,6 +50,9 @@ struct options {
   std::int64_t steps = 60, interrupt_at = 37, save_every = 10, micro_batches = 6, micro_batch = 4,
                warmup = 10, seed = 1234;
   double lr = 3e-3;
+  /// --precision bf16: mixed precision, the model in bf16 and the distributed optimizer's
+  /// slices fp32 masters (saved with the optimizer's state); fp32 (the default): one precision.
+  bool bf16 = false;
   gpt::config model;
   fs::path from;  ///< --from: a `transformers` save_pretrained directory (--phase import)
 };
@@ -168,9 +172,9 @@ layout make_layout(int tp_size, int pp_size, std::int64_t layers) {
   return l;
 }
 
-/// Sends `t` (float) to stage `to` of the pipeline.
+/// Sends `t` to stage `to` of the pipeline, as float.
 void send_to_stage(const torch::Tensor& t, int to, const gpt::pp_stage& pp) {
-  torch::Tensor c = t.detach().contiguous();
+  torch::Tensor c = t.detach().to(torch::kFloat32).contiguous();
   MPI_Send(c.data_ptr<float>(), static_cast<int>(c.numel()), MPI_FLOAT, to, 0, pp.comm);
 }
 
@@ -220,6 +224,7 @@ struct trainer {
         l(make_layout(o.tp, o.pp, o.model.layers)),
         net(o.model, l.tp, l.pp),
         placing(gpt::model_sharding(l.tp, l.dp_rank, l.pp.size > 1 && l.pp.last())) {
+    if (o.bf16) net->to(torch::kBFloat16);
     for (auto& p : net->named_parameters())
       params.push_back({p.key(), p.value(), placing.place(p.key())});
     init_weights();
@@ -238,7 +243,11 @@ struct trainer {
         if (r == l.dp_rank) sl.mine = rr;
       }
       auto r = sl.mine;
-      main.push_back(p.tensor.detach().reshape(-1).narrow(0, r.begin, r.end - r.begin).clone());
+      main.push_back(p.tensor.detach()
+                         .reshape(-1)
+                         .narrow(0, r.begin, r.end - r.begin)
+                         .clone()
+                         .to(torch::kFloat32));
       cairn::libtorch::placement place = slice_placing.place(p.name);
       place.block_shape = cairn::shape(p.tensor.sizes().begin(), p.tensor.sizes().end());
       place.flat = r;
@@ -248,7 +257,9 @@ struct trainer {
         main, torch::optim::AdamWOptions(o.lr).betas({0.9, 0.95}).weight_decay(0.1));
     schedule = std::make_unique<cairn::libtorch::saved_scheduler<warmup_cosine>>(*opt, o);
     state.model = cairn::libtorch::module_state(*net, placing);
-    state.optim = cairn::libtorch::optimizer_state(*opt, slices);
+    // In mixed precision the slices are the fp32 masters, saved with the optimizer's state
+    // (state.<name>.fp32_param): a resume continues from them, not from the bf16 model.
+    state.optim = cairn::libtorch::optimizer_state(*opt, slices, {.masters = o.bf16});
     state.scheduler = cairn::libtorch::scheduler_state(*schedule);
   }
 
@@ -273,7 +284,7 @@ struct trainer {
     }
   }
 
-  /// After a load: this rank's slices of the main parameters from the loaded model.
+  /// After loading a model alone: this rank's slices of the main parameters from it.
   void refresh_slices() {
     torch::NoGradGuard no_grad;
     for (std::size_t i = 0; i < params.size(); ++i) {
@@ -290,19 +301,19 @@ struct trainer {
     const bool first = l.pp.first(), last = l.pp.last();
     torch::Tensor tokens = micro_batch(o, state.step, g);
     // The hidden states from the previous stage: a leaf whose gradient goes back to it.
-    torch::Tensor input = stage_input(tokens.narrow(1, 0, T));
+    torch::Tensor input = stage_input(tokens.narrow(1, 0, T));  // a leaf on stages after the first
     if (!first) input.requires_grad_(true);
     torch::Tensor x = net->blocks(input);
     double loss_value = 0;
     if (last) {
-      torch::Tensor logits = net->head(x);
+      torch::Tensor logits = net->head(x).to(torch::kFloat32);  // the loss in fp32
       torch::Tensor loss = torch::nn::functional::cross_entropy(logits.reshape({-1, o.model.vocab}),
                                                                 tokens.narrow(1, 1, T).reshape(-1));
       (loss / static_cast<double>(o.micro_batches)).backward();
       loss_value = loss.item<double>();
     } else {
       send_to_stage(x, l.pp.rank + 1, l.pp);
-      x.backward(receive_from_stage(x.sizes().vec(), l.pp.rank + 1, l.pp));
+      x.backward(receive_from_stage(x.sizes().vec(), l.pp.rank + 1, l.pp).to(x.scalar_type()));
     }
     if (!first) send_to_stage(input.grad(), l.pp.rank - 1, l.pp);
     return loss_value;
@@ -348,13 +359,30 @@ struct trainer {
     schedule->step();  // this step's learning rate
     opt->step();
     torch::NoGradGuard no_grad;
-    for (std::size_t i = 0; i < params.size(); ++i)
-      MPI_Allgatherv(main[i].data_ptr<float>(), static_cast<int>(main[i].numel()), MPI_FLOAT,
-                     params[i].tensor.data_ptr<float>(), slices_of[i].counts.data(),
-                     slices_of[i].displs.data(), MPI_FLOAT, l.dp_comm);
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      if (!o.bf16) {
+        gather_slices(i, params[i].tensor);
+      } else {
+        params[i].tensor.copy_(masters(i));  // rounded to bf16
+      }
+    }
     state.step += 1;
     state.samples_seen += G * o.micro_batch;
     return mean / static_cast<double>(G);
+  }
+
+  /// Every data-parallel rank's slice of parameter `i` gathered into `out` (F32, its shape).
+  void gather_slices(std::size_t i, torch::Tensor& out) {
+    MPI_Allgatherv(main[i].data_ptr<float>(), static_cast<int>(main[i].numel()), MPI_FLOAT,
+                   out.data_ptr<float>(), slices_of[i].counts.data(), slices_of[i].displs.data(),
+                   MPI_FLOAT, l.dp_comm);
+  }
+
+  /// The fp32 masters of parameter `i` (this rank's tensor-parallel piece, whole).
+  torch::Tensor masters(std::size_t i) {
+    torch::Tensor out = torch::empty(params[i].tensor.sizes(), torch::kFloat32);
+    gather_slices(i, out);
+    return out;
   }
 
   /// The first and last stages swap their rows of the embedding's gradient for this rank's
@@ -376,22 +404,35 @@ struct trainer {
   /// others the hidden states [B, T, width] received from the previous stage.
   torch::Tensor stage_input(const torch::Tensor& tokens) {
     if (l.pp.first()) return net->embed(tokens);
-    return receive_from_stage({tokens.size(0), tokens.size(1), o.model.width}, l.pp.rank - 1, l.pp);
+    return receive_from_stage({tokens.size(0), tokens.size(1), o.model.width}, l.pp.rank - 1, l.pp)
+        .to(o.bf16 ? torch::kBFloat16 : torch::kFloat32);
   }
 
-  /// Logits of a fixed evaluation batch, on the first stage (passed through the pipeline and
-  /// back from the last stage; an empty tensor on the other stages).
+  /// Logits (F32) of a fixed evaluation batch, on the first stage (passed through the pipeline
+  /// and back from the last stage; an empty tensor on the other stages).
   torch::Tensor eval_logits() {
     torch::NoGradGuard no_grad;
     torch::Tensor tokens = eval_tokens(o);
     torch::Tensor x = net->blocks(stage_input(tokens));
     if (!l.pp.last()) send_to_stage(x, l.pp.rank + 1, l.pp);
-    if (l.pp.size == 1) return net->head(x);
+    if (l.pp.size == 1) return net->head(x).to(torch::kFloat32);
     if (l.pp.last()) send_to_stage(net->head(x), 0, l.pp);
     if (l.pp.first())
       return receive_from_stage({tokens.size(0), tokens.size(1), o.model.vocab}, l.pp.size - 1,
                                 l.pp);
     return torch::zeros({0});
+  }
+
+  /// The fp32 masters of this stage's parameters under the model's keys, saved in `dir` (what
+  /// `cairn unshard --fp32-masters` should recover from the checkpoint of this step).
+  void save_masters(const fs::path& dir, cairn::mpi_communicator& comm) {
+    model_only m;
+    for (std::size_t i = 0; i < params.size(); ++i)
+      m.model.add(params[i].name, cairn::libtorch::tensor(masters(i), params[i].place));
+    cairn::file_storage out(dir);
+    cairn::save_options so;
+    so.overwrite = true;
+    cairn::save(m, out, comm, so);
   }
 
   static torch::Tensor eval_tokens(const options& o) {
@@ -430,16 +471,22 @@ int run(const options& o) {
   torch::set_num_threads(1);  // ranks share the machine's cores
   cairn::mpi_communicator comm(MPI_COMM_WORLD);
   trainer t(o);
-  // resume_<processes>x<tp>, with p<pp> for pipelines: resume_4x2p2.
+  // resume_<processes>x<tp>, with p<pp> for pipelines: resume_4x2p2; mixed precision runs
+  // begin with bf16_: bf16_train, bf16_resume_2x2.
   const std::string stages = o.pp > 1 ? "p" + std::to_string(o.pp) : "";
   const std::string label =
-      o.phase == "resume" || o.phase == "import"
-          ? o.phase + "_" + std::to_string(world) + "x" + std::to_string(o.tp) + stages
-          : o.phase + (stages.empty() ? "" : "_" + stages);
+      (o.bf16 ? "bf16_" : "") +
+      (o.phase == "resume" || o.phase == "import"
+           ? o.phase + "_" + std::to_string(world) + "x" + std::to_string(o.tp) + stages
+           : o.phase + (stages.empty() ? "" : "_" + stages));
   if (rank == 0) fs::create_directories(o.dir);
   MPI_Barrier(MPI_COMM_WORLD);
   cairn::file_storage root(o.dir / o.ckpt);
   cairn::checkpointer ckpt(root, comm, checkpointing(world, o.tp, o.pp));
+  // The trainer's own fp32 masters, saved beside each checkpoint of a mixed-precision run
+  // (DIR/masters_<ckpt>/<name>) to check `cairn unshard --fp32-masters` against; on a
+  // communicator of their own, since the checkpointer's commit runs on another thread.
+  cairn::mpi_communicator side(MPI_COMM_WORLD);
   std::FILE* log =
       rank == 0 ? std::fopen((o.dir / ("loss_" + label + ".txt")).c_str(), "w") : nullptr;
   if (o.phase == "import") {
@@ -461,7 +508,7 @@ int run(const options& o) {
     auto loaded = ckpt.load_latest(t.state).value();
     if (!loaded)
       throw std::runtime_error("no checkpoint to resume from in " + (o.dir / o.ckpt).string());
-    t.refresh_slices();
+    if (!o.bf16) t.refresh_slices();  // mixed precision loaded its fp32 masters
     if (rank == 0)
       std::printf("[%s] resumed %s/%s at step %" PRId64 " (%" PRId64
                   " samples seen) on %d ranks (tp %d x pp %d x dp %d)\n",
@@ -475,8 +522,10 @@ int run(const options& o) {
     if (rank == 0 && (t.state.step % 10 == 0 || t.state.step == stop))
       std::printf("[%s] step %" PRId64 " loss %.4f lr %.2e\n", label.c_str(), t.state.step, loss,
                   learning_rate(o, t.state.step - 1));
-    if (o.phase == "train" && t.state.step % o.save_every == 0)
-      ckpt.save(t.state, {.step = t.state.step});
+    if (o.phase == "train" && t.state.step % o.save_every == 0) {
+      cairn::saved_checkpoint saved = ckpt.save(t.state, {.step = t.state.step});
+      if (o.bf16) t.save_masters(o.dir / ("masters_" + o.ckpt) / saved.name, side);
+    }
   }
   if (log) std::fclose(log);
   if (o.phase == "train") {
@@ -524,30 +573,26 @@ std::map<std::int64_t, std::pair<double, std::string>> read_losses(const fs::pat
 }
 
 /// The largest difference from the reference's loss a run at another tensor-parallel size may
-/// show at any step (its sums are split differently, so the last bits differ and may grow).
-constexpr double tensor_parallel_loss_bound = 1e-4;
+/// show at any step (its sums are split differently, so the last bits differ and may grow): in
+/// fp32, and in mixed precision, where a bf16 activation carries 8 significant bits.
+constexpr double tensor_parallel_loss_bound = 1e-4, bf16_tensor_parallel_loss_bound = 1e-2;
 
-/// Compares each resumed run's loss curve with the reference's from the step it resumed at:
-/// equal bits when the tensor-parallel size is the reference's (whatever the pipeline and
-/// data-parallel sizes), within `tensor_parallel_loss_bound` otherwise. The interrupted runs
-/// (at the reference's tensor-parallel size in run.sh, with or without a pipeline) are shown
-/// too; their exactness is what the resumes from their checkpoints build on.
-int compare(const options& o) {
-  auto ref = read_losses(o.dir / "loss_reference.txt");
-  if (ref.empty()) throw std::runtime_error("no loss_reference.txt in " + o.dir.string());
-  std::vector<std::string> names;
-  for (const auto& e : fs::directory_iterator(o.dir)) {
-    std::string name = e.path().filename().string();
-    if (name.starts_with("loss_resume_") || name.starts_with("loss_train")) names.push_back(name);
-  }
-  std::sort(names.begin(), names.end());
-  bool all = true;
+/// Compares the loss curves `names` (files in DIR) with `ref`'s from the step each resumed
+/// at: equal bits when the tensor-parallel size is `tp` (whatever the pipeline and
+/// data-parallel sizes), within `bound` otherwise. Returns how many resumed runs it compared,
+/// or -1 after a mismatch.
+int compare_curves(const options& o,
+                   const std::string& ref_name,
+                   const std::vector<std::string>& names,
+                   double bound) {
+  auto ref = read_losses(o.dir / ref_name);
   int runs = 0;
+  bool all = true;
   for (const std::string& name : names) {
     auto got = read_losses(o.dir / name);
-    const bool resumed = name.starts_with("loss_resume_");
+    const bool resumed = name.find("_resume_") != std::string::npos;
     runs += resumed;
-    // loss_resume_<processes>x<tp>[p<pp>].txt; the interrupted runs: the reference's tp
+    // loss_[bf16_]resume_<processes>x<tp>[p<pp>].txt; the interrupted runs: the reference's tp
     const std::string layout = name.substr(name.find('x') + 1);
     bool same_tp = !resumed || layout.substr(0, layout.find_first_of("p.")) == std::to_string(o.tp);
     int exact = 0, steps = 0;
@@ -559,16 +604,42 @@ int compare(const options& o) {
       exact += v.second == it->second.second;
       worst = std::max(worst, std::abs(v.first - it->second.first));
     }
-    bool ok = steps > 0 && (same_tp ? exact == steps : worst <= tensor_parallel_loss_bound);
-    std::printf("%s: %d steps %s, %d bit-exact, largest loss difference %.3g -> %s\n", name.c_str(),
-                steps, resumed ? "after the resume" : "before the interruption", exact, worst,
+    bool ok = steps > 0 && (same_tp ? exact == steps : worst <= bound);
+    std::printf("%s against %s: %d steps %s, %d bit-exact, largest loss difference %.3g -> %s\n",
+                name.c_str(), ref_name.c_str(), steps,
+                resumed ? "after the resume" : "before the interruption", exact, worst,
                 ok ? (exact == steps ? "bit-exact"
                                      : "continues the curve (tensor-parallel size "
                                        "changed: sums split differently)")
                    : "MISMATCH");
     all = all && ok;
   }
-  return all && runs > 0 ? 0 : 1;
+  return all ? runs : -1;
+}
+
+/// Compares each resumed run's loss curve with the uninterrupted reference's (fp32), and each
+/// mixed-precision resume with the interrupted mixed-precision run's steps after its
+/// checkpoint (loss_bf16_train.txt; a resume must continue from the fp32 masters, not from the
+/// bf16 model). The interrupted fp32 runs (at the reference's tensor-parallel size in run.sh,
+/// with or without a pipeline) are compared too; their exactness is what the resumes from
+/// their checkpoints build on.
+int compare(const options& o) {
+  if (!fs::exists(o.dir / "loss_reference.txt"))
+    throw std::runtime_error("no loss_reference.txt in " + o.dir.string());
+  std::vector<std::string> fp32, bf16;
+  for (const auto& e : fs::directory_iterator(o.dir)) {
+    std::string name = e.path().filename().string();
+    if (name.starts_with("loss_resume_") || name.starts_with("loss_train")) fp32.push_back(name);
+    if (name.starts_with("loss_bf16_resume_")) bf16.push_back(name);
+  }
+  std::sort(fp32.begin(), fp32.end());
+  std::sort(bf16.begin(), bf16.end());
+  int runs = compare_curves(o, "loss_reference.txt", fp32, tensor_parallel_loss_bound);
+  if (runs <= 0) return 1;
+  if (!bf16.empty() &&
+      compare_curves(o, "loss_bf16_train.txt", bf16, bf16_tensor_parallel_loss_bound) <= 0)
+    return 1;
+  return 0;
 }
 
 bool parse(int argc, char** argv, options& o) {
@@ -601,6 +672,8 @@ bool parse(int argc, char** argv, options& o) {
       o.model.width = num();
     else if (a == "--from")
       o.from = v;
+    else if (a == "--precision" && (v == "bf16" || v == "fp32"))
+      o.bf16 = v == "bf16";
     else
       return false;
   }
@@ -617,7 +690,7 @@ int main(int argc, char** argv) {
         "usage: gpt_trainer --phase reference|train|resume|compare|import [--tp N] [--pp N] "
         "[--dir DIR] [--ckpt NAME] "
         "[--steps N] [--interrupt-at N] [--save-every N] [--micro-batches N] "
-        "[--layers N] [--width N] [--from HF_DIR]\n");
+        "[--layers N] [--width N] [--from HF_DIR] [--precision fp32|bf16]\n");
     return 2;
   }
   try {

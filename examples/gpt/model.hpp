@@ -46,11 +46,17 @@ struct pp_stage {
   std::int64_t end(std::int64_t layers) const { return layers * (rank + 1) / size; }
 };
 
-/// Sums `t` (float, contiguous) over `comm` in place.
+/// Sums `t` (contiguous) over `comm` in place; in float32 when `t` is of another dtype.
 inline void allreduce_sum(torch::Tensor& t, MPI_Comm comm) {
   int size = 1;
   MPI_Comm_size(comm, &size);
   if (size == 1) return;
+  if (t.scalar_type() != torch::kFloat32) {
+    torch::Tensor wide = t.to(torch::kFloat32).contiguous();
+    allreduce_sum(wide, comm);
+    t.copy_(wide);
+    return;
+  }
   MPI_Allreduce(MPI_IN_PLACE, t.data_ptr<float>(), static_cast<int>(t.numel()), MPI_FLOAT, MPI_SUM,
                 comm);
 }
@@ -88,12 +94,15 @@ struct reduce_from_tp : torch::autograd::Function<reduce_from_tp> {
   }
 };
 
-/// Llama's RMSNorm: x / sqrt(mean(x^2) + eps) * weight, in float32.
+/// Llama's RMSNorm: x / sqrt(mean(x^2) + eps) * weight, the normalization in float32 whatever
+/// x's dtype (as `transformers` computes it).
 struct rms_normImpl : torch::nn::Module {
   rms_normImpl(std::int64_t width, double eps)
       : eps(eps), weight(register_parameter("weight", torch::ones({width}))) {}
   torch::Tensor forward(const torch::Tensor& x) {
-    return weight * (x * torch::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + eps));
+    torch::Tensor wide = x.to(torch::kFloat32);
+    return weight *
+           (wide * torch::rsqrt(wide.pow(2).mean(-1, /*keepdim=*/true) + eps)).to(x.scalar_type());
   }
   double eps;
   torch::Tensor weight;
@@ -112,13 +121,14 @@ inline std::pair<torch::Tensor, torch::Tensor> rotary(std::int64_t T,
   return {emb.cos(), emb.sin()};
 }
 
-/// x * cos + rotate_half(x) * sin, rotate_half(x) = [-x2, x1] of x's two halves.
+/// x * cos + rotate_half(x) * sin, rotate_half(x) = [-x2, x1] of x's two halves; cos and sin
+/// in x's dtype.
 inline torch::Tensor apply_rotary(const torch::Tensor& x,
                                   const torch::Tensor& cos,
                                   const torch::Tensor& sin) {
   const std::int64_t half = x.size(-1) / 2;
   torch::Tensor rotated = torch::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
-  return x * cos + rotated * sin;
+  return x * cos.to(x.scalar_type()) + rotated * sin.to(x.scalar_type());
 }
 
 /// A linear layer without bias (Llama has none).

@@ -3,7 +3,8 @@
 #   examples/gpt/plot.sh WORK_DIR OUT.svg
 # The uninterrupted run is the wide grey line; the interrupted runs (2 pipeline stages, and
 # none) stop where they were killed; each resumed run is drawn as points from the checkpoint it
-# resumed from, so they can be seen lying on the grey line.
+# resumed from, so they can be seen lying on the grey line. The mixed-precision run (bf16 model,
+# fp32 masters), when there, is a thin orange line with its resumes as small crosses.
 set -euo pipefail
 dir="$1" out="$2"
 interrupted="$(tail -n 1 "$dir/loss_train.txt" | cut -d' ' -f1)"
@@ -25,6 +26,15 @@ for f in "$dir"/loss_resume_*.txt; do
   plots+=("'$f' using 1:2 with points pt ${points[i % 6]} ps 0.5 lc rgb '${colors[i % 6]}' title 'resumed on $n processes (tp $t x pp $p x dp $((n / t / p)))'")
   i=$((i + 1))
 done
+if [[ -f $dir/loss_bf16_train.txt ]]; then
+  plots+=("'$dir/loss_bf16_train.txt' using 1:2 with lines lw 1 lc rgb '#ff7f0e' title 'mixed precision (bf16, fp32 masters), interrupted'")
+  for f in "$dir"/loss_bf16_resume_*.txt; do
+    [[ -f $f ]] || continue
+    layout="$(basename "$f" .txt)" layout="${layout#loss_bf16_resume_}"
+    n="${layout%%x*}" t="${layout#*x}"
+    plots+=("'$f' using 1:2 with points pt 1 ps 0.4 lc rgb '#a05a00' title 'mixed precision resumed on $n processes (tp $t x dp $((n / t)))'")
+  done
+fi
 joined="$(printf '%s, ' "${plots[@]}")"
 gnuplot <<GNUPLOT
 set terminal svg size 860,460 dynamic font 'sans,12'

@@ -7,10 +7,15 @@
 #      on 3 (tp 1 x dp 3)
 #   4. the run again without a pipeline (tp 2 x dp 2, checkpoints in ckpt_pp1), interrupted,
 #      and resumed as 2 pipeline stages: tp 2 x pp 2, and tp 1 x pp 2 x dp 2
-#   5. each resume's loss curve against the reference: bit-exact when tp is unchanged
-#   6. the final state converted to safetensors and torch_dist, loaded by Python's torch
-#   7. the loss curves drawn as WORK_DIR/loss.svg (with gnuplot)
-#   8. the Hugging Face hand-off both ways, where the today tier's root exists (hf_check.py)
+#   5. mixed precision (a bf16 model, the distributed optimizer's fp32 masters saved with its
+#      state): trained on 4 processes (tp 2 x dp 2), interrupted, resumed on 2 (tp 2 x dp 1)
+#      and 3 (tp 1 x dp 3); `cairn unshard --fp32-masters` of its last checkpoint equals the
+#      masters the trainer held at that step, and the bf16 model merely cast to fp32 does not
+#   6. each resume's loss curve against the reference (the mixed-precision ones against the
+#      interrupted mixed-precision run): bit-exact when tp is unchanged
+#   7. the final state converted to safetensors and torch_dist, loaded by Python's torch
+#   8. the loss curves drawn as WORK_DIR/loss.svg (with gnuplot)
+#   9. the Hugging Face hand-off both ways, where the today tier's root exists (hf_check.py)
 # Flags after WORK_DIR go to every trainer phase (e.g. --steps 400 --layers 4 --width 128).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -27,6 +32,22 @@ rm -rf "$dir"
 "${run[@]}" -np 4 "$trainer" --phase train --tp 2 --ckpt ckpt_pp1 --dir "$dir" "$@"
 "${run[@]}" -np 4 "$trainer" --phase resume --tp 2 --pp 2 --ckpt ckpt_pp1 --dir "$dir" "$@"
 "${run[@]}" -np 4 "$trainer" --phase resume --tp 1 --pp 2 --ckpt ckpt_pp1 --dir "$dir" "$@"
+bf16=(--precision bf16 --ckpt ckpt_bf16 --dir "$dir")
+"${run[@]}" -np 4 "$trainer" --phase train --tp 2 "${bf16[@]}" "$@"
+"${run[@]}" -np 2 "$trainer" --phase resume --tp 2 "${bf16[@]}" "$@"
+"${run[@]}" -np 3 "$trainer" --phase resume --tp 1 "${bf16[@]}" "$@"
+last="$(cat "$dir/ckpt_bf16/latest")"  # the checkpoint the resumes started from
+"$bin/cairn" unshard "$dir/ckpt_bf16/$last" "$dir/masters_unshard" --format one_file \
+  --fp32-masters --no-progress
+"$bin/cairn" diff "$dir/masters_unshard" "$dir/masters_ckpt_bf16/$last" --no-progress
+"$bin/cairn" unshard "$dir/ckpt_bf16/$last" "$dir/masters_cast" --format one_file --dtype f32 \
+  --no-progress
+cast="$("$bin/cairn" diff "$dir/masters_cast" "$dir/masters_ckpt_bf16/$last" --no-progress || true)"
+if ! grep -q "^tensor  values   model\." <<<"$cast"; then
+  echo "the bf16 model cast to fp32 equals the fp32 masters: the check above proves nothing" >&2
+  exit 1
+fi
+echo "the bf16 model cast to fp32 is not the masters: $(grep -c "^tensor  values   model\." <<<"$cast") tensors differ"
 "$trainer" --phase compare --tp 2 --dir "$dir" "$@"
 
 "$bin/cairn" convert "$dir/final_resume_2x2" "$dir/safetensors" --format one_file --no-progress

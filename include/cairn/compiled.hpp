@@ -29,6 +29,7 @@
 #include "cairn/comm/single-inl.hpp"
 #include "cairn/comm/threads-inl.hpp"
 #include "cairn/convert/diff-inl.hpp"
+#include "cairn/convert/masters-inl.hpp"
 #include "cairn/convert/source-inl.hpp"
 #include "cairn/convert/unshard-inl.hpp"
 #include "cairn/core/checksum-inl.hpp"

@@ -1,16 +1,21 @@
 // cairn::torch on thread ranks: every libtorch 1.13 dtype, non-contiguous and expanded tensors,
 // bare tensors in structs, module trees, optimizer trees (Adam, AdamW, SGD, RMSprop, Adagrad),
 // N -> M resharding of a tensor-parallel module, its AdamW state and a distributed optimizer's
-// flat slices, and pipeline stages' Adam state loaded across stage counts.
+// flat slices, a mixed-precision optimizer's fp32 masters (and their unshard), and pipeline
+// stages' Adam state loaded across stage counts.
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "cairn/cairn.hpp"
+#include "cairn/convert/masters.hpp"
+#include "cairn/convert/unshard.hpp"
 #include "cairn/libtorch.hpp"
 #include "tests/libtorch/doctest_after_torch.hpp"
 #include "tests/libtorch/round_trip.hpp"
 #include "tests/libtorch/tp_model.hpp"
+#include "tests/support/test_util.hpp"
 
 namespace lt = cairn::libtorch;
 using namespace cairn_test;
@@ -100,6 +105,67 @@ TEST_CASE("a distributed optimizer's flat slices saved on N thread ranks load on
       for (int r : bad) CHECK(r == 0);
     }
   }
+}
+
+TEST_CASE(
+    "a mixed-precision optimizer's fp32 masters save with it, load on M, unshard to the model") {
+  // A bf16 model whose distributed optimizer keeps fp32 masters: values bf16 cannot hold.
+  torch::Tensor masters = torch::arange(24, torch::kFloat).reshape({6, 4}) * 0.1 + 1.0 / 3;
+  torch::Tensor model = masters.to(torch::kBFloat16);
+  auto range = [](int r, int n) { return cairn::flat_range{24 * r / n, 24 * (r + 1) / n}; };
+  auto state = [&](torch::Tensor w, torch::Tensor slice, torch::optim::Adam& opt, int r, int n) {
+    auto [b, e] = range(r, n);
+    lt::placement place{.block_shape = cairn::shape{6, 4}, .flat = cairn::flat_range{b, e}};
+    cairn::state_dict sd, m;
+    m.add("w", lt::tensor(std::move(w), lt::placement{.replica_id = r}));
+    sd.add("model", std::move(m));
+    sd.add("optim", lt::optimizer_state(opt, {{"w", std::move(slice), place}}, {.masters = true}));
+    return sd;
+  };
+  cairn_test::temp_dir d;
+  cairn::file_storage ck(d.path / "ckpt");
+  cairn::run_ranks(2, [&](cairn::thread_communicator& comm) {
+    auto [b, e] = range(comm.rank(), 2);
+    torch::Tensor slice = masters.flatten().narrow(0, b, e - b).clone();
+    torch::optim::Adam opt(std::vector<torch::Tensor>{slice}, torch::optim::AdamOptions(1e-3));
+    cairn::save(state(model.clone(), slice, opt, comm.rank(), 2), ck, comm);
+  });
+  for (int m : {1, 3}) {
+    INFO("M=" << m);
+    std::vector<int> bad(static_cast<std::size_t>(m));
+    cairn::run_ranks(m, [&](cairn::thread_communicator& comm) {
+      auto [b, e] = range(comm.rank(), m);
+      torch::Tensor slice = torch::zeros({e - b});
+      torch::Tensor w = torch::zeros({6, 4}, torch::kBFloat16);
+      torch::optim::Adam opt(std::vector<torch::Tensor>{slice}, torch::optim::AdamOptions(1e-3));
+      auto sd = state(w, slice, opt, comm.rank(), m);
+      cairn::load(sd, ck, comm);
+      bool ok =
+          torch::equal(slice, masters.flatten().narrow(0, b, e - b)) && torch::equal(w, model);
+      bad[static_cast<std::size_t>(comm.rank())] = ok ? 0 : 1;
+    });
+    for (int r : bad) CHECK(r == 0);
+  }
+  // `unshard --fp32-masters`: the masters under the model's key, bit for bit.
+  auto src = cairn::convert::open_source(ck).value();
+  auto whole =
+      cairn::convert::consolidate(
+          *cairn::convert::select_keys(*src, cairn::convert::fp32_masters(*src).value()).value())
+          .value();
+  REQUIRE(whole.size() == 1);
+  REQUIRE(whole.count("model.w"));
+  CHECK(whole["model.w"].type == cairn::dtype::f32);
+  CHECK(std::memcmp(whole["model.w"].data.data(), masters.data_ptr<float>(), 24 * 4) == 0);
+  // Masters must be F32.
+  torch::Tensor half = torch::zeros({4}, torch::kBFloat16);
+  torch::optim::Adam bopt(std::vector<torch::Tensor>{half}, torch::optim::AdamOptions(1e-3));
+  cairn::memory_storage mem;
+  cairn::state_dict sd;
+  sd.add("optim", lt::optimizer_state(bopt, {{"w", half, {}}}, {.masters = true}));
+  auto r = cairn::try_save(sd, mem, solo);
+  REQUIRE_FALSE(r);
+  CHECK(r.err().message.find("masters must be F32; the parameter 'w' is BFloat16") !=
+        std::string::npos);
 }
 
 TEST_CASE("pipeline stages' Adam state (steps held by each stage) loads across stage counts") {

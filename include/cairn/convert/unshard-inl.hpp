@@ -9,6 +9,19 @@
 #include "cairn/format/detail/format_util.hpp"
 #include "cairn/format/registry.hpp"
 
+namespace cairn::convert::detail {
+
+/// `first`, then `then` on the keys `first` keeps.
+inline key_selector chain(key_selector first, key_selector then) {
+  return [first = std::move(first),
+          then = std::move(then)](std::string_view key) -> std::optional<std::string> {
+    std::optional<std::string> mid = first(key);
+    return mid ? then(*mid) : std::nullopt;
+  };
+}
+
+}  // namespace cairn::convert::detail
+
 namespace cairn::convert {
 
 CAIRN_INLINE result<output_format> parse_output_format(std::string_view s) {
@@ -31,6 +44,18 @@ CAIRN_INLINE std::string writer_name(const convert_options& opt) {
 CAIRN_INLINE result<convert_stats> convert(source& src,
                                            storage_ref dst,
                                            const convert_options& opt) {
+  if (opt.fp32_masters || opt.select) {  // convert a view of `src` through the selection
+    key_selector select = opt.select;
+    if (opt.fp32_masters) {
+      CAIRN_TRY_ASSIGN(key_selector masters, fp32_masters(src));
+      select = opt.select ? detail::chain(std::move(masters), opt.select) : std::move(masters);
+    }
+    CAIRN_TRY_ASSIGN(std::unique_ptr<source> view, select_keys(src, std::move(select)));
+    convert_options rest = opt;
+    rest.fp32_masters = false;
+    rest.select = nullptr;
+    return convert(*view, dst, rest);
+  }
   if (opt.to_dtype && !convertible_float(*opt.to_dtype))
     return make_error(errc::invalid_argument,
                       "convert: --dtype must be F16, BF16, F32 or F64, not " +

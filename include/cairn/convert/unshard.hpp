@@ -13,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include "cairn/convert/masters.hpp"
 #include "cairn/convert/source.hpp"
 #include "cairn/core/dtype.hpp"
 #include "cairn/core/error.hpp"
@@ -92,6 +93,13 @@ struct convert_options {
   /// does not declare is refused. `chunk_size` and `dcp_flavor` fill "chunk_size" and "flavor"
   /// unless given here.
   std::map<std::string, std::string> writer_options;
+  /// Write the model with each parameter taken from the fp32 master weights its distributed
+  /// optimizer saved, under the model's keys, and leave the optimizer's other state out
+  /// (`fp32_masters`; `cairn unshard --fp32-masters`): a mixed-precision run's model in fp32.
+  bool fp32_masters = false;
+  /// Take only the items this keeps, under the keys it gives (`select_keys`); applied after
+  /// `fp32_masters` when both are set.
+  key_selector select;
 };
 
 /// What a conversion wrote.

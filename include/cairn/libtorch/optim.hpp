@@ -4,7 +4,8 @@
 //     state.add("optim", cairn::libtorch::optimizer_state(opt, *model, tp));  // like the params
 //
 // Keys: `state.<param>.<field>` for the state tensors (placed like their parameter, so they
-// reshard with it), `state.<param>.step` and `param_groups.<i>.<option>` as common values.
+// reshard with it), `state.<param>.step` and `param_groups.<i>.<option>` as common values;
+// a mixed-precision run's fp32 masters as `state.<param>.fp32_param`.
 #pragma once
 
 #include <torch/optim/adagrad.h>
@@ -244,6 +245,16 @@ inline factory common_factory(std::function<common_value()> get,
 
 }  // namespace detail
 
+/// How `optimizer_state` saves an optimizer beyond its state tensors, steps and options.
+struct optimizer_state_options {
+  /// The parameters `opt` updates are fp32 master weights of a lower-precision model (mixed
+  /// precision; Megatron's main params, DeepSpeed's fp32 partitions): each is saved as
+  /// `state.<name>.fp32_param` with its placement and loaded back into it, so a resumed run
+  /// continues from the masters rather than from the rounded model, and `cairn unshard
+  /// --fp32-masters` writes them under the model's keys. They must be F32.
+  bool masters = false;
+};
+
 /// The state of `opt` as a tree over the parameters `params` names: each parameter the
 /// optimizer updates must be among them (matched by identity). Its state tensors are saved as
 /// `state.<name>.<field>` with the parameter's placement (a flat slice's placement for a
@@ -256,13 +267,16 @@ inline factory common_factory(std::function<common_value()> get,
 /// parameters: their steps are then held by the stage's ranks, saved once and loaded on
 /// whichever ranks name those parameters (any number of stages); its groups' options must
 /// match the other stages' groups of the same index. A distributed optimizer's rank that holds
-/// none of a parameter passes an empty slice.
-inline factory optimizer_state(::torch::optim::Optimizer& opt, std::vector<named_tensor> params) {
+/// none of a parameter passes an empty slice. With `how.masters` the parameters themselves
+/// are saved too, as `state.<name>.fp32_param`.
+inline factory optimizer_state(::torch::optim::Optimizer& opt,
+                               std::vector<named_tensor> params,
+                               optimizer_state_options how = {}) {
   // The parameters by identity; the handles in `params` keep their TensorImpls alive.
   auto named = std::make_shared<std::unordered_map<const void*, named_tensor>>();
   for (named_tensor& t : params) (*named)[t.tensor.unsafeGetTensorImpl()] = std::move(t);
   factory f;
-  f.build = [&opt, named] {
+  f.build = [&opt, named, how] {
     state_dict d;
     state_dict& states = d.child("state");
     state_dict& groups = d.child("param_groups");
@@ -288,6 +302,15 @@ inline factory optimizer_state(::torch::optim::Optimizer& opt, std::vector<named
           placement place = nt.place;
           place.key.clear();  // keyed by path: state.<name>.<field>
           st.add(field, tensor(t, std::move(place)));
+        }
+        if (how.masters) {
+          if (p.scalar_type() != ::torch::kFloat32)
+            throw exception(make_error(errc::invalid_argument,
+                                       "optimizer_state: masters must be F32; the parameter '" +
+                                           nt.name + "' is " + c10::toString(p.scalar_type())));
+          placement place = nt.place;
+          place.key.clear();
+          st.add("fp32_param", tensor(nt.tensor, std::move(place)));
         }
         if (std::int64_t* step = v.step)
           st.add("step",
