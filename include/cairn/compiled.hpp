@@ -98,6 +98,7 @@
 #include "cairn/storage/memory-inl.hpp"
 #include "cairn/storage/names-inl.hpp"
 #include "cairn/storage/open-inl.hpp"
+#include "cairn/storage/pointer-inl.hpp"
 #include "cairn/storage/prefixed-inl.hpp"
 #include "cairn/storage/storage-inl.hpp"
 #include "cairn/storage/throttled-inl.hpp"

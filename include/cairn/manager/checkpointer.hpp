@@ -26,6 +26,7 @@
 #include "cairn/detail/message.hpp"
 #include "cairn/manager/names.hpp"
 #include "cairn/options.hpp"
+#include "cairn/storage/pointer.hpp"
 #include "cairn/storage/prefixed.hpp"
 
 namespace cairn {
@@ -113,16 +114,6 @@ CAIRN_INLINE std::map<std::string, std::vector<std::string>> group_by_checkpoint
 /// Whether `files` (of one checkpoint) hold a commit marker (`is_commit_marker`: the native
 /// format's or a registered format's).
 CAIRN_INLINE bool has_commit_marker(const std::vector<std::string>& files);
-
-/// The checkpoint name a pointer object holds (its text, trimmed), or nullopt when it is absent
-/// or holds something that is not a checkpoint name.
-CAIRN_INLINE result<std::optional<std::string>> read_pointer(storage_ref root,
-                                                             std::string_view ptr);
-
-/// Writes pointer `ptr` naming checkpoint `name` (atomically, on backends whose put is).
-CAIRN_INLINE result<void> write_pointer(storage_ref root,
-                                        std::string_view ptr,
-                                        const std::string& name);
 
 /// Counters as content metadata ("cairn.step", ...), and back.
 CAIRN_INLINE void put_counters(std::map<std::string, std::string>& m, const checkpoint_counters& c);

@@ -260,14 +260,16 @@ CAIRN_INLINE result<save_index> plan_everywhere(const rank_desc& me,
   CAIRN_TRY(check_overwrite(all[0].checkpoint_exists, st, opt));
   stats.save_id = all[0].save_id;
   if (opt.validate_access_integrity)
-    CAIRN_TRY(validate_integrity(all));
+    CAIRN_TRY(check_layout(all));
   else
     CAIRN_TRY(check_unique_objects(all));
-  save_index index =
-      plan_save(all, opt.block_size, opt.balance_min_bytes, strategy_of(opt).features(opt).tile);
+  // The common values are compared (when validating) where their holders are found: once.
   std::vector<std::vector<common_desc>> commons;
   for (const auto& d : all) commons.push_back(d.commons);
-  CAIRN_TRY_ASSIGN(index.common_holders, common_holders(commons, false));
+  CAIRN_TRY_ASSIGN(auto holders, common_holders(commons, opt.validate_access_integrity));
+  save_index index =
+      plan_save(all, opt.block_size, opt.balance_min_bytes, strategy_of(opt).features(opt).tile);
+  index.common_holders = std::move(holders);
   if (opt.plan_cache) {
     std::vector<std::uint64_t> per_rank;
     for (const auto& d : all) per_rank.push_back(structure_hash(d));

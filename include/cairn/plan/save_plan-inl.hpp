@@ -200,6 +200,15 @@ CAIRN_INLINE result<void> check_commons(const std::vector<rank_desc>& ranks) {
   return ok();
 }
 
+CAIRN_INLINE result<void> check_layout(const std::vector<rank_desc>& ranks) {
+  CAIRN_TRY_ASSIGN(auto tensors, collect_integrity_tensors(ranks));
+  for (auto& [key, v] : tensors) {
+    CAIRN_TRY(check_no_overlap(key, v));
+    CAIRN_TRY(check_covered(key, v));
+  }
+  return check_objects(ranks);
+}
+
 CAIRN_INLINE result<void> check_unique_objects(const std::vector<rank_desc>& all) {
   std::map<std::string, int> owner;
   for (int r = 0; r < static_cast<int>(all.size()); ++r)
@@ -220,12 +229,7 @@ CAIRN_INLINE result<void> check_unique_objects(const std::vector<rank_desc>& all
 namespace cairn {
 
 CAIRN_INLINE result<void> validate_integrity(const std::vector<rank_desc>& ranks) {
-  CAIRN_TRY_ASSIGN(auto tensors, detail::collect_integrity_tensors(ranks));
-  for (auto& [key, v] : tensors) {
-    CAIRN_TRY(detail::check_no_overlap(key, v));
-    CAIRN_TRY(detail::check_covered(key, v));
-  }
-  CAIRN_TRY(detail::check_objects(ranks));
+  CAIRN_TRY(detail::check_layout(ranks));
   return detail::check_commons(ranks);
 }
 

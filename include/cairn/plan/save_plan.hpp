@@ -113,6 +113,11 @@ CAIRN_INLINE result<std::map<std::string, int>> common_holders(
 /// Checks that the ranks that declare a common value agree on it (`common_holders`).
 CAIRN_INLINE result<void> check_commons(const std::vector<rank_desc>& ranks);
 
+/// Every check of `validate_integrity` but the common values': tensors' dtypes, shapes, overlaps
+/// and coverage, and sharded objects. (A save checks the common values where it finds their
+/// holders, `common_holders`, so that they are compared once.)
+CAIRN_INLINE result<void> check_layout(const std::vector<rank_desc>& ranks);
+
 /// Even unvalidated, two ranks must not both write one object: one record would be lost.
 CAIRN_INLINE result<void> check_unique_objects(const std::vector<rank_desc>& all);
 }  // namespace detail

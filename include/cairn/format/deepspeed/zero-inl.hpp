@@ -16,6 +16,7 @@
 #include "cairn/format/registry.hpp"
 #include "cairn/format/torch/zip.hpp"
 #include "cairn/plan/box.hpp"
+#include "cairn/storage/pointer.hpp"
 
 namespace cairn::detail {
 
@@ -72,15 +73,9 @@ CAIRN_INLINE std::optional<int> deepspeed_zero_stage(const pickle::value& v) {
 CAIRN_INLINE result<std::string> deepspeed_tag(storage_ref st) {
   CAIRN_TRY_ASSIGN(bool has_latest, st.exists("latest"));
   if (!has_latest) return std::string();
-  CAIRN_TRY_ASSIGN(std::uint64_t n, st.size("latest"));
-  if (n > 4096) return deepspeed_error("the `latest` file is not a tag", st.describe("latest"));
-  std::string tag(n, '\0');
-  CAIRN_TRY(st.read("latest", 0, std::as_writable_bytes(std::span(tag))));
-  while (!tag.empty() && (tag.back() == '\n' || tag.back() == '\r' || tag.back() == ' '))
-    tag.pop_back();
-  if (tag.empty() || tag.find("..") != std::string::npos || tag.front() == '/')
-    return deepspeed_error("the `latest` file names no tag folder", st.describe("latest"));
-  return tag + "/";
+  CAIRN_TRY_ASSIGN(std::optional<std::string> tag, read_pointer(st, "latest"));
+  if (!tag) return deepspeed_error("the `latest` file names no tag folder", st.describe("latest"));
+  return *tag + "/";
 }
 
 /// The data-parallel rank in an optimizer-states (or stage-3 model-states) file name
