@@ -21,7 +21,7 @@ static_assert(dcp::metadata_name == format_files::dcp_metadata);
 static_assert(safetensors::index_name == format_files::safetensors_index);
 namespace detail {
 inline const bool foreign_formats_registered =
-    register_format_reader("torch_dist", &dcp_as_metadata) &&
+    register_format_reader("torch_dist", &dcp_as_metadata, &dcp_content_metadata) &&
     register_format_reader("safetensors", &safetensors_as_metadata) &&
     register_format_reader("torch_save", &torch_save_as_metadata) &&
     register_format(format_driver{"deepspeed", 25, {}, &holds_deepspeed, &deepspeed_as_metadata});

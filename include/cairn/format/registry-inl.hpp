@@ -69,11 +69,14 @@ CAIRN_INLINE bool register_format(format_driver driver) {
   return true;
 }
 
-CAIRN_INLINE bool register_format_reader(std::string id, format_reader reader) {
+CAIRN_INLINE bool register_format_reader(std::string id,
+                                         format_reader reader,
+                                         content_metadata_reader content) {
   auto& drivers = detail::format_drivers();
   auto it = drivers.find(id);
   if (it == drivers.end()) it = drivers.emplace(id, format_driver{id}).first;
   it->second.read = reader;
+  if (content) it->second.read_content = content;
   return true;
 }
 
@@ -179,8 +182,16 @@ CAIRN_INLINE result<checkpoint_metadata> read_any_manifest(storage_ref st) {
 }
 
 CAIRN_INLINE result<std::map<std::string, std::string>> read_content_metadata(storage_ref st) {
-  CAIRN_TRY_ASSIGN(checkpoint_metadata m, read_any_manifest(st));
-  return std::move(m.content_metadata);
+  using content = std::map<std::string, std::string>;
+  return detail::catch_all("reading the content metadata", [&]() -> result<content> {
+    CAIRN_TRY_ASSIGN(detail::sniffed_format found, detail::sniff_format(st, true));
+    if (!found.native_json && !found.format.empty())
+      if (auto it = detail::format_drivers().find(found.format);
+          it != detail::format_drivers().end() && it->second.read_content)
+        return it->second.read_content(st);
+    CAIRN_TRY_ASSIGN(checkpoint_metadata m, read_any_manifest(st));
+    return std::move(m.content_metadata);
+  });
 }
 
 CAIRN_INLINE result<verify_report> verify_any(storage_ref st,

@@ -51,6 +51,9 @@ constexpr bool is_torch_save_file(std::string_view name) noexcept {
 /// Reads a format other than the native one and describes it as cairn metadata.
 using format_reader = result<checkpoint_metadata> (*)(storage_ref);
 
+/// Reads a checkpoint's content metadata alone, without touching its data files.
+using content_metadata_reader = result<std::map<std::string, std::string>> (*)(storage_ref);
+
 /// A format other than the native one, as the readers know it: its id, how to recognize it in a
 /// storage, the objects whose presence commits a checkpoint of it, and its reader. torch_dist
 /// (PyTorch DCP) and safetensors are registered by cairn itself (their readers when
@@ -67,6 +70,9 @@ struct format_driver {
   /// Its metadata in cairn's terms; null until a reader is registered (detection still names
   /// the format, and reading it says which header to include).
   format_reader read = nullptr;
+  /// Its content metadata alone (`read_content_metadata`), where that is cheaper than `read`
+  /// (torch_dist: Megatron's `common.pt`, not every item's ZIP directory); null: `read`'s.
+  content_metadata_reader read_content = nullptr;
 };
 
 namespace detail {
@@ -77,10 +83,12 @@ CAIRN_INLINE std::map<std::string, format_driver, std::less<>>& format_drivers()
 /// old one had). Call it during static initialization or before any load; returns true.
 CAIRN_INLINE bool register_format(format_driver driver);
 
-/// Sets the reader of format `id` ("torch_dist", "safetensors"), registering the format
-/// without detection if it is not known. Called during static initialization by
-/// cairn/format/foreign.hpp; returns true.
-CAIRN_INLINE bool register_format_reader(std::string id, format_reader reader);
+/// Sets the reader of format `id` ("torch_dist", "safetensors") and, when given, its content
+/// metadata reader, registering the format without detection if it is not known. Called during
+/// static initialization by cairn/format/foreign.hpp; returns true.
+CAIRN_INLINE bool register_format_reader(std::string id,
+                                         format_reader reader,
+                                         content_metadata_reader content = nullptr);
 
 /// The registered formats other than the native one, in detection order.
 CAIRN_INLINE std::vector<format_driver> registered_formats();

@@ -104,6 +104,18 @@ TEST_CASE("torch_dist keeps content_metadata where Megatron does: common.pt's di
     CHECK(s.step == 77);
   });
 
+  // Read without touching a data file (Megatron's load_content_metadata): with every .distcp
+  // gone, the content metadata still reads; the whole metadata does not.
+  cairn::memory_storage no_data;
+  for (const auto& name : mem.list("").value()) {
+    if (name.ends_with(".distcp")) continue;
+    std::vector<std::byte> b(mem.size(name).value());
+    mem.read(name, 0, b).value();
+    no_data.put(name, b).value();
+  }
+  CHECK(cairn::read_content_metadata(no_data).value() == so.content_metadata);
+  CHECK_FALSE(cairn::read_any_metadata(no_data));
+
   // Content metadata alone still writes common.pt.
   cairn::memory_storage bare;
   cairn::run_ranks(1, [&](cairn::thread_communicator& comm) {

@@ -370,23 +370,32 @@ CAIRN_INLINE result<void> add_dcp_objects_and_commons(storage_ref st,
     m.objects.emplace(fqn,
                       object_record{key, grid, offset, extent{fi, span.offset, span.nbytes, {}}});
   }
+  return read_megatron_common(st, m);
+}
+
+CAIRN_INLINE result<void> read_megatron_common(storage_ref st, checkpoint_metadata& m) {
   CAIRN_TRY_ASSIGN(bool has_common, st.exists(megatron_common_name));
-  if (has_common) {
-    CAIRN_TRY_ASSIGN(torch_zip::archive a, torch_zip::open_archive(st, megatron_common_name));
-    if (a.root.type == pickle::value::kind::dict && a.root.entries)
-      for (const auto& [k, v] : *a.root.entries) {
-        if (k.type != pickle::value::kind::string) continue;
-        if (k.str == dcp::megatron_content_metadata_key && v.is_dict()) {
-          m.content_metadata = content_metadata_from_pickle(v);
-          continue;
-        }
-        if (auto c = common_from_pickle(v)) m.inline_commons.emplace(k.str, *c);
+  if (!has_common) return ok();
+  CAIRN_TRY_ASSIGN(torch_zip::archive a, torch_zip::open_archive(st, megatron_common_name));
+  if (a.root.type == pickle::value::kind::dict && a.root.entries)
+    for (const auto& [k, v] : *a.root.entries) {
+      if (k.type != pickle::value::kind::string) continue;
+      if (k.str == dcp::megatron_content_metadata_key && v.is_dict()) {
+        m.content_metadata = content_metadata_from_pickle(v);
+        continue;
       }
-  }
+      if (auto c = common_from_pickle(v)) m.inline_commons.emplace(k.str, *c);
+    }
   return ok();
 }
 
 }  // namespace detail
+
+CAIRN_INLINE result<std::map<std::string, std::string>> dcp_content_metadata(storage_ref st) {
+  checkpoint_metadata m;
+  CAIRN_TRY(detail::read_megatron_common(st, m));
+  return std::move(m.content_metadata);
+}
 
 CAIRN_INLINE result<checkpoint_metadata> dcp_as_metadata(storage_ref st) {
   CAIRN_TRY_ASSIGN(dcp::reader rd, dcp::reader::open(st));

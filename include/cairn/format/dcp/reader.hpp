@@ -145,11 +145,19 @@ namespace cairn {
 /// non-contiguous ones fail naming the key (convert those with `cairn convert`, which reads them).
 CAIRN_INLINE result<checkpoint_metadata> dcp_as_metadata(storage_ref st);
 
+/// The content metadata of a DCP checkpoint: the `content_metadata` dict of Megatron's
+/// `common.pt` (empty without one), read without opening `.metadata` or a `.distcp` file.
+CAIRN_INLINE result<std::map<std::string, std::string>> dcp_content_metadata(storage_ref st);
+
 namespace detail {
 /// Megatron's `content_metadata` dict as a string map: strings as they are, other scalars as
 /// Python prints them (`True`, `False`, `None`, `12`, `0.5`); containers are left out.
 CAIRN_INLINE std::map<std::string, std::string> content_metadata_from_pickle(
     const pickle::value& dict);
+
+/// Megatron's `common.pt`, when there is one: its values into `m.inline_commons`, its
+/// `content_metadata` dict into `m.content_metadata`.
+CAIRN_INLINE result<void> read_megatron_common(storage_ref st, checkpoint_metadata& m);
 
 /// The part of `dcp_as_metadata` that is not tensors: the sharded objects (into `m.objects`) and
 /// `common.pt`'s values (into `m.inline_commons`), files added to `m.files` through `files`.
