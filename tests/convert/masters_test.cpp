@@ -201,6 +201,22 @@ TEST_CASE("fp32_masters: Megatron's fp32_param and fully_reshardable param names
                  {"embedding.word_embeddings.weight", "embedding.word_embeddings.weight"}});
 }
 
+TEST_CASE("fp32_masters: a name matches whole components only") {
+  const std::vector<spec> specs = {
+      {"model.w", dtype::bf16, {4, 6}, held::rows},
+      {"model.new_w", dtype::bf16, {4, 6}, held::rows},  // ends with "w", not with ".w"
+      {"w2", dtype::bf16, {4, 6}, held::rows},
+      {"optim.state.w.fp32_param", dtype::f32, {4, 6}, held::flat},
+  };
+  cairn_test::temp_dir d;
+  cairn::file_storage ck(d.path / "ckpt"), out(d.path / "out");
+  save_specs(ck, specs);
+  auto src = cv::open_source(ck).value();
+  check_masters(
+      *src, out, specs,
+      {{"model.w", "optim.state.w.fp32_param"}, {"model.new_w", "model.new_w"}, {"w2", "w2"}});
+}
+
 TEST_CASE("fp32_masters refuses what it cannot map, naming the keys") {
   cairn_test::temp_dir d;
   auto refusal = [&](const std::string& name, const std::vector<spec>& specs) {

@@ -191,9 +191,12 @@ CAIRN_INLINE result<key_selector> fp32_masters(const source& src) {
         return true;
     return false;
   };
-  std::vector<const tensor_entry*> model;  // tensors outside every optimizer
+  // The tensors outside every optimizer by their reversed keys, sorted: the keys that end with
+  // a name are then one range (each master is found in log time, not by a scan).
+  std::vector<std::string> model_reversed;
   for (const tensor_entry& t : src.tensors())
-    if (!in_optimizer(t.key)) model.push_back(&t);
+    if (!in_optimizer(t.key)) model_reversed.emplace_back(t.key.rbegin(), t.key.rend());
+  std::sort(model_reversed.begin(), model_reversed.end());
   auto rename = std::make_shared<std::map<std::string, std::string>>();  // master -> model key
   auto replaced = std::make_shared<std::set<std::string>>();             // model keys replaced
   for (const found& m : masters) {
@@ -201,11 +204,12 @@ CAIRN_INLINE result<key_selector> fp32_masters(const source& src) {
     if (m.exact) {
       target = m.name;
     } else {
-      std::vector<std::string> candidates;
-      for (const tensor_entry* t : model)
-        if (t->key == m.name ||
-            (t->key.ends_with(m.name) && t->key[t->key.size() - m.name.size() - 1] == '.'))
-          candidates.push_back(t->key);
+      std::vector<std::string> candidates;  // the model keys that are the name or end with .name
+      const std::string name_reversed(m.name.rbegin(), m.name.rend());
+      for (auto it = std::lower_bound(model_reversed.begin(), model_reversed.end(), name_reversed);
+           it != model_reversed.end() && it->starts_with(name_reversed); ++it)
+        if (it->size() == name_reversed.size() || (*it)[name_reversed.size()] == '.')
+          candidates.emplace_back(it->rbegin(), it->rend());
       if (candidates.size() != 1) {
         std::string list;
         for (const auto& c : candidates) list += (list.empty() ? "" : ", ") + c;
