@@ -152,8 +152,6 @@ CAIRN_INLINE result<key_selector> fp32_masters(const source& src) {
     bool exact = false;  // Megatron's: `name` is the model key itself
   };
   std::vector<found> masters;
-  std::set<std::string> keys;
-  for (const tensor_entry& t : src.tensors()) keys.insert(t.key);
   auto root_of = [](std::string_view key, std::size_t at) {
     return std::string(key.substr(0, at == 0 ? 0 : at - 1));
   };
@@ -164,8 +162,7 @@ CAIRN_INLINE result<key_selector> fp32_masters(const source& src) {
     if (std::size_t at = detail::find_components(k, megatron); at != std::string_view::npos) {
       masters.push_back({t.key, root_of(k, at), std::string(k.substr(at + megatron.size())), true});
     } else if (std::size_t at2 = detail::find_components(k, reshardable);
-               at2 != std::string_view::npos &&
-               keys.count(std::string(k.substr(at2 + reshardable.size())))) {
+               at2 != std::string_view::npos && src.find(k.substr(at2 + reshardable.size()))) {
       masters.push_back(
           {t.key, root_of(k, at2), std::string(k.substr(at2 + reshardable.size())), true});
     } else if (k.ends_with(suffix)) {

@@ -157,6 +157,15 @@ CAIRN_INLINE result<format_reader> reader_of(storage_ref st, const std::string& 
   return it->second.read;
 }
 
+/// The manifest of the checkpoint on `st`, whose format `sniff_format` found: the native
+/// `metadata.json` it read, or what the format's reader gives.
+inline result<checkpoint_metadata> manifest_of(storage_ref st, const sniffed_format& found) {
+  if (found.native_json) return metadata_from_json(*found.native_json, st.describe(metadata_name));
+  if (found.format.empty()) return no_format_error(st);
+  CAIRN_TRY_ASSIGN(format_reader reader, reader_of(st, found.format));
+  return reader(st);
+}
+
 }  // namespace cairn::detail
 
 namespace cairn {
@@ -173,11 +182,7 @@ CAIRN_INLINE result<checkpoint_metadata> read_any_metadata(storage_ref st) {
 CAIRN_INLINE result<checkpoint_metadata> read_any_manifest(storage_ref st) {
   return detail::catch_all("reading the metadata", [&]() -> result<checkpoint_metadata> {
     CAIRN_TRY_ASSIGN(detail::sniffed_format found, detail::sniff_format(st, true));
-    if (found.native_json)
-      return metadata_from_json(*found.native_json, st.describe(metadata_name));
-    if (found.format.empty()) return detail::no_format_error(st);
-    CAIRN_TRY_ASSIGN(format_reader reader, detail::reader_of(st, found.format));
-    return reader(st);
+    return detail::manifest_of(st, found);
   });
 }
 
@@ -189,7 +194,7 @@ CAIRN_INLINE result<std::map<std::string, std::string>> read_content_metadata(st
       if (auto it = detail::format_drivers().find(found.format);
           it != detail::format_drivers().end() && it->second.read_content)
         return it->second.read_content(st);
-    CAIRN_TRY_ASSIGN(checkpoint_metadata m, read_any_manifest(st));
+    CAIRN_TRY_ASSIGN(checkpoint_metadata m, detail::manifest_of(st, found));
     return std::move(m.content_metadata);
   });
 }
