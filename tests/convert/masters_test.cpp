@@ -12,6 +12,7 @@
 #include "cairn/cairn.hpp"
 #include "cairn/convert/unshard.hpp"
 #include "cairn/format/safetensors/file.hpp"
+#include "tests/support/filled_block.hpp"
 #include "tests/support/test_util.hpp"
 
 namespace masters_test {  // named: unity builds merge anonymous namespaces
@@ -32,11 +33,7 @@ struct spec {
 
 /// The whole tensor `s` as the test fills it (its values follow from its key).
 std::vector<std::byte> whole(const spec& s) {
-  std::vector<std::byte> out(static_cast<std::size_t>(cairn::numel(s.global)) *
-                             cairn::dtype_size(s.type));
-  cairn_test::fill_block(s.key, s.type, s.global, box{shape(s.global.size(), 0), s.global},
-                         out.data());
-  return out;
+  return cairn_test::filled_whole(s.key, s.type, s.global);
 }
 
 /// Saves `specs` on 2 thread ranks with the common values `commons` (int64 each).
@@ -58,14 +55,11 @@ void save_specs(cairn::storage_ref st,
       if (s.how == held::replicated) t.replica_id = r;
       t.local_shape = b.size;
       t.global_offset = b.offset;
-      const std::size_t es = cairn::dtype_size(s.type);
-      std::vector<std::byte> blk(static_cast<std::size_t>(b.volume()) * es);
-      cairn_test::fill_block(s.key, s.type, s.global, b, blk.data());
+      std::vector<std::byte> blk = cairn_test::filled_block(s.key, s.type, s.global, b);
       if (s.how == held::flat) {  // a distributed optimizer's slice of the whole tensor
         const std::int64_t v = b.volume(), lo = v * r / 2, hi = v * (r + 1) / 2;
         t.flattened_range = cairn::flat_range{lo, hi};
-        bufs[i].assign(blk.begin() + lo * static_cast<std::int64_t>(es),
-                       blk.begin() + hi * static_cast<std::int64_t>(es));
+        bufs[i] = cairn_test::flat_slice(blk, cairn::dtype_size(s.type), *t.flattened_range);
       } else {
         bufs[i] = std::move(blk);
       }

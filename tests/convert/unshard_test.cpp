@@ -15,6 +15,7 @@
 #include "cairn/cairn.hpp"
 #include "cairn/convert/source.hpp"
 #include "cairn/format/safetensors/file.hpp"
+#include "tests/support/filled_block.hpp"
 #include "tests/support/test_util.hpp"
 
 namespace {
@@ -38,11 +39,7 @@ const std::vector<spec> kSpecs = {
 };
 
 std::vector<std::byte> whole(const spec& s) {
-  std::vector<std::byte> out(static_cast<std::size_t>(cairn::numel(s.global)) *
-                             cairn::dtype_size(s.type));
-  cairn_test::fill_block(s.key, s.type, s.global, box{shape(s.global.size(), 0), s.global},
-                         out.data());
-  return out;
+  return cairn_test::filled_whole(s.key, s.type, s.global);
 }
 
 /// Saves kSpecs on 4 thread ranks, each tensor sharded its own way.
@@ -72,15 +69,12 @@ void save_multirank(cairn::storage_ref st) {
       }
       t.local_shape = b.size;
       t.global_offset = b.offset;
-      std::size_t es = cairn::dtype_size(s.type);
-      std::vector<std::byte> blk(static_cast<std::size_t>(b.volume()) * es);
-      cairn_test::fill_block(s.key, s.type, s.global, b, blk.data());
+      std::vector<std::byte> blk = cairn_test::filled_block(s.key, s.type, s.global, b);
       if (s.key.rfind("optim.", 0) == 0) {  // distributed optimizer: flat slices of the whole
         std::int64_t v = b.volume(), lo = v * r / 4, hi = v * (r + 1) / 4;
         t.flattened_range = cairn::flat_range{lo, hi};
         t.replica_id = 0;
-        bufs[i].assign(blk.begin() + lo * static_cast<std::int64_t>(es),
-                       blk.begin() + hi * static_cast<std::int64_t>(es));
+        bufs[i] = cairn_test::flat_slice(blk, cairn::dtype_size(s.type), *t.flattened_range);
       } else {
         bufs[i] = std::move(blk);
       }
